@@ -1,0 +1,148 @@
+//! The conformance suite: the invariants of tenure's design, as tests that every
+//! lease store runs (object_store's `integration.rs` is the model).
+//!
+//! A store's test file implements [`Harness`] (how to open handles on one fresh
+//! piece of storage, how time moves, how to damage a record) and invokes
+//! [`conformance_tests!`], which expands to one `#[tokio::test]` per behaviour.
+//! The functions are also public, so a store can call them with its own setup.
+
+mod suite;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure::{Backend, CasOptions, Clock, ManualClock};
+
+pub use suite::*;
+
+/// Lease duration used by the suite.
+pub const TTL: Duration = Duration::from_secs(2);
+/// Clock skew bound the suite's stores are built with.
+pub const MAX_SKEW: Duration = Duration::from_millis(500);
+/// Age after which the suite's stores replace an unreadable record.
+pub const CORRUPT_TTL: Duration = Duration::from_secs(5);
+
+/// The options CAS-based harnesses build their stores with.
+pub fn cas_options() -> CasOptions {
+    CasOptions::default().with_max_skew(MAX_SKEW).with_corrupt_ttl(CORRUPT_TTL)
+}
+
+/// How time moves for a harness.
+#[derive(Clone, Debug)]
+pub enum Time {
+    /// Every handle (and the server, if any) runs on this clock; the suite moves it.
+    Manual(ManualClock),
+    /// Real time (stores with their own server-side clocks, such as etcd).
+    Real,
+}
+
+impl Time {
+    /// The clock for stores of this harness.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        match self {
+            Time::Manual(c) => c.shared(),
+            Time::Real => tenure::SystemClock::shared(),
+        }
+    }
+}
+
+/// One fresh piece of storage, and how to reach it.
+#[async_trait]
+pub trait Harness: Send + Sync {
+    /// A new handle on the same storage, as a separate process would have.
+    async fn store(&self) -> Arc<dyn tenure::LeaseStore>;
+
+    /// How time moves.
+    fn time(&self) -> Time;
+
+    /// A [`Backend`] on the same storage, for fenced records; `None` if the store
+    /// has no raw records (the lease server).
+    fn backend(&self) -> Option<Arc<dyn Backend>>;
+
+    /// Overwrites the record of lease `name` with `bytes`, as a crash or a foreign
+    /// writer would. `false` if the store cannot hold unreadable records.
+    async fn corrupt(&self, name: &str, bytes: &[u8]) -> bool;
+
+    /// Real time to let background work (keep-alive renewals) finish after the
+    /// manual clock moves: a few ms for local stores, more for remote ones.
+    fn settle(&self) -> Duration {
+        Duration::from_millis(5)
+    }
+}
+
+/// Moves time by `d`: in steps of at most 50 ms on a manual clock, letting
+/// background work run after each step; a real sleep otherwise.
+pub async fn advance(h: &dyn Harness, d: Duration) {
+    match h.time() {
+        Time::Manual(clock) => {
+            let step = Duration::from_millis(50);
+            let mut left = d;
+            while !left.is_zero() {
+                let s = left.min(step);
+                clock.advance(s);
+                left -= s;
+                tokio::time::sleep(h.settle()).await;
+            }
+        }
+        Time::Real => tokio::time::sleep(d).await,
+    }
+}
+
+/// Whether tests that need an external server must fail, not skip, when it is
+/// absent (CI sets `TENURE_REQUIRE_SERVERS=1`).
+pub fn servers_required() -> bool {
+    std::env::var("TENURE_REQUIRE_SERVERS").is_ok_and(|v| v == "1")
+}
+
+/// The value of the environment variable naming a test server, or `None` after
+/// printing why the test is skipped. Panics instead when servers are required.
+pub fn server_from_env(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ if servers_required() => {
+            panic!("{var} is not set but TENURE_REQUIRE_SERVERS=1: start the servers with scripts/servers.sh")
+        }
+        _ => {
+            eprintln!(
+                "skipped: {var} is not set (start the test servers with scripts/servers.sh start, then eval \"$(scripts/servers.sh env)\")"
+            );
+            None
+        }
+    }
+}
+
+/// Expands to one test per conformance behaviour. `$make` is an `async fn() ->
+/// Option<H>` where `H: Harness` (`None` skips, after saying why).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:path) => {
+        $crate::conformance_tests!(@each $make;
+            exclusive_lease_excludes_everyone_else,
+            shared_leases_coexist_and_exclude_exclusive,
+            expired_lease_is_taken_over_after_ttl_and_not_before,
+            wall_clock_deadline_older_than_max_skew_allows_takeover,
+            tokens_increase_strictly_across_grants,
+            fenced_write_from_a_stale_holder_is_rejected,
+            delayed_release_never_frees_someone_elses_lease,
+            break_is_conditional_on_the_observed_version,
+            keep_alive_holds_the_lease_past_its_ttl,
+            holder_learns_its_lease_was_stolen,
+            corrupt_records_are_judged_by_age,
+            multi_lease_is_all_or_nothing_in_canonical_order,
+            same_holder_retakes_its_abandoned_lease_at_once,
+            release_publishes_watermark_to_the_next_holder,
+            concurrent_workers_increment_a_fenced_counter_exactly,
+        );
+    };
+    (@each $make:path; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                if let Some(h) = $make().await {
+                    $crate::$name(&h).await;
+                }
+            }
+        )*
+    };
+}

@@ -1,0 +1,542 @@
+//! Leases on any [`Backend`]: the lease logic written once, over read and
+//! conditional write.
+//!
+//! # Protocol
+//!
+//! Each lease name is one record (see [`crate::record`]). Every operation reads the
+//! record, decides with the pure functions of [`crate::record`], and writes the
+//! result conditionally on the version it read. If the write loses (someone else
+//! wrote first) it reads again and decides again. So:
+//! - **mutual exclusion** rests on the store's conditional write: of two holders
+//!   deciding from the same version, only one write lands;
+//! - **tokens** are `max(last_token, version sequence) + 1`, so they grow strictly
+//!   with every grant, also past a record whose content was lost;
+//! - **release and break** are conditional on the version observed: a delayed
+//!   release can never free a grant it did not see (seed 001's unintended release);
+//! - a release keeps the record, marked released, so the token counter and the
+//!   watermark are never lost.
+//!
+//! Requests per operation (uncontended): acquire = 1 read + 1 write; renew and
+//! release = 1 write (the holder caches the record it wrote; a conflict costs one
+//! more read); a waiting contender polls with 1 read.
+//!
+//! # Clock discipline
+//!
+//! Safety never rests on synchronised clocks. A holder measures its deadline on its
+//! monotonic clock from the moment it *sent* the write (`local_deadline`), and its
+//! keep-alive stops it before `local_deadline - safety margin`. A contender ends a
+//! grant only when
+//! - (a) it has watched the same grant (token, renewal count) stay in the record
+//!   for a full TTL on *its* monotonic clock: the holder wrote that renewal no later
+//!   than the contender first saw it, so the holder's own deadline has passed; or
+//! - (b) the wall-clock deadline in the record is older than `max_skew`.
+//!
+//! An unreadable record (empty, truncated, garbage) is judged by its age, as seed
+//! 002's Corrupt-Recent / Corrupt-Stale: it may be replaced once the same version
+//! has been watched for `corrupt_ttl`, or once the store's modification time is
+//! older than `corrupt_ttl + max_skew`. A record written by a newer major format is
+//! refused, never overwritten.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::backend::{Backend, Put, PutOptions, Stored};
+use crate::clock::{Clock, ClockExt, Mono};
+use crate::error::{Error, Result};
+use crate::name::LeaseName;
+use crate::record::{self, Decision, Entry, Judge, LeaseRecord, Unreadable};
+use crate::store::{AcquireRequest, LeaseStore, ReleaseRequest};
+use crate::types::{Attempt, Busy, EndedHow, Grant, LeaseState, LossReason, Predecessor, Released, Version};
+
+/// How many times one operation re-reads after losing a conditional write.
+const MAX_CONFLICTS: u32 = 16;
+
+/// Tuning of the clock discipline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CasOptions {
+    /// Largest difference between any two clocks (holders', contenders' and the
+    /// store's). Takeover by wall-clock deadline waits this much longer.
+    pub max_skew: Duration,
+    /// Age after which an unreadable record may be replaced. Must exceed the renew
+    /// interval of any holder (a holder whose record turns unreadable learns it at
+    /// its next renewal).
+    pub corrupt_ttl: Duration,
+}
+
+impl Default for CasOptions {
+    fn default() -> Self {
+        Self { max_skew: Duration::from_secs(2), corrupt_ttl: Duration::from_secs(60) }
+    }
+}
+
+impl CasOptions {
+    /// With `max_skew`.
+    pub fn with_max_skew(mut self, d: Duration) -> Self {
+        self.max_skew = d;
+        self
+    }
+    /// With `corrupt_ttl`.
+    pub fn with_corrupt_ttl(mut self, d: Duration) -> Self {
+        self.corrupt_ttl = d;
+        self
+    }
+}
+
+/// What a contender has watched: a grant's write, or an unreadable version.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Stamp {
+    Entry { token: u64, renewals: u64 },
+    Unreadable(String),
+}
+
+/// [`LeaseStore`] over a [`Backend`].
+#[derive(Debug)]
+pub struct CasStore {
+    backend: Arc<dyn Backend>,
+    clock: Arc<dyn Clock>,
+    opts: CasOptions,
+    /// Per name: the stamps seen in the latest read and when each was first seen.
+    watched: Mutex<HashMap<String, Vec<(Stamp, Mono)>>>,
+    /// Per name: the record this store last wrote, and its version.
+    written: Mutex<HashMap<String, (Version, LeaseRecord)>>,
+    /// Whether the backend said it cannot watch.
+    cannot_watch: std::sync::atomic::AtomicBool,
+}
+
+/// A read record, interpreted.
+enum Read {
+    Absent,
+    Valid(Stored, LeaseRecord),
+    Unreadable(Stored, String),
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl CasStore {
+    /// Leases over `backend`, measured on `clock`.
+    pub fn new(backend: Arc<dyn Backend>, clock: Arc<dyn Clock>, opts: CasOptions) -> Self {
+        Self {
+            backend,
+            clock,
+            opts,
+            watched: Mutex::default(),
+            written: Mutex::default(),
+            cannot_watch: Default::default(),
+        }
+    }
+
+    /// The backend underneath.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The options.
+    pub fn options(&self) -> &CasOptions {
+        &self.opts
+    }
+
+    async fn read(&self, name: &str) -> Result<Read> {
+        let Some(stored) = self.backend.get(name).await? else {
+            return Ok(Read::Absent);
+        };
+        match LeaseRecord::parse(&stored.value) {
+            Ok(rec) => Ok(Read::Valid(stored, rec)),
+            Err(Unreadable::Corrupt(detail)) => Ok(Read::Unreadable(stored, detail)),
+            Err(Unreadable::Newer(v)) => Err(Error::unsupported(
+                self.url(),
+                format!(
+                    "lease {name:?} was written in record format {v}, newer than this tenure understands ({}); upgrade tenure",
+                    record::FORMAT_VERSION
+                ),
+            )),
+        }
+    }
+
+    /// Notes what a read showed and returns, per stamp, how long it has been watched.
+    fn observe(&self, name: &str, read: &Read) -> HashMap<Stamp, Duration> {
+        let stamps: Vec<Stamp> = match read {
+            Read::Absent => Vec::new(),
+            Read::Valid(_, rec) => {
+                rec.entries().map(|(e, _)| Stamp::Entry { token: e.token, renewals: e.renewals }).collect()
+            }
+            Read::Unreadable(s, _) => vec![Stamp::Unreadable(s.version.tag.clone())],
+        };
+        let now = self.clock.mono();
+        let mut watched = lock(&self.watched);
+        let before = watched.remove(name).unwrap_or_default();
+        let seen: Vec<(Stamp, Mono)> = stamps
+            .into_iter()
+            .map(|s| {
+                let first = before.iter().find(|(p, _)| *p == s).map_or(now, |(_, m)| *m);
+                (s, first)
+            })
+            .collect();
+        let out = seen.iter().map(|(s, first)| (s.clone(), now.saturating_since(*first))).collect();
+        if !seen.is_empty() {
+            watched.insert(name.to_string(), seen);
+        }
+        out
+    }
+
+    fn judge<'a>(&self, watched: &'a HashMap<Stamp, Duration>) -> Observer<'a> {
+        Observer { now_ms: self.clock.wall_ms(), max_skew_ms: self.opts.max_skew.as_millis() as u64, watched }
+    }
+
+    /// Whether an unreadable record may be replaced, and if not, how long until it may.
+    fn unreadable_remaining(&self, stored: &Stored, watched: &HashMap<Stamp, Duration>) -> Duration {
+        let by_watch = watched
+            .get(&Stamp::Unreadable(stored.version.tag.clone()))
+            .map_or(self.opts.corrupt_ttl, |w| self.opts.corrupt_ttl.saturating_sub(*w));
+        let by_age = stored.modified_ms.map_or(by_watch, |m| {
+            let stale_at = m.saturating_add((self.opts.corrupt_ttl + self.opts.max_skew).as_millis() as u64);
+            Duration::from_millis(stale_at.saturating_sub(self.clock.wall_ms()))
+        });
+        by_watch.min(by_age)
+    }
+
+    /// The token floor after an unreadable record: its version sequence, or (for
+    /// stores without one) the wall clock in microseconds, which no counter that
+    /// grows by one per grant can have reached.
+    fn unreadable_floor(&self, stored: &Stored) -> u64 {
+        stored.version.seq.unwrap_or_else(|| self.clock.wall_ms().saturating_mul(1_000))
+    }
+
+    fn remember(&self, name: &str, version: Version, rec: LeaseRecord) {
+        lock(&self.written).insert(name.to_string(), (version, rec));
+    }
+
+    fn forget(&self, name: &str) {
+        lock(&self.written).remove(name);
+    }
+
+    /// The record we last wrote, if it is still at `version` as far as we know.
+    fn cached(&self, name: &str, version: &Version) -> Option<LeaseRecord> {
+        lock(&self.written).get(name).filter(|(v, _)| v == version).map(|(_, r)| r.clone())
+    }
+
+    async fn put(&self, name: &str, rec: &LeaseRecord, opts: PutOptions) -> Result<Put> {
+        self.backend.put(name, Bytes::from(rec.to_bytes()), opts).await
+    }
+
+    fn lost(&self, grant: &Grant, detail: String) -> Error {
+        Error::Lost {
+            store: self.url().to_string(),
+            name: grant.name.to_string(),
+            token: grant.token,
+            reason: LossReason::Stolen { detail },
+        }
+    }
+
+    /// The current record of a grant's lease: the cached one first, else a read.
+    /// `Err(Lost)` if the record is gone or unreadable.
+    async fn current_for(&self, grant: &Grant, use_cache: bool) -> Result<(Version, LeaseRecord)> {
+        let name = grant.name.as_str();
+        if use_cache && let Some(rec) = self.cached(name, &grant.version) {
+            return Ok((grant.version.clone(), rec));
+        }
+        match self.read(name).await? {
+            Read::Valid(stored, rec) => Ok((stored.version, rec)),
+            Read::Absent => Err(self.lost(grant, "the lease record has disappeared".into())),
+            Read::Unreadable(_, detail) => {
+                Err(self.lost(grant, format!("the lease record became unreadable: {detail}")))
+            }
+        }
+    }
+}
+
+/// The contender's judgement under the clock discipline.
+struct Observer<'a> {
+    now_ms: u64,
+    max_skew_ms: u64,
+    watched: &'a HashMap<Stamp, Duration>,
+}
+
+impl Observer<'_> {
+    fn watched_ms(&self, e: &Entry) -> u64 {
+        self.watched.get(&Stamp::Entry { token: e.token, renewals: e.renewals }).map_or(0, |d| d.as_millis() as u64)
+    }
+}
+
+impl Judge for Observer<'_> {
+    fn expired(&self, e: &Entry) -> bool {
+        self.remaining_ms(e) == 0
+    }
+    fn remaining_ms(&self, e: &Entry) -> u64 {
+        let by_wall = e.deadline_ms.saturating_add(self.max_skew_ms).saturating_add(1).saturating_sub(self.now_ms);
+        let by_watch = e.ttl_ms.saturating_sub(self.watched_ms(e));
+        by_wall.min(by_watch)
+    }
+}
+
+#[async_trait]
+impl LeaseStore for CasStore {
+    fn url(&self) -> &str {
+        self.backend.url()
+    }
+
+    fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Attempt> {
+        let name = req.name.as_str();
+        let ttl_ms = req.ttl.as_millis() as u64;
+        let mut last_busy = None;
+        for _ in 0..MAX_CONFLICTS {
+            let read = self.read(name).await?;
+            let watched = self.observe(name, &read);
+            let (stored, current, floor, replaced) = match read {
+                Read::Absent => (None, None, 0, None),
+                Read::Valid(s, rec) => {
+                    let floor = s.version.seq.unwrap_or(0);
+                    (Some(s), Some(rec), floor, None)
+                }
+                Read::Unreadable(s, detail) => {
+                    if !self.unreadable_remaining(&s, &watched).is_zero() {
+                        return Ok(Attempt::Busy(Busy {
+                            name: req.name.clone(),
+                            holders: Vec::new(),
+                            corrupt: Some(detail),
+                            version: Some(s.version),
+                        }));
+                    }
+                    tracing::warn!(store = self.url(), lease = name, %detail, "replacing a stale unreadable lease record");
+                    let floor = self.unreadable_floor(&s);
+                    (Some(s), None, floor, Some(floor))
+                }
+            };
+            let version = stored.as_ref().map(|s| s.version.clone());
+            let now_ms = self.clock.wall_ms();
+            let sent = self.clock.mono();
+            let ask = record::Ask {
+                mode: req.mode,
+                ttl_ms,
+                holder: &req.holder,
+                retake: req.retake,
+                now_ms,
+                token_floor: floor,
+                meta: req.meta.clone(),
+            };
+            let (rec, token, predecessor) =
+                match record::decide_acquire(name, current.as_ref(), &ask, &self.judge(&watched)) {
+                    Decision::Busy(holders) => {
+                        return Ok(Attempt::Busy(Busy { name: req.name.clone(), holders, corrupt: None, version }));
+                    }
+                    Decision::Grant { record, token, predecessor } => (record, token, predecessor),
+                };
+            let predecessor = match replaced {
+                Some(floor) => Some(Predecessor {
+                    token: floor,
+                    holder: None,
+                    how: EndedHow::Corrupt,
+                    at_ms: now_ms,
+                    watermark_ms: None,
+                    meta: None,
+                }),
+                None => predecessor,
+            };
+            let opts = PutOptions::after(stored.as_ref()).with_expires_after(req.ttl + self.opts.max_skew);
+            match self.put(name, &rec, opts).await? {
+                Put::Done(version) => {
+                    self.remember(name, version.clone(), rec);
+                    return Ok(Attempt::Granted(Grant {
+                        name: req.name.clone(),
+                        mode: req.mode,
+                        token,
+                        ttl: req.ttl,
+                        deadline_ms: now_ms.saturating_add(ttl_ms),
+                        local_deadline: sent + req.ttl,
+                        holder: req.holder.clone(),
+                        predecessor,
+                        version,
+                        witness: None,
+                    }));
+                }
+                Put::Conflict => {
+                    last_busy = Some(Busy { name: req.name.clone(), holders: Vec::new(), corrupt: None, version });
+                }
+            }
+        }
+        // Lost the race every time: report busy and let the caller back off.
+        Ok(Attempt::Busy(last_busy.unwrap_or(Busy {
+            name: req.name.clone(),
+            holders: Vec::new(),
+            corrupt: None,
+            version: None,
+        })))
+    }
+
+    async fn renew(&self, grant: &Grant) -> Result<Grant> {
+        let name = grant.name.as_str();
+        let ttl_ms = grant.ttl.as_millis() as u64;
+        let mut use_cache = true;
+        for _ in 0..MAX_CONFLICTS {
+            let (version, current) = self.current_for(grant, use_cache).await?;
+            let now_ms = self.clock.wall_ms();
+            let sent = self.clock.mono();
+            let rec = record::decide_renew(&current, grant.token, &grant.holder.nonce, ttl_ms, now_ms, None)
+                .map_err(|g| self.lost(grant, g.detail))?;
+            let opts = PutOptions::update(version).with_expires_after(grant.ttl + self.opts.max_skew);
+            match self.put(name, &rec, opts).await? {
+                Put::Done(version) => {
+                    self.remember(name, version.clone(), rec);
+                    return Ok(Grant {
+                        deadline_ms: now_ms.saturating_add(ttl_ms),
+                        local_deadline: sent + grant.ttl,
+                        version,
+                        ..grant.clone()
+                    });
+                }
+                Put::Conflict => use_cache = false,
+            }
+        }
+        Err(Error::store(
+            self.url(),
+            format!("renewing lease {name:?}"),
+            "lost the conditional write to other writers 16 times in a row",
+        ))
+    }
+
+    async fn release(&self, grant: &Grant, req: &ReleaseRequest) -> Result<Released> {
+        let name = grant.name.as_str();
+        let how = if req.dropped { EndedHow::Dropped } else { EndedHow::Released };
+        let mut use_cache = true;
+        for _ in 0..MAX_CONFLICTS {
+            let (version, current) = match self.current_for(grant, use_cache).await {
+                Ok(v) => v,
+                Err(Error::Lost { .. }) => {
+                    self.forget(name);
+                    return Ok(Released::NotHeld);
+                }
+                Err(e) => return Err(e),
+            };
+            let rec = match record::decide_release(
+                &current,
+                grant.token,
+                &grant.holder.nonce,
+                how,
+                self.clock.wall_ms(),
+                req.watermark_ms,
+                req.meta.as_deref(),
+            ) {
+                Ok(rec) => rec,
+                Err(_) => {
+                    self.forget(name);
+                    return Ok(Released::NotHeld);
+                }
+            };
+            match self.put(name, &rec, PutOptions::update(version)).await? {
+                Put::Done(_) => {
+                    self.forget(name);
+                    return Ok(Released::Released);
+                }
+                Put::Conflict => use_cache = false,
+            }
+        }
+        Err(Error::store(
+            self.url(),
+            format!("releasing lease {name:?}"),
+            "lost the conditional write to other writers 16 times in a row",
+        ))
+    }
+
+    async fn inspect(&self, name: &LeaseName) -> Result<LeaseState> {
+        let read = self.read(name.as_str()).await?;
+        let watched = self.observe(name.as_str(), &read);
+        let judge = self.judge(&watched);
+        let mut state = LeaseState {
+            name: name.clone(),
+            version: None,
+            modified_ms: None,
+            holders: Vec::new(),
+            expired: Vec::new(),
+            last_token: 0,
+            watermark_ms: None,
+            last: None,
+            corrupt: None,
+        };
+        match read {
+            Read::Absent => {}
+            Read::Valid(stored, rec) => {
+                state.version = Some(stored.version);
+                state.modified_ms = stored.modified_ms;
+                state.holders = record::views(&rec, &judge);
+                state.expired = record::expired_views(&rec, &judge);
+                state.last_token = rec.last_token;
+                state.watermark_ms = rec.watermark_ms;
+                state.last = rec.predecessor();
+            }
+            Read::Unreadable(stored, detail) => {
+                state.last_token = stored.version.seq.unwrap_or(0);
+                state.version = Some(stored.version);
+                state.modified_ms = stored.modified_ms;
+                state.corrupt = Some(detail);
+            }
+        }
+        Ok(state)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LeaseName>> {
+        let mut names: Vec<LeaseName> = self
+            .backend
+            .list(prefix)
+            .await?
+            .into_iter()
+            .filter(|k| !k.contains('~'))
+            .filter_map(|k| LeaseName::new(k).ok())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>) -> Result<()> {
+        let name = seen.name.as_str();
+        let changed = || Error::Changed { store: self.url().to_string(), name: name.to_string() };
+        let Some(seen_version) = &seen.version else {
+            return Err(Error::unsupported(
+                self.url(),
+                format!("lease {name:?} does not exist; there is nothing to break"),
+            ));
+        };
+        let (stored, rec) = match self.read(name).await? {
+            Read::Valid(s, _) | Read::Unreadable(s, _) if s.version != *seen_version => return Err(changed()),
+            Read::Absent => return Err(changed()),
+            Read::Valid(s, rec) => {
+                let broken = record::decide_break(&rec, only_token, self.clock.wall_ms())
+                    .map_err(|g| Error::unsupported(self.url(), format!("lease {name:?}: {}", g.detail)))?;
+                (s, broken)
+            }
+            Read::Unreadable(s, _) => {
+                // Replace the unreadable record with an empty one that keeps the token floor.
+                let mut rec = LeaseRecord::empty(name);
+                rec.last_token = self.unreadable_floor(&s);
+                (s, rec)
+            }
+        };
+        match self.put(name, &rec, PutOptions::update(stored.version)).await? {
+            Put::Done(_) => {
+                self.forget(name);
+                Ok(())
+            }
+            Put::Conflict => Err(changed()),
+        }
+    }
+
+    async fn wait_for_change(&self, busy: &Busy, max: Duration) {
+        use std::sync::atomic::Ordering;
+        if !self.cannot_watch.load(Ordering::Relaxed) {
+            match self.backend.watch(busy.name.as_str(), busy.version.as_ref(), max).await {
+                Ok(_) => return,
+                Err(Error::Unsupported { .. }) => self.cannot_watch.store(true, Ordering::Relaxed),
+                Err(e) => tracing::debug!(error = %e, "watch failed; polling instead"),
+            }
+        }
+        self.clock.sleep(max).await;
+    }
+}

@@ -1,0 +1,214 @@
+//! The client: acquire (waiting with capped, jittered backoff), multi-lease
+//! acquisition, inspection and breaking, over any [`LeaseStore`].
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::{RngExt, SeedableRng, rngs::SmallRng};
+
+use crate::clock::{Clock, Mono};
+use crate::error::{Error, Result};
+use crate::holder::Holder;
+use crate::keepalive::{HeldNames, Lease, LeaseSet, lock};
+use crate::name::LeaseName;
+use crate::options::LeaseOptions;
+use crate::store::{AcquireRequest, AllAttempt, LeaseStore};
+use crate::types::{Attempt, Busy, Grant, LeaseState};
+
+/// A holder's handle on a store: one holder identity, many leases.
+///
+/// Leases acquired through one `Client` share its [`Holder`] identity. A client
+/// never re-takes a lease one of its live handles holds; it does re-take at once
+/// a grant of its own identity that it lost or abandoned (seed 001).
+#[derive(Debug, Clone)]
+pub struct Client {
+    store: Arc<dyn LeaseStore>,
+    holder: Arc<Holder>,
+    held: HeldNames,
+    rng: Arc<Mutex<SmallRng>>,
+}
+
+impl Client {
+    /// A client of `store` with this process's identity and a fresh nonce.
+    pub fn new(store: Arc<dyn LeaseStore>) -> Self {
+        Self::with_holder(store, Holder::current())
+    }
+
+    /// A client with a chosen identity.
+    pub fn with_holder(store: Arc<dyn LeaseStore>, holder: Holder) -> Self {
+        Self {
+            store,
+            holder: Arc::new(holder),
+            held: HeldNames::default(),
+            rng: Arc::new(Mutex::new(SmallRng::from_rng(&mut rand::rng()))),
+        }
+    }
+
+    /// Seeds the jitter of backoffs (tests).
+    pub fn with_seed(self, seed: u64) -> Self {
+        *lock(&self.rng) = SmallRng::seed_from_u64(seed);
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn LeaseStore> {
+        &self.store
+    }
+
+    /// This client's holder identity.
+    pub fn holder(&self) -> &Arc<Holder> {
+        &self.holder
+    }
+
+    fn clock(&self) -> &Arc<dyn Clock> {
+        self.store.clock()
+    }
+
+    fn request(&self, name: &LeaseName, opts: &LeaseOptions) -> AcquireRequest {
+        AcquireRequest {
+            name: name.clone(),
+            mode: opts.mode,
+            ttl: opts.ttl,
+            holder: self.holder.clone(),
+            retake: !lock(&self.held).contains_key(name.as_str()),
+            meta: opts.meta.clone(),
+        }
+    }
+
+    /// Acquires `name` once, without waiting: [`Error::Busy`] if someone holds it.
+    pub async fn try_acquire(&self, name: &str, opts: &LeaseOptions) -> Result<Lease> {
+        self.acquire(name, &opts.clone().no_wait()).await
+    }
+
+    /// Acquires `name`, waiting up to `opts.timeout`.
+    pub async fn acquire(&self, name: &str, opts: &LeaseOptions) -> Result<Lease> {
+        self.acquire_watching(name, opts, |_| {}).await
+    }
+
+    /// Like [`Client::acquire`], calling `on_wait` each time the lease is found busy
+    /// (e.g. to show who holds it).
+    pub async fn acquire_watching(
+        &self,
+        name: &str,
+        opts: &LeaseOptions,
+        on_wait: impl FnMut(&Busy) + Send,
+    ) -> Result<Lease> {
+        let name = LeaseName::new(name)?;
+        let mut grants = self.acquire_grants(std::slice::from_ref(&name), opts, on_wait).await?;
+        let grant =
+            grants.pop().ok_or_else(|| Error::store(self.store.url(), "acquiring", "the store granted nothing"))?;
+        Ok(Lease::start(self.store.clone(), grant, opts, self.held.clone()))
+    }
+
+    /// Acquires every one of `names`, all or nothing: in canonical (sorted) order,
+    /// under one overall timeout, releasing what it took whenever one is busy
+    /// (seeds 003 and 000).
+    pub async fn acquire_all<S: AsRef<str>>(&self, names: &[S], opts: &LeaseOptions) -> Result<LeaseSet> {
+        self.acquire_all_watching(names, opts, |_| {}).await
+    }
+
+    /// Like [`Client::acquire_all`], calling `on_wait` when busy.
+    pub async fn acquire_all_watching<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        opts: &LeaseOptions,
+        on_wait: impl FnMut(&Busy) + Send,
+    ) -> Result<LeaseSet> {
+        let mut names = names.iter().map(|n| LeaseName::new(n.as_ref())).collect::<Result<Vec<_>>>()?;
+        names.sort();
+        names.dedup();
+        if names.is_empty() {
+            return Err(Error::InvalidOptions { reason: "acquire_all needs at least one lease name".into() });
+        }
+        let grants = self.acquire_grants(&names, opts, on_wait).await?;
+        Ok(LeaseSet::start(self.store.clone(), grants, opts, self.held.clone()))
+    }
+
+    async fn acquire_grants(
+        &self,
+        names: &[LeaseName],
+        opts: &LeaseOptions,
+        mut on_wait: impl FnMut(&Busy) + Send,
+    ) -> Result<Vec<Grant>> {
+        opts.validate()?;
+        let clock = self.clock().clone();
+        let started = clock.mono();
+        let deadline = opts.timeout.map(|t| started + t);
+        let mut backoff = opts.backoff_initial;
+        loop {
+            let reqs: Vec<AcquireRequest> = names.iter().map(|n| self.request(n, opts)).collect();
+            let attempt = match reqs.as_slice() {
+                [one] => self.store.try_acquire(one).await.map(|a| match a {
+                    Attempt::Granted(g) => AllAttempt::Granted(vec![g]),
+                    Attempt::Busy(b) => AllAttempt::Busy(b),
+                }),
+                many => self.store.try_acquire_all(many).await,
+            };
+            let busy = match attempt {
+                Ok(AllAttempt::Granted(grants)) => return Ok(grants),
+                Ok(AllAttempt::Busy(busy)) => busy,
+                // While waiting, a store outage is waited out like a busy lease.
+                Err(e) if e.is_transient() && opts.timeout != Some(Duration::ZERO) => {
+                    tracing::warn!(error = %e, "store error while waiting for a lease; retrying");
+                    Busy {
+                        name: names[0].clone(),
+                        holders: Vec::new(),
+                        corrupt: Some(format!("store error: {e}")),
+                        version: None,
+                    }
+                }
+                Err(e) => return Err(e),
+            };
+            on_wait(&busy);
+            let now = clock.mono();
+            if let Some(deadline) = deadline
+                && now >= deadline
+            {
+                return Err(self.gave_up(&busy, opts, now.saturating_since(started)));
+            }
+            let sleep = self.next_sleep(&busy, backoff, deadline, now);
+            self.store.wait_for_change(&busy, sleep).await;
+            backoff = (backoff * 2).min(opts.backoff_max);
+        }
+    }
+
+    /// Full jitter over `[backoff/2, backoff]`, never past the overall deadline,
+    /// and no later than the moment the blocking grant could first be taken over.
+    fn next_sleep(&self, busy: &Busy, backoff: Duration, deadline: Option<Mono>, now: Mono) -> Duration {
+        let half = backoff / 2;
+        let jitter = Duration::from_nanos(lock(&self.rng).random_range(0..=half.as_nanos() as u64));
+        let mut sleep = half + jitter;
+        if let Some(first) = busy.holders.iter().map(|h| h.expires_in_ms).min() {
+            sleep = sleep.min(Duration::from_millis(first + 1));
+        }
+        if let Some(deadline) = deadline {
+            sleep = sleep.min(deadline.saturating_since(now));
+        }
+        sleep
+    }
+
+    fn gave_up(&self, busy: &Busy, opts: &LeaseOptions, waited: Duration) -> Error {
+        let (store, name, holder) = (self.store.url().to_string(), busy.name.to_string(), busy.describe());
+        if opts.timeout == Some(Duration::ZERO) {
+            Error::Busy { store, name, holder }
+        } else {
+            Error::Timeout { store, name, waited, holder }
+        }
+    }
+
+    /// Reads a lease's state without writing.
+    pub async fn inspect(&self, name: &str) -> Result<LeaseState> {
+        self.store.inspect(&LeaseName::new(name)?).await
+    }
+
+    /// Names of the leases under `prefix`.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<LeaseName>> {
+        self.store.list(prefix).await
+    }
+
+    /// Breaks the lease as `seen` showed it (all grants, or only `only_token`),
+    /// failing with [`Error::Changed`] if it changed since.
+    pub async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>) -> Result<()> {
+        self.store.break_lease(seen, only_token).await
+    }
+}

@@ -1,0 +1,175 @@
+//! The one error type, and what each variant tells the caller to do.
+//!
+//! | variant | what to do |
+//! |---|---|
+//! | [`Error::InvalidName`], [`Error::InvalidStore`], [`Error::InvalidOptions`] | fix the input; retrying cannot help |
+//! | [`Error::Busy`], [`Error::Timeout`] | someone else holds the lease: retry later or wait longer |
+//! | [`Error::Lost`] | the lease is gone: **stop acting on it** at once; acquire again to continue |
+//! | [`Error::Fenced`] | a newer holder has written: **stop**, your grant is stale |
+//! | [`Error::Changed`] | the record moved since you inspected it: inspect again, then decide |
+//! | [`Error::Corrupt`] | stored data is damaged: it is reported, never silently repaired |
+//! | [`Error::Unsupported`] | the store lacks a capability or ignores conditional writes: fix configuration |
+//! | [`Error::Store`] | I/O or network trouble: retry, or check the store |
+//! | [`Error::Closed`] | a bag bucket is closed: the message was not accepted |
+
+use std::time::Duration;
+
+use crate::types::LossReason;
+
+/// A boxed error from a backend, an OS call or a network client.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong in tenure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A lease name broke a naming rule (see [`crate::LeaseName`]).
+    #[error("invalid lease name {name:?}: {reason}")]
+    InvalidName {
+        /// The name as given.
+        name: String,
+        /// Which rule, and where.
+        reason: String,
+    },
+
+    /// A store URL or option could not be understood.
+    #[error("invalid store {url:?}: {reason}")]
+    InvalidStore {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// Lease options that cannot work together (e.g. renewing slower than the TTL).
+    #[error("invalid lease options: {reason}")]
+    InvalidOptions {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The lease is held by someone else (from a non-waiting acquire).
+    #[error("{store}: lease {name:?} is held by {holder}")]
+    Busy {
+        /// Store URL.
+        store: String,
+        /// Lease name.
+        name: String,
+        /// Who holds it, for humans.
+        holder: String,
+    },
+
+    /// Waiting for the lease took longer than allowed.
+    #[error("{store}: timed out after {} waiting for lease {name:?} (held by {holder})", crate::types::human_duration(*waited))]
+    Timeout {
+        /// Store URL.
+        store: String,
+        /// Lease name.
+        name: String,
+        /// How long we waited.
+        waited: Duration,
+        /// Who held it last time we looked, for humans.
+        holder: String,
+    },
+
+    /// The lease was lost: renewals failed, it expired, or someone broke or took it.
+    #[error("{store}: lease {name:?} (token {token}) was lost: {reason}")]
+    Lost {
+        /// Store URL.
+        store: String,
+        /// Lease name.
+        name: String,
+        /// Our fencing token.
+        token: u64,
+        /// Why.
+        reason: LossReason,
+    },
+
+    /// A fenced write was refused because a write with a higher token already succeeded.
+    #[error("{store}: write to {key:?} fenced: our token {ours} is below the current token {current}")]
+    Fenced {
+        /// Store URL.
+        store: String,
+        /// The fenced record's key.
+        key: String,
+        /// Our token.
+        ours: u64,
+        /// The token that has already written.
+        current: u64,
+    },
+
+    /// A conditional admin operation found the record changed since it was inspected.
+    #[error("{store}: lease {name:?} changed since it was inspected; inspect it again")]
+    Changed {
+        /// Store URL.
+        store: String,
+        /// Lease name.
+        name: String,
+    },
+
+    /// Stored data could not be understood.
+    #[error("{store}: corrupt data at {location}: {detail}")]
+    Corrupt {
+        /// Store URL.
+        store: String,
+        /// Key, file or offset.
+        location: String,
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// The store cannot do what was asked (or does not honour conditional writes).
+    #[error("{store}: {what}")]
+    Unsupported {
+        /// Store URL.
+        store: String,
+        /// What is missing, and what to do about it.
+        what: String,
+    },
+
+    /// An I/O or network operation failed.
+    #[error("{store}: {op}: {source}")]
+    Store {
+        /// Store URL.
+        store: String,
+        /// The operation and key, e.g. `reading lease "deploy"`.
+        op: String,
+        /// The underlying error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// A bag bucket was closed before the message was accepted.
+    #[error("{store}: bucket {bucket} is closed; the message was not accepted")]
+    Closed {
+        /// Store URL.
+        store: String,
+        /// The bucket.
+        bucket: String,
+    },
+}
+
+impl Error {
+    /// An [`Error::Store`] for operation `op` on `store`.
+    pub fn store(store: impl Into<String>, op: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Store { store: store.into(), op: op.into(), source: source.into() }
+    }
+
+    /// An [`Error::Corrupt`].
+    pub fn corrupt(store: impl Into<String>, location: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::Corrupt { store: store.into(), location: location.into(), detail: detail.into() }
+    }
+
+    /// An [`Error::Unsupported`].
+    pub fn unsupported(store: impl Into<String>, what: impl Into<String>) -> Self {
+        Self::Unsupported { store: store.into(), what: what.into() }
+    }
+
+    /// Whether trying the same thing again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Busy { .. } | Self::Timeout { .. } | Self::Store { .. })
+    }
+}
+
+/// `Result` with tenure's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,443 @@
+//! The lease record and the pure decisions over it, written once for every store.
+//!
+//! # Format
+//!
+//! One JSON object per lease name. Unknown fields are ignored, missing optional
+//! fields take their defaults, and `"tenure"` is the format's major version: a
+//! reader refuses (never overwrites) a record of a newer major version.
+//!
+//! ```json
+//! {
+//!   "tenure": 1,
+//!   "name": "deploy/prod",
+//!   "last_token": 42,
+//!   "exclusive": {
+//!     "token": 42, "ttl_ms": 30000, "deadline_ms": 1767225630000,
+//!     "acquired_ms": 1767225600000, "renewals": 0,
+//!     "holder": { "nonce": "9f2c4e1ab3d07c55", "pid": 4242, "host": "ci-7",
+//!                 "user": "deploy", "version": "0.1.0", "label": "job 1234" }
+//!   },
+//!   "shared": [],
+//!   "watermark_ms": 1767225599000,
+//!   "last": { "token": 41, "mode": "exclusive", "how": "released", "at_ms": 1767225599500,
+//!             "watermark_ms": 1767225599000, "holder": { "nonce": "…" } }
+//! }
+//! ```
+//!
+//! - `last_token` is the highest fencing token ever granted under the name. A new
+//!   grant takes `max(last_token, store floor) + 1`, where the floor is the store's
+//!   version sequence when it has one: so tokens keep growing even past a record
+//!   whose content was lost.
+//! - `exclusive` and `shared` are the grants still in the record. Whether one is
+//!   *live* is not stored: it is judged by a [`Judge`] (the server's clock for the
+//!   lease server; the clock discipline of [`crate::cas`] for dumb storage).
+//! - `renewals` counts renewals of a grant: together with `token` it stamps each
+//!   write of the entry, so a contender can tell "unchanged" from "renewed".
+//! - `watermark_ms` only grows: the highest watermark any holder published, or the
+//!   deadline of a holder that did not end gracefully (seed 000: a holder's
+//!   timestamps stay below its deadline). A new holder writes strictly above it.
+//! - `last` is how the most recent grant ended, returned to the next holder as its
+//!   [`Predecessor`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::holder::Holder;
+use crate::types::{EndedHow, HolderView, Mode, Predecessor};
+
+/// The record format's major version written by this tenure.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One lease name's record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// Format major version.
+    pub tenure: u32,
+    /// The lease name (for humans reading the raw record).
+    pub name: String,
+    /// Highest fencing token granted so far.
+    pub last_token: u64,
+    /// The exclusive grant, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Entry>,
+    /// Shared grants.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared: Vec<Entry>,
+    /// Highest watermark published or implied so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark_ms: Option<u64>,
+    /// How the most recent grant ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<Ending>,
+}
+
+/// A grant inside the record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Fencing token.
+    pub token: u64,
+    /// Who.
+    pub holder: Holder,
+    /// Lease duration; contenders judge staleness by this, so all agree.
+    pub ttl_ms: u64,
+    /// Absolute deadline: holder's wall clock at request time + TTL.
+    pub deadline_ms: u64,
+    /// When it was granted (holder's wall clock).
+    pub acquired_ms: u64,
+    /// Number of renewals so far.
+    #[serde(default)]
+    pub renewals: u64,
+    /// Free-form metadata, e.g. where the holder stores its updates (seed 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<String>,
+}
+
+/// How a grant ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ending {
+    /// Its token.
+    pub token: u64,
+    /// Its mode.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Its holder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<Holder>,
+    /// How.
+    pub how: EndedHow,
+    /// When (wall ms of whoever ended it).
+    pub at_ms: u64,
+    /// Its watermark: published on release, its deadline otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark_ms: Option<u64>,
+    /// Metadata it left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<String>,
+}
+
+/// Why bytes are not a usable record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unreadable {
+    /// Empty, truncated or garbage: judged by its age.
+    Corrupt(String),
+    /// Written by a newer tenure: refuse rather than overwrite.
+    Newer(u32),
+}
+
+impl LeaseRecord {
+    /// A record for `name` that has never been granted.
+    pub fn empty(name: &str) -> Self {
+        Self {
+            tenure: FORMAT_VERSION,
+            name: name.to_string(),
+            last_token: 0,
+            exclusive: None,
+            shared: Vec::new(),
+            watermark_ms: None,
+            last: None,
+        }
+    }
+
+    /// Parses stored bytes.
+    pub fn parse(bytes: &[u8]) -> Result<Self, Unreadable> {
+        if bytes.is_empty() {
+            return Err(Unreadable::Corrupt("empty record".into()));
+        }
+        #[derive(Deserialize)]
+        struct Probe {
+            tenure: u32,
+        }
+        match serde_json::from_slice::<Probe>(bytes) {
+            Ok(p) if p.tenure > FORMAT_VERSION => return Err(Unreadable::Newer(p.tenure)),
+            Ok(_) => {}
+            Err(e) => return Err(Unreadable::Corrupt(describe_json_error(bytes, &e))),
+        }
+        serde_json::from_slice(bytes).map_err(|e| Unreadable::Corrupt(describe_json_error(bytes, &e)))
+    }
+
+    /// Serialises the record.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // Serialising plain data with string keys cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// All grants in the record.
+    pub fn entries(&self) -> impl Iterator<Item = (&Entry, Mode)> {
+        self.exclusive.iter().map(|e| (e, Mode::Exclusive)).chain(self.shared.iter().map(|e| (e, Mode::Shared)))
+    }
+
+    /// The grant with `token` held by `nonce`, if still in the record.
+    pub fn find(&self, token: u64, nonce: &str) -> Option<(&Entry, Mode)> {
+        self.entries().find(|(e, _)| e.token == token && e.holder.nonce == nonce)
+    }
+
+    /// `last` as the next holder's [`Predecessor`], with the record's watermark.
+    pub fn predecessor(&self) -> Option<Predecessor> {
+        self.last.as_ref().map(|l| Predecessor {
+            token: l.token,
+            holder: l.holder.clone(),
+            how: l.how,
+            at_ms: l.at_ms,
+            watermark_ms: self.watermark_ms,
+            meta: l.meta.clone(),
+        })
+    }
+
+    /// Removes the grant with `token` (if present) and records how it ended.
+    fn end(&mut self, token: u64, how: EndedHow, at_ms: u64, watermark_ms: Option<u64>) -> Option<Entry> {
+        let (entry, mode) = if self.exclusive.as_ref().is_some_and(|e| e.token == token) {
+            (self.exclusive.take()?, Mode::Exclusive)
+        } else {
+            let i = self.shared.iter().position(|e| e.token == token)?;
+            (self.shared.remove(i), Mode::Shared)
+        };
+        self.note_ending(&entry, mode, how, at_ms, watermark_ms);
+        Some(entry)
+    }
+
+    fn note_ending(&mut self, entry: &Entry, mode: Mode, how: EndedHow, at_ms: u64, watermark_ms: Option<u64>) {
+        // A holder that did not end gracefully may have written up to its deadline.
+        let watermark =
+            if how.graceful() { watermark_ms } else { Some(watermark_ms.unwrap_or(0).max(entry.deadline_ms)) };
+        self.watermark_ms = self.watermark_ms.max(watermark);
+        let newer = self.last.as_ref().is_none_or(|l| l.token <= entry.token);
+        if newer {
+            self.last = Some(Ending {
+                token: entry.token,
+                mode,
+                holder: Some(entry.holder.clone()),
+                how,
+                at_ms,
+                watermark_ms: watermark,
+                meta: entry.meta.clone(),
+            });
+        }
+    }
+}
+
+fn describe_json_error(bytes: &[u8], e: &serde_json::Error) -> String {
+    let kind = if e.is_eof() { "truncated record" } else { "not a tenure lease record" };
+    let preview: String =
+        String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).chars().filter(|c| !c.is_control()).collect();
+    format!("{kind} ({} bytes, {e}; starts {preview:?})", bytes.len())
+}
+
+/// Decides whether a grant is over.
+///
+/// The lease server judges by its own clock; clients of dumb storage use the clock
+/// discipline in [`crate::cas`]. The decisions below never look at a clock directly.
+pub trait Judge {
+    /// Whether `entry` may be taken over now.
+    fn expired(&self, entry: &Entry) -> bool;
+    /// How long until `entry` may be taken over if it is never renewed.
+    fn remaining_ms(&self, entry: &Entry) -> u64;
+}
+
+/// The server's judgement: its clock is the single source of truth.
+#[derive(Debug, Clone, Copy)]
+pub struct ClockJudge {
+    /// The judge's now, in wall ms.
+    pub now_ms: u64,
+}
+
+impl Judge for ClockJudge {
+    fn expired(&self, entry: &Entry) -> bool {
+        self.now_ms >= entry.deadline_ms
+    }
+    fn remaining_ms(&self, entry: &Entry) -> u64 {
+        entry.deadline_ms.saturating_sub(self.now_ms)
+    }
+}
+
+/// What someone asks for.
+#[derive(Clone, Debug)]
+pub struct Ask<'a> {
+    /// Mode.
+    pub mode: Mode,
+    /// Lease duration in ms.
+    pub ttl_ms: u64,
+    /// Who asks.
+    pub holder: &'a Holder,
+    /// Whether a grant in the record held by the same nonce may be re-taken at once.
+    pub retake: bool,
+    /// The asker's wall clock now (the new deadline is `now_ms + ttl_ms`).
+    pub now_ms: u64,
+    /// Floor for the new token: the store's version sequence, if it has one.
+    pub token_floor: u64,
+    /// Metadata to store with the grant.
+    pub meta: Option<String>,
+}
+
+/// The result of [`decide_acquire`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Write `record`; on success the caller holds `token`.
+    Grant {
+        /// The record to write.
+        record: LeaseRecord,
+        /// The new fencing token.
+        token: u64,
+        /// What came before, for the new holder.
+        predecessor: Option<Predecessor>,
+    },
+    /// Blocked by these live grants.
+    Busy(Vec<HolderView>),
+}
+
+/// Decides an acquisition against the current record (`None` if absent).
+///
+/// Grants the judge calls expired, and the asker's own abandoned grants when
+/// `retake` is set, are ended in the new record; the asker is blocked by any other
+/// live exclusive grant, and for an exclusive ask by any live shared grant too.
+pub fn decide_acquire(name: &str, current: Option<&LeaseRecord>, ask: &Ask<'_>, judge: &dyn Judge) -> Decision {
+    let mut record = current.cloned().unwrap_or_else(|| LeaseRecord::empty(name));
+    let ending: Vec<(u64, EndedHow)> = record
+        .entries()
+        .filter_map(|(e, _)| {
+            if judge.expired(e) {
+                Some((e.token, EndedHow::Expired))
+            } else if ask.retake && e.holder.nonce == ask.holder.nonce {
+                Some((e.token, EndedHow::Retaken))
+            } else {
+                None
+            }
+        })
+        .collect();
+    for (token, how) in ending {
+        record.end(token, how, ask.now_ms, None);
+    }
+
+    let blocked = match ask.mode {
+        Mode::Exclusive => record.exclusive.is_some() || !record.shared.is_empty(),
+        Mode::Shared => record.exclusive.is_some(),
+    };
+    if blocked {
+        return Decision::Busy(views(&record, judge));
+    }
+    let token = record.last_token.max(ask.token_floor) + 1;
+    let predecessor = record.predecessor();
+    let entry = Entry {
+        token,
+        holder: ask.holder.clone(),
+        ttl_ms: ask.ttl_ms,
+        deadline_ms: ask.now_ms.saturating_add(ask.ttl_ms),
+        acquired_ms: ask.now_ms,
+        renewals: 0,
+        meta: ask.meta.clone(),
+    };
+    match ask.mode {
+        Mode::Exclusive => record.exclusive = Some(entry),
+        Mode::Shared => record.shared.push(entry),
+    }
+    record.last_token = token;
+    record.tenure = FORMAT_VERSION;
+    Decision::Grant { record, token, predecessor }
+}
+
+/// Why a holder's grant is no longer in the record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gone {
+    /// For humans: what the record says happened.
+    pub detail: String,
+}
+
+fn gone(record: &LeaseRecord, token: u64) -> Gone {
+    let detail = match &record.last {
+        Some(l) if l.token == token => format!("our grant was {}", l.how),
+        _ => match record.entries().next() {
+            Some((e, mode)) => format!("now held {mode} by {} with token {}", e.holder, e.token),
+            None if record.last_token > token => {
+                format!("a newer grant (token {}) has come and gone", record.last_token)
+            }
+            None => "the record no longer lists our grant".to_string(),
+        },
+    };
+    Gone { detail }
+}
+
+/// Renews grant `token` of `nonce`: new deadline `now_ms + ttl_ms`.
+pub fn decide_renew(
+    current: &LeaseRecord,
+    token: u64,
+    nonce: &str,
+    ttl_ms: u64,
+    now_ms: u64,
+    meta: Option<&str>,
+) -> Result<LeaseRecord, Gone> {
+    let mut record = current.clone();
+    let entry = record
+        .exclusive
+        .iter_mut()
+        .chain(record.shared.iter_mut())
+        .find(|e| e.token == token && e.holder.nonce == nonce)
+        .ok_or_else(|| gone(current, token))?;
+    entry.deadline_ms = now_ms.saturating_add(ttl_ms).max(entry.deadline_ms);
+    entry.ttl_ms = ttl_ms;
+    entry.renewals += 1;
+    if let Some(meta) = meta {
+        entry.meta = Some(meta.to_string());
+    }
+    Ok(record)
+}
+
+/// Ends grant `token` of `nonce` (`how` is `Released` or `Dropped`), publishing
+/// `watermark_ms`.
+pub fn decide_release(
+    current: &LeaseRecord,
+    token: u64,
+    nonce: &str,
+    how: EndedHow,
+    now_ms: u64,
+    watermark_ms: Option<u64>,
+    meta: Option<&str>,
+) -> Result<LeaseRecord, Gone> {
+    if current.find(token, nonce).is_none() {
+        return Err(gone(current, token));
+    }
+    let mut record = current.clone();
+    if let Some(meta) = meta {
+        for e in record.exclusive.iter_mut().chain(record.shared.iter_mut()).filter(|e| e.token == token) {
+            e.meta = Some(meta.to_string());
+        }
+    }
+    record.end(token, how, now_ms, watermark_ms);
+    Ok(record)
+}
+
+/// Breaks grants (all, or only `token`): the administrator's hammer. Each broken
+/// grant's deadline becomes part of the watermark.
+pub fn decide_break(current: &LeaseRecord, only_token: Option<u64>, now_ms: u64) -> Result<LeaseRecord, Gone> {
+    let mut record = current.clone();
+    let tokens: Vec<u64> =
+        record.entries().map(|(e, _)| e.token).filter(|t| only_token.is_none_or(|o| o == *t)).collect();
+    if tokens.is_empty() {
+        return Err(Gone { detail: "no grant to break".into() });
+    }
+    for t in tokens {
+        record.end(t, EndedHow::Broken, now_ms, None);
+    }
+    Ok(record)
+}
+
+/// The grants in `record` that `judge` considers live.
+pub fn views(record: &LeaseRecord, judge: &dyn Judge) -> Vec<HolderView> {
+    record.entries().filter(|(e, _)| !judge.expired(e)).map(|(e, mode)| view(e, mode, judge)).collect()
+}
+
+/// The grants in `record` whose time is up.
+pub fn expired_views(record: &LeaseRecord, judge: &dyn Judge) -> Vec<HolderView> {
+    record.entries().filter(|(e, _)| judge.expired(e)).map(|(e, mode)| view(e, mode, judge)).collect()
+}
+
+fn view(e: &Entry, mode: Mode, judge: &dyn Judge) -> HolderView {
+    HolderView {
+        holder: e.holder.clone(),
+        mode,
+        token: e.token,
+        deadline_ms: e.deadline_ms,
+        ttl_ms: e.ttl_ms,
+        expires_in_ms: judge.remaining_ms(e),
+    }
+}
+
+#[cfg(test)]
+mod tests;

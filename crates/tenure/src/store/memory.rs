@@ -1,0 +1,136 @@
+//! `memory://`: an in-process [`Backend`] for tests and examples.
+//!
+//! Versions come from one counter shared by every key, so they grow strictly and a
+//! token floor taken from them is always safe. Nothing is ever deleted. `watch` is
+//! supported, so the waiting path that etcd uses is exercised without etcd.
+//! `memory://NAME` gives the same store to everyone in the process who names it;
+//! bare `memory://` a fresh one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use crate::backend::{Backend, Put, PutMode, PutOptions, Stored, check_key};
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::types::Version;
+
+/// An in-memory versioned register per key.
+#[derive(Debug)]
+pub struct MemoryBackend {
+    url: String,
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_seq: u64,
+    slots: HashMap<String, Stored>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl MemoryBackend {
+    /// A fresh, empty store whose modification times come from `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self { url: "memory://".into(), clock, state: Mutex::default(), changed: Notify::new() }
+    }
+
+    /// The process-wide store called `name` (created on first use, on the system clock).
+    pub fn named(name: &str) -> Arc<Self> {
+        static NAMED: OnceLock<Mutex<HashMap<String, Arc<MemoryBackend>>>> = OnceLock::new();
+        let mut named = lock(NAMED.get_or_init(Mutex::default));
+        named
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                let mut b = Self::new(SystemClock::shared());
+                b.url = format!("memory://{name}");
+                Arc::new(b)
+            })
+            .clone()
+    }
+
+    /// Writes `value` unconditionally, as a foreign writer or a damaged disk would:
+    /// for tests of corrupt records.
+    pub fn overwrite(&self, key: &str, value: Bytes) -> Version {
+        let mut st = lock(&self.state);
+        let v = Self::write(&mut st, key, value, self.clock.wall_ms());
+        drop(st);
+        self.changed.notify_waiters();
+        v
+    }
+
+    fn write(st: &mut State, key: &str, value: Bytes, now_ms: u64) -> Version {
+        st.next_seq += 1;
+        let version = Version::seq(st.next_seq);
+        st.slots.insert(key.to_string(), Stored { value, version: version.clone(), modified_ms: Some(now_ms) });
+        version
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Stored>> {
+        check_key(key)?;
+        Ok(lock(&self.state).slots.get(key).cloned())
+    }
+
+    async fn put(&self, key: &str, value: Bytes, opts: PutOptions) -> Result<Put> {
+        check_key(key)?;
+        let mut st = lock(&self.state);
+        let current = st.slots.get(key).map(|s| &s.version);
+        let ok = match &opts.mode {
+            PutMode::Create => current.is_none(),
+            PutMode::Update(v) => current == Some(v),
+        };
+        if !ok {
+            return Ok(Put::Conflict);
+        }
+        let v = Self::write(&mut st, key, value, self.clock.wall_ms());
+        drop(st);
+        self.changed.notify_waiters();
+        Ok(Put::Done(v))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let under =
+            |k: &str| prefix.is_empty() || k == prefix || k.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'));
+        Ok(lock(&self.state).slots.keys().filter(|k| under(k)).cloned().collect())
+    }
+
+    async fn watch(&self, key: &str, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
+        let deadline = self.clock.mono() + timeout;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if lock(&self.state).slots.get(key).map(|s| &s.version) != seen {
+                return Ok(true);
+            }
+            tokio::select! {
+                () = notified => {}
+                () = self.clock.sleep_until(deadline) => return Ok(false),
+            }
+        }
+    }
+}
+
+/// Opens a `memory://` URL.
+pub fn open(url: &str) -> Result<Arc<MemoryBackend>> {
+    let rest = url
+        .strip_prefix("memory://")
+        .ok_or_else(|| Error::InvalidStore { url: url.into(), reason: "expected memory://[NAME]".into() })?;
+    Ok(if rest.is_empty() { Arc::new(MemoryBackend::new(SystemClock::shared())) } else { MemoryBackend::named(rest) })
+}
