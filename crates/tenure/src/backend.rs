@@ -95,6 +95,15 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// Keys under `prefix` (all keys for `""`), in any order.
     async fn list(&self, prefix: &str) -> Result<Vec<String>>;
 
+    /// A lower bound for the sequence of any future version of `key`, asked when
+    /// [`Backend::get`] found it absent. Stores whose keys can disappear (etcd's
+    /// server-side expiry) return their current revision, so fencing tokens never
+    /// restart from 1. Default: 0 (keys written by tenure never disappear).
+    async fn absent_floor(&self, key: &str) -> Result<u64> {
+        let _ = key;
+        Ok(0)
+    }
+
     /// Waits until `key` may have moved past `seen` (`None`: absent), or until
     /// `timeout`. Returns `Ok(true)` if it saw a change. Stores that cannot watch
     /// return `Unsupported`, and callers poll instead.

@@ -292,7 +292,7 @@ impl LeaseStore for CasStore {
             let read = self.read(name).await?;
             let watched = self.observe(name, &read);
             let (stored, current, floor, replaced) = match read {
-                Read::Absent => (None, None, 0, None),
+                Read::Absent => (None, None, self.backend.absent_floor(name).await?, None),
                 Read::Valid(s, rec) => {
                     let floor = s.version.seq.unwrap_or(0);
                     (Some(s), Some(rec), floor, None)

@@ -10,7 +10,7 @@
 //! use std::time::Duration;
 //! use tenure::{Client, LeaseOptions};
 //!
-//! let client = Client::new(tenure::open_file("/var/lib/locks")?);
+//! let client = Client::new(tenure::open("/var/lib/locks", &tenure::OpenOptions::default())?);
 //! let opts = LeaseOptions::exclusive().with_ttl(Duration::from_secs(30)).with_timeout(Duration::from_secs(60));
 //! let lease = client.acquire("deploy/prod", &opts).await?;
 //! tokio::select! {
@@ -34,12 +34,11 @@ pub mod fence;
 mod holder;
 mod keepalive;
 mod name;
+mod open;
 mod options;
 pub mod record;
 pub mod store;
 mod types;
-
-use std::sync::Arc;
 
 pub use backend::{Backend, Put, PutMode, PutOptions, Stored};
 pub use cas::{CasOptions, CasStore};
@@ -50,6 +49,7 @@ pub use fence::FencedRecord;
 pub use holder::{Holder, random_nonce};
 pub use keepalive::{Lease, LeaseSet};
 pub use name::{LeaseName, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS};
+pub use open::{OpenOptions, open};
 pub use options::LeaseOptions;
 pub use store::file::FileBackend;
 pub use store::memory::MemoryBackend;
@@ -58,25 +58,3 @@ pub use types::{
     Attempt, Busy, EndedHow, Grant, Health, HolderView, LeaseState, LossReason, Mode, Predecessor, Released, Version,
     human_duration,
 };
-
-/// A lease store on a directory (`file:///dir[?fsync=false]` or a plain path), on
-/// the system clock with default options.
-pub fn open_file(url: &str) -> Result<Arc<dyn LeaseStore>> {
-    Ok(Arc::new(CasStore::new(Arc::new(store::file::open(url)?), SystemClock::shared(), CasOptions::default())))
-}
-
-/// A lease store from a `file://`, plain-path or `memory://` URL. Other schemes
-/// (`s3://`, `tenure://`, `etcd://` …) are opened by the crates that implement them.
-pub fn open(url: &str, clock: Arc<dyn Clock>, opts: CasOptions) -> Result<Arc<dyn LeaseStore>> {
-    let backend: Arc<dyn Backend> = if url.starts_with("memory://") {
-        store::memory::open(url)?
-    } else if url.starts_with("file://") || !url.contains("://") {
-        Arc::new(store::file::open(url)?)
-    } else {
-        return Err(Error::InvalidStore {
-            url: url.into(),
-            reason: "unknown scheme (known here: file://, memory://, or a plain path)".into(),
-        });
-    };
-    Ok(Arc::new(CasStore::new(backend, clock, opts)))
-}

@@ -292,7 +292,11 @@ pub fn human_duration(d: Duration) -> String {
         format!("{ms}ms")
     } else if ms < 60_000 {
         let tenths = ms / 100;
-        if tenths.is_multiple_of(10) { format!("{}s", tenths / 10) } else { format!("{}.{}s", tenths / 10, tenths % 10) }
+        if tenths.is_multiple_of(10) {
+            format!("{}s", tenths / 10)
+        } else {
+            format!("{}.{}s", tenths / 10, tenths % 10)
+        }
     } else if ms < 3_600_000 {
         let s = ms / 1000;
         if s.is_multiple_of(60) { format!("{}m", s / 60) } else { format!("{}m{}s", s / 60, s % 60) }

@@ -1,0 +1,75 @@
+//! Command-line arguments.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::lock::LockArgs;
+use crate::stores::StoreArgs;
+
+/// tenure: leases with fencing tokens on storage you already have.
+///
+/// Stores: a directory (`/var/lib/locks`, `file:///mnt/nfs/locks`), an object
+/// store (`s3://bucket/prefix`, `gs://…`, `az://…`), the lease server
+/// (`tenure://host:7777`) or etcd (`etcd://host:2379/prefix`).
+#[derive(Debug, Parser)]
+#[command(name = "tenure", version, propagate_version = true, max_term_width = 100)]
+pub(crate) struct Cli {
+    /// Log more (-v: info, -vv: debug). `TENURE_LOG` takes a tracing filter.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub(crate) verbose: u8,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a command while holding a lease (flock for a fleet).
+    Lock(LockArgs),
+    /// Show leases and their holders (read-only).
+    Status(StatusArgs),
+    /// Break a lease: end its grants, conditionally on what you just saw.
+    Break(BreakArgs),
+    /// Run the lease server.
+    #[cfg(feature = "server")]
+    Serve(crate::serve::ServeArgs),
+    /// Closable bags of messages and the lease-guarded journal.
+    #[cfg(feature = "bag")]
+    Bag(crate::bag::BagArgs),
+    /// Measure lease cycles per second and latency, next to raw anchors.
+    Bench(crate::bench::BenchArgs),
+    /// Internal: the guard process that stops a command's process group if `tenure`
+    /// dies.
+    #[command(hide = true, name = "__guard")]
+    Guard(crate::supervise::GuardArgs),
+}
+
+/// `tenure status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// One lease, or a prefix of names; all leases if omitted.
+    pub(crate) name: Option<String>,
+    /// Print JSON (one array) instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `tenure break`.
+#[derive(Debug, Args)]
+pub(crate) struct BreakArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// The lease to break.
+    pub(crate) name: String,
+    /// Only break the grant with this fencing token (and only if it is still there).
+    #[arg(long)]
+    pub(crate) token: Option<u64>,
+}
+
+/// Parses `30s`, `5m`, `1h30m`, `250ms`.
+pub(crate) fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 250ms, 30s, 5m, 1h30m)"))
+}

@@ -1,0 +1,64 @@
+//! The file-system anchor: the classic lock file, `link(2)` of a prepared file to
+//! the lock name, then `unlink(2)` of it: the cheapest possible acquire+release
+//! on a directory. Optionally with an `fsync` of the directory after each call,
+//! which is what a durable lock needs.
+
+use std::fs::{self, File};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use async_trait::async_trait;
+
+use super::Target;
+
+pub(crate) struct RawFs {
+    dir: PathBuf,
+    fsync: bool,
+}
+
+impl RawFs {
+    pub(crate) fn new(dir: &str, fsync: bool) -> Result<Self> {
+        let dir = PathBuf::from(dir).join(format!(".bench-raw-{}", tenure::random_nonce()));
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Self { dir, fsync })
+    }
+
+    fn paths(&self, w: usize) -> (PathBuf, PathBuf) {
+        (self.dir.join(format!("w{w}.tmp")), self.dir.join(format!("w{w}.lock")))
+    }
+}
+
+#[async_trait]
+impl Target for RawFs {
+    fn label(&self) -> String {
+        format!("raw link+unlink{} (anchor)", if self.fsync { "+fsync(dir)" } else { "" })
+    }
+
+    async fn setup(&self, w: usize) -> Result<()> {
+        fs::write(self.paths(w).0, b"holder")?;
+        Ok(())
+    }
+
+    async fn op(&self, w: usize) -> Result<()> {
+        let (tmp, lock) = self.paths(w);
+        let (dir, fsync) = (self.dir.clone(), self.fsync);
+        // One blocking hop, like the file store's operations.
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            fs::hard_link(&tmp, &lock)?;
+            if fsync {
+                File::open(&dir)?.sync_all()?;
+            }
+            fs::remove_file(&lock)?;
+            if fsync {
+                File::open(&dir)?.sync_all()?;
+            }
+            Ok(())
+        })
+        .await?
+    }
+
+    async fn teardown(&self) -> Result<()> {
+        fs::remove_dir_all(&self.dir).ok();
+        Ok(())
+    }
+}

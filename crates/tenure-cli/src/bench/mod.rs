@@ -1,0 +1,319 @@
+//! `tenure bench`: lease cycles per second and latency, next to raw anchors, in
+//! one run on one machine.
+//!
+//! A target is a store URL (a *cycle* is `try_acquire` + `release` of a lease of
+//! the worker's own, through the store API: the cost of the lease protocol) or an
+//! anchor that does the nearest raw equivalent. A `file://` target is always
+//! followed by the raw `link(2)` + `unlink(2)` pair on the same directory (and,
+//! when the store fsyncs, the same pair with an fsync of the directory).
+
+mod fs_raw;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use async_trait::async_trait;
+use clap::{Args, ValueEnum};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tenure::{AcquireRequest, Attempt, Grant, Holder, LeaseName, LeaseStore, Mode, ReleaseRequest};
+use tokio::sync::Mutex;
+
+use crate::args::duration;
+use crate::stores::StoreArgs;
+
+/// `tenure bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// What to measure (repeatable): a store URL, or an anchor (`fs-raw:///dir`,
+    /// `redis://host:port`, `etcd-raw://host:port`).
+    #[arg(long = "target", required = true, value_name = "URL")]
+    pub(crate) targets: Vec<String>,
+    /// Concurrent clients, each on a lease of its own (comma-separated list runs
+    /// each in turn).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub(crate) clients: Vec<usize>,
+    /// Measured seconds per target and client count (after a short warm-up).
+    #[arg(long, value_parser = duration, default_value = "3s")]
+    pub(crate) seconds: Duration,
+    /// What one measured operation is.
+    #[arg(long, value_enum, default_value_t = Op::Cycle)]
+    pub(crate) op: Op,
+    /// Lease TTL used by the benchmark.
+    #[arg(long, value_parser = duration, default_value = "30s")]
+    pub(crate) ttl: Duration,
+    /// Do not add the raw anchor after `file://` targets.
+    #[arg(long)]
+    pub(crate) no_anchor: bool,
+    /// One JSON object per line per target and client count.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Store flags (the URL given here is ignored; targets name the stores).
+    #[command(flatten)]
+    pub(crate) store: BenchStoreFlags,
+}
+
+/// What a measured operation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Op {
+    /// Acquire then release a lease.
+    Cycle,
+    /// Renew a held lease.
+    Renew,
+}
+
+/// The shared store flags, without the positional URL.
+#[derive(Debug, Args)]
+pub(crate) struct BenchStoreFlags {
+    /// Store-specific setting, repeatable.
+    #[arg(long = "store-opt", value_name = "KEY=VALUE")]
+    pub(crate) store_opts: Vec<String>,
+    /// Skip the conditional-write probe of object stores.
+    #[arg(long)]
+    pub(crate) trust_store: bool,
+}
+
+impl BenchStoreFlags {
+    fn store_args(&self, url: &str) -> Result<StoreArgs> {
+        let mut args = vec!["tenure".to_string(), url.to_string()];
+        for o in &self.store_opts {
+            args.extend(["--store-opt".to_string(), o.clone()]);
+        }
+        if self.trust_store {
+            args.push("--trust-store".into());
+        }
+        #[derive(clap::Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            store: StoreArgs,
+        }
+        use clap::Parser;
+        Ok(Wrap::try_parse_from(args)?.store)
+    }
+}
+
+/// One thing to measure.
+#[async_trait]
+pub(crate) trait Target: Send + Sync {
+    /// How the target is shown.
+    fn label(&self) -> String;
+    /// Prepares worker `w` (untimed).
+    async fn setup(&self, w: usize) -> Result<()> {
+        let _ = w;
+        Ok(())
+    }
+    /// One measured operation by worker `w`.
+    async fn op(&self, w: usize) -> Result<()>;
+    /// Cleans up after all workers (untimed).
+    async fn teardown(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Figures for one target at one client count.
+#[derive(Debug, Serialize)]
+pub(crate) struct Figures {
+    pub(crate) target: String,
+    pub(crate) op: Op,
+    pub(crate) clients: usize,
+    pub(crate) ops: u64,
+    pub(crate) seconds: f64,
+    pub(crate) cycles_per_sec: f64,
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
+    pub(crate) max_us: f64,
+}
+
+pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
+    let mut targets: Vec<Arc<dyn Target>> = Vec::new();
+    for url in &args.targets {
+        targets.extend(make_targets(url, &args).await.with_context(|| format!("bench target {url}"))?);
+    }
+    let mut out = std::io::stdout().lock();
+    if !args.json {
+        writeln!(
+            out,
+            "{:<52} {:>7} {:>12} {:>10} {:>10} {:>10}",
+            "target", "clients", "ops/s", "p50 µs", "p99 µs", "max µs"
+        )?;
+    }
+    for &clients in &args.clients {
+        let mut first: Option<f64> = None;
+        for t in &targets {
+            let f = measure(t.clone(), clients, args.seconds, args.op).await?;
+            if args.json {
+                writeln!(out, "{}", serde_json::to_string(&f)?)?;
+            } else {
+                let ratio = first
+                    .map(|base| format!("  ({:.2}× the first row's time per op)", base / f.cycles_per_sec))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "{:<52} {:>7} {:>12.0} {:>10.1} {:>10.1} {:>10.1}{ratio}",
+                    f.target, f.clients, f.cycles_per_sec, f.p50_us, f.p99_us, f.max_us
+                )?;
+                let _ = ratio;
+            }
+            first.get_or_insert(f.cycles_per_sec);
+            out.flush()?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>>> {
+    let scheme = url.split_once("://").map_or("file", |(s, _)| s);
+    Ok(match scheme {
+        "fs-raw" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw://"), false)?)],
+        "fs-raw+fsync" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw+fsync://"), true)?)],
+        _ => {
+            let store = args.store.store_args(url)?.open().await?;
+            let mut v: Vec<Arc<dyn Target>> = vec![Arc::new(StoreTarget::new(store, args.op, args.ttl))];
+            if scheme == "file" && !args.no_anchor {
+                let (path, query) = url
+                    .trim_start_matches("file://")
+                    .split_once('?')
+                    .unwrap_or((url.trim_start_matches("file://"), ""));
+                v.push(Arc::new(fs_raw::RawFs::new(path, false)?));
+                if !query.contains("fsync=false") && !query.contains("fsync=0") {
+                    v.push(Arc::new(fs_raw::RawFs::new(path, true)?));
+                }
+            }
+            v
+        }
+    })
+}
+
+async fn measure(target: Arc<dyn Target>, clients: usize, seconds: Duration, op: Op) -> Result<Figures> {
+    for w in 0..clients {
+        target.setup(w).await?;
+    }
+    let warmup = (seconds / 5).min(Duration::from_secs(1));
+    let start = Instant::now();
+    let measure_from = start + warmup;
+    let end = measure_from + seconds;
+    let mut tasks = Vec::with_capacity(clients);
+    for w in 0..clients {
+        let t = target.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).context("histogram")?;
+            loop {
+                let t0 = Instant::now();
+                if t0 >= end {
+                    break;
+                }
+                t.op(w).await?;
+                if t0 >= measure_from {
+                    hist.saturating_record(t0.elapsed().as_micros() as u64);
+                }
+            }
+            anyhow::Ok(hist)
+        }));
+    }
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    for t in tasks {
+        hist.add(t.await??)?;
+    }
+    target.teardown().await?;
+    let secs = seconds.as_secs_f64();
+    if hist.is_empty() {
+        bail!("{}: no operation completed in {secs}s", target.label());
+    }
+    Ok(Figures {
+        target: target.label(),
+        op,
+        clients,
+        ops: hist.len(),
+        seconds: secs,
+        cycles_per_sec: hist.len() as f64 / secs,
+        p50_us: hist.value_at_quantile(0.5) as f64,
+        p99_us: hist.value_at_quantile(0.99) as f64,
+        max_us: hist.max() as f64,
+    })
+}
+
+/// A lease store: acquire+release cycles, or renewals, on one lease per worker.
+struct StoreTarget {
+    store: Arc<dyn LeaseStore>,
+    op: Op,
+    ttl: Duration,
+    holder: Arc<Holder>,
+    held: Mutex<Vec<Option<Grant>>>,
+    run: String,
+}
+
+impl StoreTarget {
+    fn new(store: Arc<dyn LeaseStore>, op: Op, ttl: Duration) -> Self {
+        Self {
+            store,
+            op,
+            ttl,
+            holder: Arc::new(Holder::current()),
+            held: Mutex::new(Vec::new()),
+            run: tenure::random_nonce()[..6].to_string(),
+        }
+    }
+
+    fn request(&self, w: usize) -> Result<AcquireRequest> {
+        Ok(AcquireRequest {
+            name: LeaseName::new(format!("bench-{}/w{w}", self.run))?,
+            mode: Mode::Exclusive,
+            ttl: self.ttl,
+            holder: self.holder.clone(),
+            retake: true,
+            meta: None,
+        })
+    }
+
+    async fn acquire(&self, w: usize) -> Result<Grant> {
+        match self.store.try_acquire(&self.request(w)?).await? {
+            Attempt::Granted(g) => Ok(g),
+            Attempt::Busy(b) => bail!("bench lease unexpectedly busy: {}", b.describe()),
+        }
+    }
+}
+
+#[async_trait]
+impl Target for StoreTarget {
+    fn label(&self) -> String {
+        format!("{} {}", self.store.url(), if self.op == Op::Cycle { "acquire+release" } else { "renew" })
+    }
+
+    async fn setup(&self, w: usize) -> Result<()> {
+        let mut held = self.held.lock().await;
+        if held.len() <= w {
+            held.resize(w + 1, None);
+        }
+        if self.op == Op::Renew {
+            held[w] = Some(self.acquire(w).await?);
+        }
+        Ok(())
+    }
+
+    async fn op(&self, w: usize) -> Result<()> {
+        match self.op {
+            Op::Cycle => {
+                let g = self.acquire(w).await?;
+                self.store.release(&g, &ReleaseRequest::default()).await?;
+            }
+            Op::Renew => {
+                let g = self.held.lock().await[w].take().context("no held lease")?;
+                let g = self.store.renew(&g).await?;
+                self.held.lock().await[w] = Some(g);
+            }
+        }
+        Ok(())
+    }
+
+    async fn teardown(&self) -> Result<()> {
+        let grants: Vec<Grant> = self.held.lock().await.drain(..).flatten().collect();
+        for g in grants {
+            self.store.release(&g, &ReleaseRequest::default()).await?;
+        }
+        Ok(())
+    }
+}

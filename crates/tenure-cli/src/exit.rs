@@ -1,0 +1,40 @@
+//! Exit codes. `tenure lock` exits with its command's own status; these are
+//! tenure's own outcomes, chosen from sysexits.h so they stay apart from the
+//! 0–2 and 126–255 that commands and shells commonly use.
+
+use std::process::ExitCode;
+
+/// Bad arguments, an invalid lease name, store URL or option.
+pub(crate) const USAGE: u8 = 64;
+/// Stored data is corrupt (reported, not repaired).
+pub(crate) const DATA: u8 = 65;
+/// The store cannot be reached, failed, or was refused as unsafe.
+pub(crate) const STORE: u8 = 69;
+/// A bug in tenure.
+pub(crate) const INTERNAL: u8 = 70;
+/// Timed out waiting for the lease, or it was busy with `--no-wait`; also a
+/// `break` that found the lease changed since it was read.
+pub(crate) const TIMEOUT: u8 = 75;
+/// The lease was lost while the command ran; the command was stopped.
+pub(crate) const LOST: u8 = 76;
+
+/// The exit code for an error.
+pub(crate) fn code_for(err: &anyhow::Error) -> u8 {
+    match err.chain().find_map(|e| e.downcast_ref::<tenure::Error>()) {
+        Some(e) => match e {
+            tenure::Error::InvalidName { .. }
+            | tenure::Error::InvalidStore { .. }
+            | tenure::Error::InvalidOptions { .. } => USAGE,
+            tenure::Error::Busy { .. } | tenure::Error::Timeout { .. } | tenure::Error::Changed { .. } => TIMEOUT,
+            tenure::Error::Lost { .. } | tenure::Error::Fenced { .. } => LOST,
+            tenure::Error::Corrupt { .. } => DATA,
+            _ => STORE,
+        },
+        None if err.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some()) => STORE,
+        None => INTERNAL,
+    }
+}
+
+pub(crate) fn code(c: u8) -> ExitCode {
+    ExitCode::from(c)
+}

@@ -1,0 +1,106 @@
+//! The `tenure` command.
+
+mod args;
+#[cfg(feature = "bag")]
+mod bag;
+mod bench;
+mod exit;
+mod lock;
+#[cfg(feature = "server")]
+mod serve;
+mod status;
+mod stores;
+mod supervise;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let usage_error = e.use_stderr();
+            let _ = e.print();
+            return exit::code(if usage_error { exit::USAGE } else { 0 });
+        }
+    };
+    init_logging(cli.verbose);
+    // The guard must not start a runtime: it is a small synchronous supervisor.
+    if let Command::Guard(args) = &cli.command {
+        return supervise::guard_main(args);
+    }
+    // The server and the benchmark use every core; everything else is one thread,
+    // which also keeps the child process of `lock` tied to a thread that lives as
+    // long as the process.
+    let multi = match &cli.command {
+        Command::Bench(_) => true,
+        #[cfg(feature = "server")]
+        Command::Serve(_) => true,
+        _ => false,
+    };
+    let runtime =
+        if multi { tokio::runtime::Builder::new_multi_thread() } else { tokio::runtime::Builder::new_current_thread() }
+            .enable_all()
+            .build();
+    let runtime = match runtime {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tenure: cannot start the async runtime: {e}");
+            return exit::code(exit::INTERNAL);
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line, naming the store and lease; no backtrace for user errors.
+            let _ = writeln!(std::io::stderr(), "tenure: {}", one_line(&e));
+            exit::code(exit::code_for(&e))
+        }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Lock(args) => lock::run(args).await,
+        Command::Status(args) => status::status(args).await,
+        Command::Break(args) => status::break_lease(args).await,
+        #[cfg(feature = "server")]
+        Command::Serve(args) => serve::run(args).await,
+        #[cfg(feature = "bag")]
+        Command::Bag(args) => bag::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
+        Command::Guard(_) => unreachable!("handled before the runtime starts"),
+    }
+}
+
+/// `context: cause: cause`, without repeating a cause already in the message.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}

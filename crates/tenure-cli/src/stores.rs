@@ -1,0 +1,88 @@
+//! Opening any store by URL, with the flags every command shares.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use tenure::{CasOptions, LeaseStore, OpenOptions};
+
+use crate::args::duration;
+
+/// The store and how to talk to it.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct StoreArgs {
+    /// Where leases live: a directory or `file://` URL, `s3://`, `gs://`, `az://`,
+    /// `tenure://host:port`, `etcd://host:port/prefix`, `memory://`.
+    #[arg(value_name = "STORE")]
+    pub(crate) url: String,
+
+    /// Largest clock difference between machines sharing the store; takeover by
+    /// wall-clock deadline waits this much longer.
+    #[arg(long, value_parser = duration, default_value = "2s", env = "TENURE_MAX_SKEW")]
+    pub(crate) max_skew: Duration,
+
+    /// Age after which an unreadable lease record may be replaced.
+    #[arg(long, value_parser = duration, default_value = "60s", env = "TENURE_CORRUPT_TTL")]
+    pub(crate) corrupt_ttl: Duration,
+
+    /// Store-specific setting, repeatable: `--store-opt aws_endpoint=http://…`.
+    #[arg(long = "store-opt", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub(crate) store_opts: Vec<(String, String)>,
+
+    /// Skip the check that the store really enforces conditional writes. Only for
+    /// stores you know are safe: on one that ignores them, leases do not exclude.
+    #[arg(long)]
+    pub(crate) trust_store: bool,
+}
+
+fn key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
+
+impl StoreArgs {
+    pub(crate) fn open_options(&self) -> OpenOptions {
+        let mut opts = OpenOptions::default()
+            .with_cas(CasOptions::default().with_max_skew(self.max_skew).with_corrupt_ttl(self.corrupt_ttl));
+        opts.params.extend(self.store_opts.iter().cloned());
+        opts.trust_store = self.trust_store;
+        opts
+    }
+
+    /// Opens the store.
+    pub(crate) async fn open(&self) -> Result<Arc<dyn LeaseStore>> {
+        open(&self.url, &self.open_options()).await.with_context(|| format!("opening store {}", self.url))
+    }
+}
+
+/// Opens any store this build knows.
+pub(crate) async fn open(url: &str, opts: &OpenOptions) -> tenure::Result<Arc<dyn LeaseStore>> {
+    let scheme = url.split_once("://").map_or("file", |(s, _)| s);
+    match scheme {
+        "file" | "memory" => tenure::open(url, opts),
+        #[cfg(feature = "object")]
+        "s3" | "s3a" | "gs" | "gcs" | "az" | "azure" | "abfs" | "abfss" => tenure_object::open(url, opts).await,
+        #[cfg(feature = "server")]
+        "tenure" => tenure_server::open(url, opts).await,
+        #[cfg(feature = "etcd")]
+        "etcd" => tenure_etcd::open(url, opts).await,
+        other => Err(tenure::Error::InvalidStore {
+            url: url.into(),
+            reason: format!("unknown store scheme {other:?} in this build (known: {})", known_schemes()),
+        }),
+    }
+}
+
+fn known_schemes() -> String {
+    let mut known = vec!["file://", "a plain path", "memory://"];
+    if cfg!(feature = "object") {
+        known.extend(["s3://", "gs://", "az://"]);
+    }
+    if cfg!(feature = "server") {
+        known.push("tenure://");
+    }
+    if cfg!(feature = "etcd") {
+        known.push("etcd://");
+    }
+    known.join(", ")
+}
