@@ -14,13 +14,29 @@ use super::Target;
 pub(crate) struct RawFs {
     dir: PathBuf,
     fsync: bool,
+    /// On the calling task, like the file store's `io=inline`; else one hop to the
+    /// blocking pool, like its default.
+    inline: bool,
 }
 
 impl RawFs {
-    pub(crate) fn new(dir: &str, fsync: bool) -> Result<Self> {
+    pub(crate) fn new(dir: &str, fsync: bool, inline: bool) -> Result<Self> {
         let dir = PathBuf::from(dir).join(format!(".bench-raw-{}", tenure::random_nonce()));
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(Self { dir, fsync })
+        Ok(Self { dir, fsync, inline })
+    }
+
+    fn pair(&self, w: usize) -> Result<()> {
+        let (tmp, lock) = self.paths(w);
+        fs::hard_link(&tmp, &lock)?;
+        if self.fsync {
+            File::open(&self.dir)?.sync_all()?;
+        }
+        fs::remove_file(&lock)?;
+        if self.fsync {
+            File::open(&self.dir)?.sync_all()?;
+        }
+        Ok(())
     }
 
     fn paths(&self, w: usize) -> (PathBuf, PathBuf) {
@@ -34,27 +50,21 @@ impl Target for RawFs {
         format!("raw link+unlink{} (anchor)", if self.fsync { "+fsync(dir)" } else { "" })
     }
 
+    fn is_anchor(&self) -> bool {
+        true
+    }
+
     async fn setup(&self, w: usize) -> Result<()> {
         fs::write(self.paths(w).0, b"holder")?;
         Ok(())
     }
 
     async fn op(&self, w: usize) -> Result<()> {
-        let (tmp, lock) = self.paths(w);
-        let (dir, fsync) = (self.dir.clone(), self.fsync);
-        // One blocking hop, like the file store's operations.
-        tokio::task::spawn_blocking(move || -> Result<()> {
-            fs::hard_link(&tmp, &lock)?;
-            if fsync {
-                File::open(&dir)?.sync_all()?;
-            }
-            fs::remove_file(&lock)?;
-            if fsync {
-                File::open(&dir)?.sync_all()?;
-            }
-            Ok(())
-        })
-        .await?
+        if self.inline {
+            return self.pair(w);
+        }
+        let this = Self { dir: self.dir.clone(), fsync: self.fsync, inline: false };
+        tokio::task::spawn_blocking(move || this.pair(w)).await?
     }
 
     async fn teardown(&self) -> Result<()> {

@@ -101,6 +101,10 @@ impl BenchStoreFlags {
 pub(crate) trait Target: Send + Sync {
     /// How the target is shown.
     fn label(&self) -> String;
+    /// Whether this is a raw anchor, compared with the store measured before it.
+    fn is_anchor(&self) -> bool {
+        false
+    }
     /// Prepares worker `w` (untimed).
     async fn setup(&self, w: usize) -> Result<()> {
         let _ = w;
@@ -118,6 +122,7 @@ pub(crate) trait Target: Send + Sync {
 #[derive(Debug, Serialize)]
 pub(crate) struct Figures {
     pub(crate) target: String,
+    pub(crate) anchor: bool,
     pub(crate) op: Op,
     pub(crate) clients: usize,
     pub(crate) ops: u64,
@@ -142,23 +147,26 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
         )?;
     }
     for &clients in &args.clients {
-        let mut first: Option<f64> = None;
+        // A store's time per operation, to compare the anchors after it with.
+        let mut store_rate: Option<f64> = None;
         for t in &targets {
             let f = measure(t.clone(), clients, args.seconds, args.op).await?;
             if args.json {
                 writeln!(out, "{}", serde_json::to_string(&f)?)?;
             } else {
-                let ratio = first
-                    .map(|base| format!("  ({:.2}× the first row's time per op)", base / f.cycles_per_sec))
-                    .unwrap_or_default();
+                let ratio = match (f.anchor, store_rate) {
+                    (true, Some(store)) => format!("  store cycle = {:.1}× this", f.cycles_per_sec / store),
+                    _ => String::new(),
+                };
                 writeln!(
                     out,
                     "{:<52} {:>7} {:>12.0} {:>10.1} {:>10.1} {:>10.1}{ratio}",
                     f.target, f.clients, f.cycles_per_sec, f.p50_us, f.p99_us, f.max_us
                 )?;
-                let _ = ratio;
             }
-            first.get_or_insert(f.cycles_per_sec);
+            if !f.anchor {
+                store_rate = Some(f.cycles_per_sec);
+            }
             out.flush()?;
         }
     }
@@ -168,19 +176,18 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
 async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>>> {
     let scheme = url.split_once("://").map_or("file", |(s, _)| s);
     Ok(match scheme {
-        "fs-raw" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw://"), false)?)],
-        "fs-raw+fsync" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw+fsync://"), true)?)],
+        "fs-raw" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw://"), false, false)?)],
+        "fs-raw+fsync" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw+fsync://"), true, false)?)],
         _ => {
             let store = args.store.store_args(url)?.open().await?;
             let mut v: Vec<Arc<dyn Target>> = vec![Arc::new(StoreTarget::new(store, args.op, args.ttl))];
             if scheme == "file" && !args.no_anchor {
-                let (path, query) = url
-                    .trim_start_matches("file://")
-                    .split_once('?')
-                    .unwrap_or((url.trim_start_matches("file://"), ""));
-                v.push(Arc::new(fs_raw::RawFs::new(path, false)?));
-                if !query.contains("fsync=false") && !query.contains("fsync=0") {
-                    v.push(Arc::new(fs_raw::RawFs::new(path, true)?));
+                let rest = url.trim_start_matches("file://");
+                let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+                let inline = query.split('&').any(|p| p == "io=inline");
+                v.push(Arc::new(fs_raw::RawFs::new(path, false, inline)?));
+                if !query.split('&').any(|p| p == "fsync=false" || p == "fsync=0") {
+                    v.push(Arc::new(fs_raw::RawFs::new(path, true, inline)?));
                 }
             }
             v
@@ -225,6 +232,7 @@ async fn measure(target: Arc<dyn Target>, clients: usize, seconds: Duration, op:
     }
     Ok(Figures {
         target: target.label(),
+        anchor: target.is_anchor(),
         op,
         clients,
         ops: hist.len(),

@@ -46,6 +46,14 @@
 //! synchronously on `sync` exports.) `?fsync=false` skips both for scratch
 //! directories and tmpfs; a power loss may then lose the newest versions.
 //!
+//! # Threads
+//!
+//! By default every operation runs on tokio's blocking pool, so an NFS server that
+//! hangs cannot stall the caller's runtime (a keep-alive can still time out and
+//! report the outage). On a local disk the hand-off to another thread costs more
+//! than the file operations themselves; `?io=inline` runs them on the calling
+//! task instead.
+//!
 //! Deleting a key's directory by hand resets its token counter: don't.
 
 use std::ffi::OsStr;
@@ -75,6 +83,7 @@ pub struct FileBackend {
     url: Arc<str>,
     root: Arc<Path>,
     fsync: bool,
+    inline: bool,
 }
 
 fn version_file(seq: u64) -> String {
@@ -108,7 +117,14 @@ impl FileBackend {
     /// A store in directory `root` (created on first write), with fsync on.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         let root: PathBuf = root.into();
-        Self { url: format!("file://{}", root.display()).into(), root: root.into(), fsync: true }
+        Self { url: format!("file://{}", root.display()).into(), root: root.into(), fsync: true, inline: false }
+    }
+
+    /// Runs file operations on the calling task instead of the blocking pool:
+    /// faster on local disks, but a hung NFS server would stall the runtime.
+    pub fn with_inline_io(mut self, inline: bool) -> Self {
+        self.inline = inline;
+        self
     }
 
     /// Turns fsync of temp files and directories on or off.
@@ -283,8 +299,17 @@ impl FileBackend {
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| Error::store("file://", "running a file-system task", e))?
+impl FileBackend {
+    /// Runs `f` on the blocking pool, or inline when so configured.
+    async fn run<T: Send + 'static>(&self, f: impl FnOnce(&FileBackend) -> Result<T> + Send + 'static) -> Result<T> {
+        if self.inline {
+            return f(self);
+        }
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || f(&this))
+            .await
+            .map_err(|e| Error::store(&*self.url, "running a file-system task", e))?
+    }
 }
 
 #[async_trait]
@@ -294,22 +319,22 @@ impl Backend for FileBackend {
     }
 
     async fn get(&self, key: &str) -> Result<Option<Stored>> {
-        let (this, key) = (self.clone(), key.to_string());
-        blocking(move || this.get_blocking(&key)).await
+        let key = key.to_string();
+        self.run(move |b| b.get_blocking(&key)).await
     }
 
     async fn put(&self, key: &str, value: Bytes, opts: PutOptions) -> Result<Put> {
-        let (this, key) = (self.clone(), key.to_string());
-        blocking(move || this.put_blocking(&key, &value, &opts.mode)).await
+        let key = key.to_string();
+        self.run(move |b| b.put_blocking(&key, &value, &opts.mode)).await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        let (this, prefix) = (self.clone(), prefix.to_string());
-        blocking(move || this.list_blocking(&prefix)).await
+        let prefix = prefix.to_string();
+        self.run(move |b| b.list_blocking(&prefix)).await
     }
 }
 
-/// Opens `file:///dir[?fsync=false]` or a plain path.
+/// Opens `file:///dir[?fsync=false&io=inline]` or a plain path.
 pub fn open(url: &str) -> Result<FileBackend> {
     let invalid = |reason: &str| Error::InvalidStore { url: url.into(), reason: reason.into() };
     let (path, query) = match url.strip_prefix("file://") {
@@ -325,15 +350,17 @@ pub fn open(url: &str) -> Result<FileBackend> {
     if path.is_empty() {
         return Err(invalid("the directory is empty"));
     }
-    let mut fsync = true;
+    let (mut fsync, mut inline) = (true, false);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("fsync", "true" | "1")) => fsync = true,
             Some(("fsync", "false" | "0")) => fsync = false,
-            _ => return Err(invalid(&format!("unknown option {pair:?} (known: fsync=true|false)"))),
+            Some(("io", "inline")) => inline = true,
+            Some(("io", "pool")) => inline = false,
+            _ => return Err(invalid(&format!("unknown option {pair:?} (known: fsync=true|false, io=pool|inline)"))),
         }
     }
-    Ok(FileBackend::new(path).with_fsync(fsync))
+    Ok(FileBackend::new(path).with_fsync(fsync).with_inline_io(inline))
 }
 
 #[cfg(test)]
@@ -438,7 +465,8 @@ mod tests {
 
     #[test]
     fn urls_and_paths_open_with_options() {
-        assert!(open("file:///tmp/x?fsync=false").expect("url").fsync.eq(&false));
+        let b = open("file:///tmp/x?fsync=false&io=inline").expect("url");
+        assert!(!b.fsync && b.inline);
         assert!(open("./relative/dir").expect("path").fsync);
         assert!(matches!(open("file://relative"), Err(Error::InvalidStore { .. })));
         assert!(matches!(open("file:///x?sync=1"), Err(Error::InvalidStore { .. })));
