@@ -1,0 +1,288 @@
+//! From a store URL and options to an [`ObjectStore`] and a key prefix.
+//!
+//! The URL names the bucket (or container) and the prefix under which tenure keeps
+//! its objects; everything else is configured the way `object_store` users expect:
+//!
+//! 1. environment variables, read as `object_store`'s `from_env()` reads them
+//!    (`AWS_*` for S3, `GOOGLE_*` for GCS, `AZURE_*` for Azure);
+//! 2. the URL's query (`s3://bucket/locks?aws_region=eu-west-1`);
+//! 3. `params` (the CLI's `--store-opt key=value`), which override both.
+//!
+//! Keys are `object_store` config keys, case-insensitive: `aws_endpoint`,
+//! `aws_region`, `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http`,
+//! `aws_virtual_hosted_style_request`, `google_service_account_key`,
+//! `azure_storage_account_name`, `azure_storage_use_emulator`, `azure_allow_http`…
+//! An unknown key is an error, never silently ignored. Values never appear in
+//! error messages (they may be secrets).
+//!
+//! Requests are retried by `object_store` at most [`MAX_RETRIES`] times within
+//! [`RETRY_TIMEOUT`] (its defaults, 10 times within 3 minutes, would keep a
+//! `tenure lock` against a wrong endpoint silent for minutes).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+use object_store::path::Path;
+use object_store::{ClientConfigKey, ObjectStore, RetryConfig};
+use tenure::{Error, Result};
+
+/// Retries of one request (timeouts, 5xx, connection errors) inside `object_store`.
+pub const MAX_RETRIES: usize = 3;
+/// Longest time `object_store` keeps retrying one request.
+pub const RETRY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Which service a URL names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Provider {
+    /// Amazon S3 and S3-compatible stores (`s3://`, `s3a://`).
+    S3,
+    /// Google Cloud Storage (`gs://`, `gcs://`).
+    Gcs,
+    /// Azure Blob Storage (`az://`, `azure://`, `abfs://`, `abfss://`, `adl://`).
+    Azure,
+}
+
+impl Provider {
+    fn from_scheme(scheme: &str) -> Option<Self> {
+        match scheme {
+            "s3" | "s3a" => Some(Self::S3),
+            "gs" | "gcs" => Some(Self::Gcs),
+            "az" | "azure" | "abfs" | "abfss" | "adl" => Some(Self::Azure),
+            _ => None,
+        }
+    }
+
+    /// Examples of config keys, for error messages.
+    fn example_keys(self) -> &'static str {
+        match self {
+            Self::S3 => {
+                "aws_endpoint, aws_region, aws_access_key_id, aws_secret_access_key, aws_session_token, aws_allow_http, aws_virtual_hosted_style_request"
+            }
+            Self::Gcs => "google_service_account, google_service_account_key, google_application_credentials",
+            Self::Azure => {
+                "azure_storage_account_name, azure_storage_account_key, azure_storage_endpoint, azure_storage_use_emulator, azure_allow_http"
+            }
+        }
+    }
+}
+
+/// A parsed and built store URL.
+#[derive(Debug, Clone)]
+pub(crate) struct Built {
+    pub(crate) store: Arc<dyn ObjectStore>,
+    pub(crate) prefix: Path,
+    pub(crate) provider: Provider,
+    /// The URL without its query (which may hold secrets), for messages.
+    pub(crate) display: String,
+}
+
+/// Opens the object store a tenure URL names and returns it with the key prefix
+/// the URL's path gives (empty for `s3://bucket`).
+///
+/// `s3://bucket/prefix` (also `s3a://`), `gs://bucket/prefix` (also `gcs://`),
+/// `az://container/prefix` (also `azure://`, `abfs[s]://container@account.dfs.core.windows.net/prefix`,
+/// `adl://`). Configuration comes from the environment, the URL's query and
+/// `params`, in increasing priority (see the module docs of `config`).
+///
+/// Nothing is sent to the store here; credentials are resolved on first use.
+///
+/// # Errors
+/// [`Error::InvalidStore`] naming the URL and what is wrong: an unknown scheme, a
+/// missing bucket, an unknown config key or a value `object_store` rejects.
+pub fn object_store_from_url(url: &str, params: &BTreeMap<String, String>) -> Result<(Arc<dyn ObjectStore>, Path)> {
+    let built = build(url, params)?;
+    Ok((built.store, built.prefix))
+}
+
+pub(crate) fn build(url: &str, params: &BTreeMap<String, String>) -> Result<Built> {
+    let display = url.split_once('?').map_or(url, |(u, _)| u).to_string();
+    let invalid = |reason: String| Error::InvalidStore { url: display.clone(), reason };
+    let parsed = url::Url::parse(url).map_err(|e| {
+        invalid(format!("not a URL ({e}); expected s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"))
+    })?;
+    let provider = Provider::from_scheme(parsed.scheme()).ok_or_else(|| {
+        invalid(format!(
+            "unknown scheme {:?}; object stores are s3:// (s3a://), gs:// (gcs://) and az:// (azure://, abfs://, abfss://, adl://)",
+            parsed.scheme()
+        ))
+    })?;
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(invalid("the URL names no bucket or container, as in s3://bucket/prefix".into()));
+    }
+    if parsed.fragment().is_some() {
+        return Err(invalid("a store URL has no #fragment".into()));
+    }
+    if parsed.port().is_some() || !parsed.password().unwrap_or_default().is_empty() {
+        return Err(invalid(
+            "the bucket part cannot carry a port or a password; give the endpoint as an option, e.g. --store-opt aws_endpoint=http://127.0.0.1:9000".into(),
+        ));
+    }
+    let prefix = Path::from_url_path(parsed.path()).map_err(|e| invalid(format!("bad key prefix: {e}")))?;
+
+    // The query's options, then `params` over them.
+    let mut options: BTreeMap<String, String> =
+        parsed.query_pairs().map(|(k, v)| (k.to_ascii_lowercase(), v.into_owned())).collect();
+    options.extend(params.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())));
+
+    // What object_store's URL parsers see: the scheme it knows, no query.
+    let mut base = parsed.clone();
+    base.set_query(None);
+    let base = match provider {
+        Provider::Gcs if parsed.scheme() == "gcs" => format!("gs{}", &base.as_str()["gcs".len()..]),
+        _ => base.to_string(),
+    };
+
+    install_crypto_provider();
+    let retry = RetryConfig { max_retries: MAX_RETRIES, retry_timeout: RETRY_TIMEOUT, ..RetryConfig::default() };
+    let unknown = |key: &str| {
+        invalid(format!("unknown option {key:?} for this store (object_store config keys, such as {})", provider.example_keys()))
+    };
+    let built = |e: object_store::Error| invalid(format!("cannot configure the store: {e}"));
+    let store: Arc<dyn ObjectStore> = match provider {
+        Provider::S3 => {
+            let mut b = AmazonS3Builder::from_env().with_url(base).with_retry(retry);
+            for (k, v) in &options {
+                let key: AmazonS3ConfigKey = k.parse().map_err(|_| unknown(k))?;
+                b = b.with_config(key, v);
+            }
+            let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint);
+            let allow_http = b.get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp));
+            check_http(&display, endpoint.as_deref(), allow_http.as_deref(), "aws_allow_http")?;
+            Arc::new(b.build().map_err(built)?)
+        }
+        Provider::Gcs => {
+            let mut b = GoogleCloudStorageBuilder::from_env().with_url(base).with_retry(retry);
+            for (k, v) in &options {
+                let key: GoogleConfigKey = k.parse().map_err(|_| unknown(k))?;
+                b = b.with_config(key, v);
+            }
+            Arc::new(b.build().map_err(built)?)
+        }
+        Provider::Azure => {
+            let mut b = MicrosoftAzureBuilder::from_env().with_url(base).with_retry(retry);
+            for (k, v) in &options {
+                let key: AzureConfigKey = k.parse().map_err(|_| unknown(k))?;
+                b = b.with_config(key, v);
+            }
+            let emulator = b.get_config_value(&AzureConfigKey::UseEmulator);
+            if !emulator.as_deref().is_some_and(truthy) {
+                let endpoint = b.get_config_value(&AzureConfigKey::Endpoint);
+                let allow_http = b.get_config_value(&AzureConfigKey::Client(ClientConfigKey::AllowHttp));
+                check_http(&display, endpoint.as_deref(), allow_http.as_deref(), "azure_allow_http")?;
+            }
+            Arc::new(b.build().map_err(built)?)
+        }
+    };
+    Ok(Built { store, prefix, provider, display })
+}
+
+/// `object_store`'s spelling of true.
+fn truthy(v: &str) -> bool {
+    matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "on" | "yes" | "y")
+}
+
+/// A plain-HTTP endpoint needs an explicit opt-in; say which, rather than let the
+/// first request fail with a TLS-policy error.
+fn check_http(url: &str, endpoint: Option<&str>, allow_http: Option<&str>, key: &str) -> Result<()> {
+    let plain = endpoint.is_some_and(|e| e.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("http://")));
+    if plain && !allow_http.is_some_and(truthy) {
+        return Err(Error::InvalidStore {
+            url: url.to_string(),
+            reason: format!("the endpoint is plain http://; allow it with {key}=true (--store-opt {key}=true)"),
+        });
+    }
+    Ok(())
+}
+
+/// Selects ring as rustls's crypto provider for this process, unless one is
+/// already installed (by the application or another library): `object_store`
+/// is built without aws-lc here.
+fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn local_s3() -> BTreeMap<String, String> {
+        params(&[
+            ("aws_endpoint", "http://127.0.0.1:1"),
+            ("aws_allow_http", "true"),
+            ("aws_access_key_id", "k"),
+            ("aws_secret_access_key", "s"),
+            ("aws_region", "us-east-1"),
+        ])
+    }
+
+    fn reason(r: Result<Built>) -> String {
+        match r {
+            Err(Error::InvalidStore { reason, .. }) => reason,
+            other => panic!("expected InvalidStore, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn url_path_becomes_the_key_prefix() {
+        let b = build("s3://tenure/ci/locks/", &local_s3()).expect("build");
+        assert_eq!((b.provider, b.prefix.as_ref()), (Provider::S3, "ci/locks"));
+        assert_eq!(build("s3a://tenure", &local_s3()).expect("build").prefix.as_ref(), "");
+        let key = r#"{"gcs_base_url":"http://127.0.0.1:1","disable_oauth":true,"client_email":"","private_key":"","private_key_id":""}"#;
+        let b = build("gcs://bucket/a/b", &params(&[("google_service_account_key", key)])).expect("build gcs");
+        assert_eq!((b.provider, b.prefix.as_ref(), b.display.as_str()), (Provider::Gcs, "a/b", "gcs://bucket/a/b"));
+    }
+
+    #[test]
+    fn unknown_scheme_and_missing_bucket_are_named() {
+        assert!(reason(build("ftp://bucket/p", &BTreeMap::new())).contains("unknown scheme \"ftp\""));
+        assert!(reason(build("s3:///p", &local_s3())).contains("no bucket"));
+        assert!(reason(build("not a url", &BTreeMap::new())).contains("not a URL"));
+    }
+
+    #[test]
+    fn unknown_option_is_an_error_not_ignored() {
+        let mut p = local_s3();
+        p.insert("aws_endpiont".into(), "x".into());
+        let r = reason(build("s3://tenure/x", &p));
+        assert!(r.contains("\"aws_endpiont\"") && r.contains("aws_endpoint"), "{r}");
+    }
+
+    #[test]
+    fn plain_http_endpoint_needs_allow_http() {
+        let mut p = local_s3();
+        p.remove("aws_allow_http");
+        let r = reason(build("s3://tenure/x", &p));
+        assert!(r.contains("aws_allow_http=true"), "{r}");
+    }
+
+    #[test]
+    fn secrets_never_appear_in_errors() {
+        let mut p = local_s3();
+        p.insert("aws_secret_access_key".into(), "hunter2-secret".into());
+        p.insert("bogus".into(), "x".into());
+        let err = build("s3://tenure/x?aws_session_token=tok-secret", &p).expect_err("bogus key").to_string();
+        assert!(!err.contains("hunter2") && !err.contains("tok-secret"), "{err}");
+    }
+
+    #[test]
+    fn query_options_are_read_and_params_override_them() {
+        let p = params(&[("aws_allow_http", "true"), ("aws_access_key_id", "k"), ("aws_secret_access_key", "s")]);
+        // The query alone would fail the http check; params supply allow_http.
+        let b = build("s3://tenure/x?aws_endpoint=http://127.0.0.1:1&aws_region=us-east-1", &p);
+        assert!(b.is_ok(), "{b:?}");
+        let r = reason(build("s3://tenure/x?aws_endpoint=http://127.0.0.1:1", &params(&[("aws_allow_http", "no")])));
+        assert!(r.contains("aws_allow_http"), "{r}");
+    }
+}
