@@ -9,8 +9,10 @@
 //! wrote first) it reads again and decides again. So:
 //! - **mutual exclusion** rests on the store's conditional write: of two holders
 //!   deciding from the same version, only one write lands;
-//! - **tokens** are `max(last_token, version sequence) + 1`, so they grow strictly
-//!   with every grant, also past a record whose content was lost;
+//! - **tokens** are `last_token + 1`; when the record is absent or unreadable, the
+//!   store's floor (its version sequence, or etcd's revision) is used instead, so
+//!   tokens grow strictly with every grant, also past a record whose content was
+//!   lost or whose key expired;
 //! - **release and break** are conditional on the version observed: a delayed
 //!   release can never free a grant it did not see (seed 001's unintended release);
 //! - a release keeps the record, marked released, so the token counter and the
@@ -293,10 +295,8 @@ impl LeaseStore for CasStore {
             let watched = self.observe(name, &read);
             let (stored, current, floor, replaced) = match read {
                 Read::Absent => (None, None, self.backend.absent_floor(name).await?, None),
-                Read::Valid(s, rec) => {
-                    let floor = s.version.seq.unwrap_or(0);
-                    (Some(s), Some(rec), floor, None)
-                }
+                // The record's own counter is exact: tokens stay consecutive.
+                Read::Valid(s, rec) => (Some(s), Some(rec), 0, None),
                 Read::Unreadable(s, detail) => {
                     if !self.unreadable_remaining(&s, &watched).is_zero() {
                         return Ok(Attempt::Busy(Busy {

@@ -25,9 +25,10 @@
 //! ```
 //!
 //! - `last_token` is the highest fencing token ever granted under the name. A new
-//!   grant takes `max(last_token, store floor) + 1`, where the floor is the store's
-//!   version sequence when it has one: so tokens keep growing even past a record
-//!   whose content was lost.
+//!   grant takes `max(last_token, floor) + 1`. The floor is zero for a readable
+//!   record; for an absent or unreadable one it is the store's version sequence
+//!   (or, for stores without one, a wall-clock value), which is never below any
+//!   token granted before — every grant is a write, so tokens never outrun versions.
 //! - `exclusive` and `shared` are the grants still in the record. Whether one is
 //!   *live* is not stored: it is judged by a [`Judge`] (the server's clock for the
 //!   lease server; the clock discipline of [`crate::cas`] for dumb storage).

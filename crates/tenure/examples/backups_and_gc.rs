@@ -1,0 +1,40 @@
+//! Seed 002's use case: any number of backups may write to a repository at once,
+//! but garbage collection must run alone. Backups take a shared lease; the
+//! collector an exclusive one, which it gets as soon as the backups are done.
+//!
+//! Run: `cargo run -p tenure --example backups_and_gc`
+
+use std::time::{Duration, Instant};
+
+use tenure::{Client, LeaseOptions, OpenOptions};
+
+#[tokio::main]
+async fn main() -> tenure::Result<()> {
+    let dir = std::env::temp_dir().join(format!("tenure-example-{}", tenure::random_nonce()));
+    let store = tenure::open(&dir.to_string_lossy(), &OpenOptions::default())?;
+    let ttl = Duration::from_secs(5);
+    let start = Instant::now();
+
+    let mut backups = Vec::new();
+    for b in 0..3 {
+        let client = Client::new(store.clone());
+        backups.push(tokio::spawn(async move {
+            let lease = client.acquire("repo", &LeaseOptions::shared().with_ttl(ttl)).await?;
+            println!("{:>5}ms backup {b} writing (shared, token {})", start.elapsed().as_millis(), lease.token());
+            tokio::time::sleep(Duration::from_millis(200 * (b + 1))).await;
+            println!("{:>5}ms backup {b} done", start.elapsed().as_millis());
+            lease.release().await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let gc = Client::new(store.clone());
+    let lease =
+        gc.acquire("repo", &LeaseOptions::exclusive().with_ttl(ttl).with_timeout(Duration::from_secs(30))).await?;
+    println!("{:>5}ms gc running alone (exclusive, token {})", start.elapsed().as_millis(), lease.token());
+    for b in backups {
+        b.await.map_err(|e| tenure::Error::store("example", "joining a backup", e))??;
+    }
+    lease.release().await?;
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
