@@ -1,11 +1,99 @@
-//! Not implemented yet: this crate is being written.
+//! The tenure lease server (`tenure serve`) and its client, the `tenure://` store.
+//!
+//! Seed 000: leases are small and short-lived, so they belong in RAM, in a
+//! service specialised for churning through them, not in storage. The server
+//! keeps every lease in a sharded in-memory table ([`core`]), judges expiry by its
+//! own clock alone, and answers over a small binary protocol ([`wire`]). The
+//! client, [`TenureStore`], implements [`tenure::LeaseStore`], so everything in
+//! tenure (keep-alive, `tenure lock`, the conformance suite) works on it unchanged.
+//!
+//! # Wire protocol (version 1)
+//!
+//! TCP; every frame is `len:u32 id:u32 [server_time_us:u64] body`, little-endian,
+//! where `len` counts the bytes after itself, responses carry the server's time
+//! (so clients see their skew: [`TenureStore::skew_us`]) and `body` is a
+//! [postcard](https://docs.rs/postcard)-encoded [`wire::Request`] or
+//! [`wire::Response`]. Clients pipeline: many requests may be in flight on one
+//! connection, and answers come back by `id`, in any order.
+//!
+//! 1. The first request must be `Hello { magic: "TNRW", version: 1, auth }`. The
+//!    server answers with its version, its ed25519 public key, its `max_lease`,
+//!    how long its quarantine still lasts, and when it started. A wrong magic or
+//!    version, or a missing or wrong shared secret (`auth`, when the server has
+//!    one: `--auth-token-file`), gets an `Error` answer and the connection closes.
+//! 2. Then any of `Acquire { tentative, asks }` (all or nothing, up to 512
+//!    leases), `Upgrade`, `Renew`, `Release` (one outcome per item), `Inspect`,
+//!    `List`, `Break` (conditional on the version inspected) and `Ping`.
+//!
+//! Robustness: a request frame is at most 256 KiB ([`wire::MAX_REQUEST`]); names
+//! are validated as everywhere in tenure; holder fields are at most 256 bytes and
+//! metadata 1 KiB. A frame that is oversized, undecodable or not a hello when a
+//! hello is due gets one `Error { code: Protocol }` answer with id 0 and the
+//! connection closes. A client that sends nothing for `--idle-timeout` (5 min) is
+//! closed; one that takes more than `--io-timeout` (10 s) to finish a frame it
+//! started, or to read its answers, is closed (slow-loris). Each connection holds
+//! at most one batch of answers; there are at most `--max-connections`. Invalid
+//! requests (bad name, TTL beyond `max_lease`, …) get an `Error { code: Invalid }`
+//! answer and the connection stays open.
+//!
+//! # Restart rule: tokens stay monotonic with no state on disk
+//!
+//! The server stores nothing. Fencing tokens still grow strictly across restarts
+//! and crashes, by two rules together:
+//! - **tabula rasa** (seed 000): a starting server grants nothing for its
+//!   quarantine, `max_lease + 1 s`. Every grant of the previous incarnation had a
+//!   TTL of at most `max_lease` from a decision made before the crash, so all of
+//!   them have ended (by their holders' own monotonic clocks too) before the new
+//!   incarnation grants anything. Renewals of old grants are refused (the server
+//!   has no record of them), so their holders learn they lost them.
+//! - **time in the token**: a grant's token is `max(previous token + 1, server
+//!   time in µs)`, where server time is the wall clock read once at start plus
+//!   the monotonic time since. The server refuses grants that would put a token
+//!   more than `max_lease / 2` ahead of its clock (more than one grant per µs on
+//!   one name, sustained), so every token of an incarnation that crashed at wall
+//!   time `T` is below `T + max_lease/2`, and every token of the next one is at
+//!   least its clock at its first grant, `≥ T + max_lease`.
+//!
+//! Assumption: the wall clock at restart is not behind the wall clock at the crash
+//! by more than `max_lease / 2` (an NTP step back of minutes would break it; a
+//! clock that is wildly wrong, before 2020, is refused at start). Tokens look like
+//! timestamps in µs (about 1.8 × 10^15 in 2027): they fit in an `f64` exactly and
+//! tell roughly when a grant was made.
+//!
+//! # Witnesses
+//!
+//! Every grant, renewal, reservation and upgrade carries an ed25519-signed
+//! [`witness::Witness`] (name, mode, token, deadline, holder nonce, the server's
+//! time, the predecessor's token, nonce, how it ended, when, and the watermark).
+//! Witnesses decided together are signed together, one signature over a Merkle
+//! root (as Roughtime does); [`witness::verify`] checks one witness with the
+//! public key alone.
+//!
+//! # Memory
+//!
+//! A released lease's record (its token, watermark, and the metadata the holder
+//! left, seed 000's "where they stored their updates") is kept for the next
+//! holder in a bounded table, `--retain` records, dropping the oldest first; live
+//! leases are bounded by `--max-leases`. See [`core`].
+
+pub mod client;
+mod conn;
+pub mod core;
+pub mod http;
+pub mod server;
+pub mod wire;
+pub mod witness;
 
 use std::sync::Arc;
 
-use tenure::{Error, LeaseStore, OpenOptions, Result};
+use tenure::{LeaseStore, OpenOptions, Result};
 
-/// Opens a store by URL.
+pub use client::{ClientOptions, ServerInfo, TenureStore, Upgrade, is_reservation};
+pub use core::{Core, CoreOptions};
+pub use server::{Server, ServerOptions};
+pub use witness::{Signer, Witness, WitnessError, verify};
+
+/// Opens a `tenure://host:port[,host:port…]` store. Connections are made on first use.
 pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    let _ = opts;
-    Err(Error::unsupported(url, "this store is not implemented yet"))
+    Ok(Arc::new(TenureStore::new(url, opts)?))
 }

@@ -1,0 +1,676 @@
+//! The `tenure://` store: [`TenureStore`], a client of one or more lease servers.
+//!
+//! With several servers (`tenure://h1:p1,h2:p2,h3:p3`), each lease name lives on
+//! one of them, chosen by rendezvous hashing: the server with the highest
+//! `splitmix64(fnv1a64(endpoint || 0xff || name))` wins, where `endpoint` is the
+//! `host:port` text as written in the URL. Every client listing the same servers
+//! (in any order) picks the same one, and adding or removing a server moves only
+//! the names that hash to it (seed 000: change the sharding by letting leases
+//! expire, no state to migrate). Batches are split per server and sent at once;
+//! an all-or-nothing acquisition that spans servers releases what it got from the
+//! others when one server says busy.
+//!
+//! Each grant's `local_deadline` is measured on the store's clock from the moment
+//! the request was *sent*, and its `witness` is the server's signed witness.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::join_all;
+use tenure::{
+    AcquireRequest, AllAttempt, Attempt, Busy, Clock, Error, Grant, Holder, HolderView, LeaseName, LeaseState,
+    LeaseStore, LossReason, Mode, Mono, OpenOptions, ReleaseRequest, Released, Result, Version,
+};
+
+use crate::conn::Conn;
+use crate::wire::{
+    AcquireReply, AskWire, ErrorCode, GrantWire, HolderWire, MAGIC, Outcome, PROTOCOL_VERSION, RefWire, ReleaseWire,
+    RenewWire, Request, Response,
+};
+
+/// How a [`TenureStore`] talks to its servers.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Shared secret presented in the hello (param `auth_token`, or the contents
+    /// of the file named by `auth_token_file`, or `TENURE_AUTH_TOKEN`).
+    pub auth_token: Option<Vec<u8>>,
+    /// Longest wait for an answer (param `timeout_ms`; default 10 s).
+    pub timeout: Duration,
+    /// Connections per server, used in turn (param `connections`; default 1).
+    pub connections: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self { auth_token: None, timeout: Duration::from_secs(10), connections: 1 }
+    }
+}
+
+/// What a server said in its hello.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// Its ed25519 public key: witnesses verify with it.
+    pub public_key: [u8; 32],
+    /// Longest lease it grants.
+    pub max_lease: Duration,
+    /// When its current incarnation started (µs since the unix epoch).
+    pub started_us: u64,
+}
+
+struct Endpoint {
+    addr: String,
+    slots: Vec<std::sync::Mutex<Option<Arc<Conn>>>>,
+    connecting: Vec<tokio::sync::Mutex<()>>,
+    next: AtomicUsize,
+    info: std::sync::Mutex<Option<ServerInfo>>,
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The lease store of one or more `tenure serve` servers.
+pub struct TenureStore {
+    url: String,
+    clock: Arc<dyn Clock>,
+    endpoints: Vec<Endpoint>,
+    opts: ClientOptions,
+}
+
+impl std::fmt::Debug for TenureStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let addrs: Vec<&str> = self.endpoints.iter().map(|e| e.addr.as_str()).collect();
+        f.debug_struct("TenureStore").field("servers", &addrs).finish()
+    }
+}
+
+/// The outcome of [`TenureStore::upgrade_all`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Upgrade {
+    /// Every reservation became a grant, in order.
+    Upgraded(Vec<Grant>),
+    /// This reservation was broken (by a full request, or it expired); nothing is
+    /// held any more.
+    Broken {
+        /// The lease.
+        name: LeaseName,
+        /// What the server said.
+        detail: String,
+    },
+}
+
+impl TenureStore {
+    /// A store for `url` (`tenure://host:port[,host:port…][?key=value&…]`); no
+    /// connection is made until the first request.
+    pub fn new(url: &str, opts: &OpenOptions) -> Result<Self> {
+        let invalid = |reason: String| Error::InvalidStore { url: redact(url), reason };
+        let rest = url.strip_prefix("tenure://").ok_or_else(|| invalid("not a tenure:// URL".into()))?;
+        let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let mut params = opts.params.clone();
+        for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+            let (k, v) = kv.split_once('=').ok_or_else(|| invalid(format!("query part {kv:?} is not key=value")))?;
+            params.insert(k.to_string(), v.to_string());
+        }
+        let mut copts = ClientOptions::default();
+        for (k, v) in &params {
+            match k.as_str() {
+                "auth_token" => copts.auth_token = Some(v.as_bytes().to_vec()),
+                "auth_token_file" => {
+                    let text = std::fs::read_to_string(v).map_err(|e| invalid(format!("reading {v}: {e}")))?;
+                    copts.auth_token = Some(text.trim().as_bytes().to_vec());
+                }
+                "timeout_ms" => {
+                    copts.timeout = Duration::from_millis(v.parse().map_err(|_| invalid(format!("timeout_ms={v}")))?)
+                }
+                "connections" => {
+                    copts.connections = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=64).contains(n))
+                        .ok_or_else(|| invalid(format!("connections={v} (1..=64)")))?
+                }
+                other => return Err(invalid(format!("unknown parameter {other:?}"))),
+            }
+        }
+        if copts.auth_token.is_none()
+            && let Ok(t) = std::env::var("TENURE_AUTH_TOKEN")
+            && !t.is_empty()
+        {
+            copts.auth_token = Some(t.into_bytes());
+        }
+        let mut endpoints = Vec::new();
+        for host in hosts.trim_end_matches('/').split(',') {
+            let port_ok = host.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !port_ok {
+                return Err(invalid(format!("{host:?} is not host:port")));
+            }
+            if endpoints.iter().any(|e: &Endpoint| e.addr == host) {
+                return Err(invalid(format!("{host} is listed twice")));
+            }
+            endpoints.push(Endpoint {
+                addr: host.to_string(),
+                slots: (0..copts.connections).map(|_| std::sync::Mutex::new(None)).collect(),
+                connecting: (0..copts.connections).map(|_| tokio::sync::Mutex::new(())).collect(),
+                next: AtomicUsize::new(0),
+                info: std::sync::Mutex::new(None),
+            });
+        }
+        Ok(Self { url: format!("tenure://{hosts}"), clock: opts.clock.clone(), endpoints, opts: copts })
+    }
+
+    /// The servers, as written in the URL.
+    pub fn servers(&self) -> Vec<&str> {
+        self.endpoints.iter().map(|e| e.addr.as_str()).collect()
+    }
+
+    /// Index (in [`TenureStore::servers`]) of the server that owns `name`.
+    pub fn server_for(&self, name: &str) -> usize {
+        let mut best = (0u64, 0usize);
+        for (i, e) in self.endpoints.iter().enumerate() {
+            let score = rendezvous_score(&e.addr, name);
+            if i == 0 || score > best.0 {
+                best = (score, i);
+            }
+        }
+        best.1
+    }
+
+    /// What server `index` said in its hello (connecting if needed).
+    pub async fn server_info(&self, index: usize) -> Result<ServerInfo> {
+        let e = self.endpoints.get(index).ok_or_else(|| Error::unsupported(&self.url, "no such server"))?;
+        self.conn(e).await?;
+        lock(&e.info).ok_or_else(|| Error::store(&self.url, "hello", "no hello answer"))
+    }
+
+    /// Server time minus local wall time at the last answer of server `index`.
+    pub fn skew_us(&self, index: usize) -> Option<i64> {
+        let e = self.endpoints.get(index)?;
+        e.slots.iter().find_map(|s| lock(s).as_ref().map(|c| c.skew_us()))
+    }
+
+    async fn conn(&self, e: &Endpoint) -> Result<Arc<Conn>> {
+        let i = e.next.fetch_add(1, Ordering::Relaxed) % e.slots.len();
+        if let Some(c) = lock(&e.slots[i]).as_ref().filter(|c| !c.is_dead()) {
+            return Ok(c.clone());
+        }
+        let _connecting = e.connecting[i].lock().await;
+        if let Some(c) = lock(&e.slots[i]).as_ref().filter(|c| !c.is_dead()) {
+            return Ok(c.clone());
+        }
+        let op = format!("connecting to {}", e.addr);
+        let stream = match tokio::time::timeout(self.opts.timeout, tokio::net::TcpStream::connect(&e.addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(err)) => return Err(Error::store(&self.url, op, err)),
+            Err(_) => return Err(Error::store(&self.url, op, "timed out")),
+        };
+        let conn = Arc::new(Conn::start(stream));
+        let hello = Request::Hello { magic: MAGIC, version: PROTOCOL_VERSION, auth: self.opts.auth_token.as_deref() };
+        match conn.call(&hello, self.opts.timeout).await.map_err(|m| Error::store(&self.url, op.clone(), m))? {
+            (_, Response::Hello { version: _, public_key, max_lease_ms, quarantine_left_ms: _, started_us }) => {
+                *lock(&e.info) =
+                    Some(ServerInfo { public_key, max_lease: Duration::from_millis(max_lease_ms), started_us });
+            }
+            (_, Response::Error { code, message }) => return Err(self.server_error(&op, code, message)),
+            (_, other) => return Err(Error::store(&self.url, op, format!("unexpected hello answer {other:?}"))),
+        }
+        *lock(&e.slots[i]) = Some(conn.clone());
+        Ok(conn)
+    }
+
+    async fn call(&self, server: usize, op: &str, req: &Request<'_>) -> Result<Response> {
+        let e = &self.endpoints[server];
+        let conn = self.conn(e).await?;
+        let (_, resp) = conn.call(req, self.opts.timeout).await.map_err(|m| Error::store(&self.url, op, m))?;
+        match resp {
+            Response::Error { code, message } => Err(self.server_error(op, code, message)),
+            other => Ok(other),
+        }
+    }
+
+    fn server_error(&self, op: &str, code: ErrorCode, message: String) -> Error {
+        match code {
+            ErrorCode::Invalid => Error::InvalidOptions { reason: message },
+            ErrorCode::Changed => Error::Changed { store: self.url.clone(), name: op.to_string() },
+            ErrorCode::Version | ErrorCode::Unauthorized | ErrorCode::Nothing => {
+                Error::unsupported(&self.url, format!("{op}: {message}"))
+            }
+            ErrorCode::Protocol | ErrorCode::Overloaded | ErrorCode::Quarantine => Error::store(&self.url, op, message),
+        }
+    }
+
+    fn unexpected(&self, op: &str, resp: &Response) -> Error {
+        Error::store(&self.url, op, format!("unexpected answer {resp:?}"))
+    }
+
+    /// Groups request indices by server, keeping request order inside each group.
+    fn by_server<'n>(&self, names: impl Iterator<Item = &'n str>) -> Vec<(usize, Vec<usize>)> {
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, name) in names.enumerate() {
+            let s = self.server_for(name);
+            match groups.iter_mut().find(|(g, _)| *g == s) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((s, vec![i])),
+            }
+        }
+        groups
+    }
+
+    /// One server's part of an acquisition, as grants or busy.
+    async fn acquire_on(
+        &self,
+        server: usize,
+        reqs: &[&AcquireRequest],
+        tentative: bool,
+    ) -> Result<std::result::Result<Vec<Grant>, (usize, Busy)>> {
+        let asks: Vec<AskWire<'_>> = reqs
+            .iter()
+            .map(|r| AskWire {
+                name: r.name.as_str(),
+                mode: r.mode,
+                ttl_ms: r.ttl.as_millis() as u64,
+                holder: HolderWire::of(&r.holder),
+                retake: r.retake,
+                meta: r.meta.as_deref(),
+            })
+            .collect();
+        let sent = self.clock.mono();
+        let resp = self.call(server, "acquiring", &Request::Acquire { tentative, asks }).await?;
+        match resp {
+            Response::Acquired(AcquireReply::Granted(gs)) if gs.len() == reqs.len() => {
+                Ok(Ok(gs.into_iter().zip(reqs).map(|(g, r)| grant(r, g, sent, tentative)).collect()))
+            }
+            Response::Acquired(AcquireReply::Busy { index, holders, version }) => {
+                let index = (index as usize).min(reqs.len().saturating_sub(1));
+                let busy = Busy {
+                    name: reqs[index].name.clone(),
+                    holders: holders.into_iter().map(HolderView::from).collect(),
+                    corrupt: None,
+                    version: Some(Version::seq(version)),
+                };
+                Ok(Err((index, busy)))
+            }
+            Response::Acquired(AcquireReply::Quarantine { left_ms }) => {
+                let busy = self.quarantine_busy(server, reqs[0].name.clone(), left_ms);
+                Ok(Err((0, busy)))
+            }
+            other => Err(self.unexpected("acquiring", &other)),
+        }
+    }
+
+    /// A server in quarantine looks like a lease held until the quarantine ends, so
+    /// waiting clients wake up exactly then.
+    fn quarantine_busy(&self, server: usize, name: LeaseName, left_ms: u64) -> Busy {
+        let holder = Holder {
+            nonce: "quarantine".into(),
+            pid: 0,
+            host: self.endpoints[server].addr.clone(),
+            user: "tenure-serve".into(),
+            version: String::new(),
+            label: Some(
+                "restart quarantine: nothing is granted until every lease of the previous run has ended".into(),
+            ),
+        };
+        let view = HolderView {
+            holder,
+            mode: Mode::Exclusive,
+            token: 0,
+            deadline_ms: self.clock.wall_ms() + left_ms,
+            ttl_ms: left_ms,
+            expires_in_ms: left_ms,
+        };
+        Busy { name, holders: vec![view], corrupt: None, version: None }
+    }
+
+    async fn acquire_all(&self, reqs: &[AcquireRequest], tentative: bool) -> Result<AllAttempt> {
+        let groups = self.by_server(reqs.iter().map(|r| r.name.as_str()));
+        let outcomes = join_all(groups.iter().map(|(s, idx)| {
+            let part: Vec<&AcquireRequest> = idx.iter().map(|&i| &reqs[i]).collect();
+            async move { self.acquire_on(*s, &part, tentative).await }
+        }))
+        .await;
+        let mut slots: Vec<Option<Grant>> = vec![None; reqs.len()];
+        let mut first_busy: Option<(usize, Busy)> = None;
+        let mut first_err = None;
+        for ((_, idx), out) in groups.iter().zip(outcomes) {
+            match out {
+                Ok(Ok(grants)) => idx.iter().zip(grants).for_each(|(&i, g)| slots[i] = Some(g)),
+                Ok(Err((j, busy))) => {
+                    let at = idx[j];
+                    if first_busy.as_ref().is_none_or(|(k, _)| at < *k) {
+                        first_busy = Some((at, busy));
+                    }
+                }
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        }
+        if first_busy.is_none() && first_err.is_none() {
+            return Ok(AllAttempt::Granted(slots.into_iter().flatten().collect()));
+        }
+        // All or nothing across servers: give back what the others granted.
+        let taken: Vec<Grant> = slots.into_iter().flatten().collect();
+        if !taken.is_empty() {
+            self.release_all(&taken, &ReleaseRequest::default()).await;
+        }
+        match (first_err, first_busy) {
+            (Some(e), _) => Err(e),
+            (None, Some((_, busy))) => Ok(AllAttempt::Busy(busy)),
+            (None, None) => Err(Error::store(&self.url, "acquiring", "no outcome")),
+        }
+    }
+
+    /// Reserves every lease of `reqs` tentatively, or none (seed 000's first phase).
+    /// A reservation carries token 0 and a tentative witness: it allows no write.
+    /// Any full request for the lease breaks it; upgrade with
+    /// [`TenureStore::upgrade_all`].
+    pub async fn try_acquire_tentative_all(&self, reqs: &[AcquireRequest]) -> Result<AllAttempt> {
+        self.acquire_all(reqs, true).await
+    }
+
+    /// Turns reservations into grants. If one was broken, releases everything
+    /// (grants and reservations) and says which.
+    pub async fn upgrade_all(&self, reservations: &[Grant]) -> Result<Upgrade> {
+        let groups = self.by_server(reservations.iter().map(|g| g.name.as_str()));
+        let outcomes = join_all(groups.iter().map(|(s, idx)| async move {
+            let refs: Vec<RefWire<'_>> = idx.iter().map(|&i| grant_ref(&reservations[i])).collect();
+            let sent = self.clock.mono();
+            (self.call(*s, "upgrading", &Request::Upgrade(refs)).await, sent)
+        }))
+        .await;
+        let mut upgraded: Vec<Option<Grant>> = vec![None; reservations.len()];
+        let mut failure: Option<Result<(LeaseName, String)>> = None;
+        for ((_, idx), (out, sent)) in groups.iter().zip(outcomes) {
+            match out {
+                Ok(Response::Granted(outs)) if outs.len() == idx.len() => {
+                    for (&i, o) in idx.iter().zip(outs) {
+                        match o {
+                            Outcome::Ok(g) => {
+                                let r = &reservations[i];
+                                upgraded[i] = Some(Grant {
+                                    token: g.token,
+                                    deadline_ms: g.deadline_ms,
+                                    local_deadline: sent + r.ttl,
+                                    version: Version::seq(g.version),
+                                    predecessor: g.predecessor.map(Into::into),
+                                    witness: Some(g.witness),
+                                    ..r.clone()
+                                })
+                            }
+                            Outcome::Lost(detail) => {
+                                failure.get_or_insert(Ok((reservations[i].name.clone(), detail)));
+                            }
+                        }
+                    }
+                }
+                Ok(other) => {
+                    failure.get_or_insert(Err(self.unexpected("upgrading", &other)));
+                }
+                Err(e) => {
+                    failure.get_or_insert(Err(e));
+                }
+            }
+        }
+        let Some(failure) = failure else {
+            return Ok(Upgrade::Upgraded(upgraded.into_iter().flatten().collect()));
+        };
+        let leftovers: Vec<Grant> =
+            upgraded.into_iter().zip(reservations).map(|(u, r)| u.unwrap_or_else(|| r.clone())).collect();
+        self.release_all(&leftovers, &ReleaseRequest::default()).await;
+        let (name, detail) = failure?;
+        Ok(Upgrade::Broken { name, detail })
+    }
+
+    /// Two-phase acquisition: reserve all, then upgrade all. Busy if a reservation
+    /// was refused or broken before its upgrade; nothing is held then.
+    pub async fn acquire_two_phase(&self, reqs: &[AcquireRequest]) -> Result<AllAttempt> {
+        let reservations = match self.try_acquire_tentative_all(reqs).await? {
+            AllAttempt::Granted(r) => r,
+            busy => return Ok(busy),
+        };
+        match self.upgrade_all(&reservations).await? {
+            Upgrade::Upgraded(grants) => Ok(AllAttempt::Granted(grants)),
+            Upgrade::Broken { name, detail } => {
+                let state = self.inspect(&name).await.ok();
+                Ok(AllAttempt::Busy(Busy {
+                    name,
+                    holders: state.map(|s| s.holders).unwrap_or_default(),
+                    corrupt: None,
+                    version: None,
+                }))
+                .inspect(|_| tracing::debug!(%detail, "a reservation was broken before its upgrade"))
+            }
+        }
+    }
+}
+
+/// `true` for a tentative grant (a reservation).
+pub fn is_reservation(g: &Grant) -> bool {
+    reservation_id(g).is_some()
+}
+
+fn reservation_id(g: &Grant) -> Option<u64> {
+    if g.token == 0 && g.version.tag.starts_with("reservation-") { g.version.seq } else { None }
+}
+
+fn grant_ref(g: &Grant) -> RefWire<'_> {
+    RefWire { name: g.name.as_str(), token: g.token, reservation: reservation_id(g), nonce: &g.holder.nonce }
+}
+
+fn grant(r: &AcquireRequest, g: GrantWire, sent: Mono, tentative: bool) -> Grant {
+    let version = if tentative {
+        Version { tag: format!("reservation-{}", g.version), seq: Some(g.version) }
+    } else {
+        Version::seq(g.version)
+    };
+    Grant {
+        name: r.name.clone(),
+        mode: r.mode,
+        token: g.token,
+        ttl: r.ttl,
+        deadline_ms: g.deadline_ms,
+        local_deadline: sent + r.ttl,
+        holder: r.holder.clone(),
+        predecessor: g.predecessor.map(Into::into),
+        version,
+        witness: Some(g.witness),
+    }
+}
+
+fn redact(url: &str) -> String {
+    url.split_once('?').map_or_else(|| url.to_string(), |(base, _)| format!("{base}?…"))
+}
+
+fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The rendezvous score of `name` on `endpoint` (stable across versions: part of
+/// the protocol).
+pub fn rendezvous_score(endpoint: &str, name: &str) -> u64 {
+    let h = fnv1a(0xcbf2_9ce4_8422_2325, endpoint.as_bytes());
+    splitmix64(fnv1a(fnv1a(h, &[0xff]), name.as_bytes()))
+}
+
+#[async_trait]
+impl LeaseStore for TenureStore {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Attempt> {
+        let server = self.server_for(req.name.as_str());
+        match self.acquire_on(server, &[req], false).await? {
+            Ok(mut grants) => {
+                grants.pop().map(Attempt::Granted).ok_or_else(|| Error::store(&self.url, "acquiring", "no grant"))
+            }
+            Err((_, busy)) => Ok(Attempt::Busy(busy)),
+        }
+    }
+
+    async fn renew(&self, grant: &Grant) -> Result<Grant> {
+        self.renew_all(std::slice::from_ref(grant))
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(Error::store(&self.url, "renewing", "no answer")))
+    }
+
+    async fn release(&self, grant: &Grant, req: &ReleaseRequest) -> Result<Released> {
+        self.release_all(std::slice::from_ref(grant), req)
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(Error::store(&self.url, "releasing", "no answer")))
+    }
+
+    async fn inspect(&self, name: &LeaseName) -> Result<LeaseState> {
+        let server = self.server_for(name.as_str());
+        match self.call(server, "inspecting", &Request::Inspect(name.as_str())).await? {
+            Response::State(s) => Ok(LeaseState {
+                name: name.clone(),
+                version: s.version.map(Version::seq),
+                modified_ms: s.modified_ms,
+                holders: s.holders.into_iter().map(Into::into).collect(),
+                expired: s.expired.into_iter().map(Into::into).collect(),
+                last_token: s.last_token,
+                watermark_ms: s.watermark_ms,
+                last: s.last.map(Into::into),
+                corrupt: None,
+            }),
+            other => Err(self.unexpected("inspecting", &other)),
+        }
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LeaseName>> {
+        let req = Request::List { prefix, limit: 100_000 };
+        let answers = join_all((0..self.endpoints.len()).map(|s| self.call(s, "listing", &req))).await;
+        let mut names = Vec::new();
+        for a in answers {
+            match a? {
+                Response::Names(n) => names.extend(n.into_iter().filter_map(|n| LeaseName::new(n).ok())),
+                other => return Err(self.unexpected("listing", &other)),
+            }
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>) -> Result<()> {
+        let name = seen.name.as_str();
+        let Some(version) = seen.version.as_ref().and_then(|v| v.seq) else {
+            return Err(Error::unsupported(
+                &self.url,
+                format!("lease {name:?} does not exist; there is nothing to break"),
+            ));
+        };
+        let req = Request::Break { name, version, only_token };
+        match self.call(self.server_for(name), "breaking", &req).await {
+            Ok(Response::Done) => Ok(()),
+            Ok(other) => Err(self.unexpected("breaking", &other)),
+            Err(Error::Changed { .. }) => Err(Error::Changed { store: self.url.clone(), name: name.to_string() }),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn try_acquire_all(&self, reqs: &[AcquireRequest]) -> Result<AllAttempt> {
+        self.acquire_all(reqs, false).await
+    }
+
+    async fn renew_all(&self, grants: &[Grant]) -> Vec<Result<Grant>> {
+        let groups = self.by_server(grants.iter().map(|g| g.name.as_str()));
+        let answers = join_all(groups.iter().map(|(s, idx)| async move {
+            let items: Vec<RenewWire<'_>> = idx
+                .iter()
+                .map(|&i| RenewWire { grant: grant_ref(&grants[i]), ttl_ms: grants[i].ttl.as_millis() as u64 })
+                .collect();
+            let sent = self.clock.mono();
+            (self.call(*s, "renewing", &Request::Renew(items)).await, sent)
+        }))
+        .await;
+        let mut out: Vec<Option<Result<Grant>>> = grants.iter().map(|_| None).collect();
+        for ((_, idx), (answer, sent)) in groups.iter().zip(answers) {
+            match answer {
+                Ok(Response::Granted(outs)) if outs.len() == idx.len() => {
+                    for (&i, o) in idx.iter().zip(outs) {
+                        let g = &grants[i];
+                        out[i] = Some(match o {
+                            Outcome::Ok(w) => Ok(Grant {
+                                deadline_ms: w.deadline_ms,
+                                local_deadline: sent + g.ttl,
+                                version: if is_reservation(g) { g.version.clone() } else { Version::seq(w.version) },
+                                witness: Some(w.witness),
+                                ..g.clone()
+                            }),
+                            Outcome::Lost(detail) => Err(Error::Lost {
+                                store: self.url.clone(),
+                                name: g.name.to_string(),
+                                token: g.token,
+                                reason: LossReason::Stolen { detail },
+                            }),
+                        });
+                    }
+                }
+                Ok(other) => {
+                    let msg = format!("unexpected answer {other:?}");
+                    idx.iter().for_each(|&i| out[i] = Some(Err(Error::store(&self.url, "renewing", msg.clone()))));
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    idx.iter().for_each(|&i| out[i] = Some(Err(Error::store(&self.url, "renewing", msg.clone()))));
+                }
+            }
+        }
+        out.into_iter().map(|o| o.unwrap_or_else(|| Err(Error::store(&self.url, "renewing", "no answer")))).collect()
+    }
+
+    async fn release_all(&self, grants: &[Grant], req: &ReleaseRequest) -> Vec<Result<Released>> {
+        let groups = self.by_server(grants.iter().map(|g| g.name.as_str()));
+        let answers = join_all(groups.iter().map(|(s, idx)| async move {
+            let items: Vec<ReleaseWire<'_>> = idx
+                .iter()
+                .map(|&i| ReleaseWire {
+                    grant: grant_ref(&grants[i]),
+                    dropped: req.dropped,
+                    watermark_ms: req.watermark_ms,
+                    meta: req.meta.as_deref(),
+                })
+                .collect();
+            self.call(*s, "releasing", &Request::Release(items)).await
+        }))
+        .await;
+        let mut out: Vec<Option<Result<Released>>> = grants.iter().map(|_| None).collect();
+        for ((_, idx), answer) in groups.iter().zip(answers) {
+            match answer {
+                Ok(Response::Released(flags)) if flags.len() == idx.len() => {
+                    for (&i, held) in idx.iter().zip(flags) {
+                        out[i] = Some(Ok(if held { Released::Released } else { Released::NotHeld }));
+                    }
+                }
+                Ok(other) => {
+                    let msg = format!("unexpected answer {other:?}");
+                    idx.iter().for_each(|&i| out[i] = Some(Err(Error::store(&self.url, "releasing", msg.clone()))));
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    idx.iter().for_each(|&i| out[i] = Some(Err(Error::store(&self.url, "releasing", msg.clone()))));
+                }
+            }
+        }
+        out.into_iter().map(|o| o.unwrap_or_else(|| Err(Error::store(&self.url, "releasing", "no answer")))).collect()
+    }
+}

@@ -1,0 +1,795 @@
+//! The lease table: every lease in RAM, sharded, judged by the server's clock.
+//!
+//! Leases are spread over [`SHARDS`] shards by a hash of the name; each shard is a
+//! map behind its own mutex, held only for one decision, so connections on
+//! different cores work on different shards at once. A batch acquisition locks the
+//! shards it touches in index order (no deadlock) and commits only if every lease
+//! was granted: nobody ever observes half of it.
+//!
+//! The decisions are [`tenure::record`]'s, written once for every store, with a
+//! [`ClockJudge`] on the server's clock. What the table adds:
+//! - **server time**: wall time read once at start, then advanced by the
+//!   monotonic clock, so a wall-clock jump while running moves nothing;
+//! - **tokens**: `max(previous token + 1, server time in µs)` (the floor passed to
+//!   [`record::decide_acquire`]), so tokens also grow across restarts, see the
+//!   crate docs for the rule and its assumptions; a grant that would put a token
+//!   more than `max_lease / 2` ahead of the clock is refused;
+//! - **quarantine**: nothing is granted until `quarantine` has passed since start;
+//! - **tentative reservations** (seed 000's two-phase acquisition), kept beside the
+//!   record: a full ask removes every reservation it conflicts with; an upgrade
+//!   turns a surviving reservation into a real grant;
+//! - **a bounded memory**: records with no live grant are *retired* and kept for
+//!   their watermark, metadata and token (returned to the next holder) until
+//!   `retain` of them exist; then the oldest are dropped first, and the shard
+//!   remembers the highest token it dropped as a floor for new records.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tenure::record::{self, ClockJudge, Decision, LeaseRecord};
+use tenure::{Clock, EndedHow, Holder, HolderView, LeaseName, LeaseState, Mode, Mono, Predecessor, Version};
+
+use crate::witness::{BodyRef, PredRef, WitnessKind};
+
+/// Number of shards of the table.
+pub const SHARDS: usize = 64;
+/// Longest metadata a holder may leave with a lease, in bytes.
+pub const MAX_META: usize = 1024;
+
+/// Limits and timing of a [`Core`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoreOptions {
+    /// Longest lease duration granted.
+    pub max_lease: Duration,
+    /// Time after start during which nothing is granted (normally `max_lease` plus a
+    /// margin: every grant of a previous incarnation has ended by then).
+    pub quarantine: Duration,
+    /// Most leases with a live grant or reservation at once.
+    pub max_live: usize,
+    /// Most retired records (no live grant) kept for their watermark and metadata.
+    pub retain: usize,
+}
+
+impl CoreOptions {
+    /// Defaults for `max_lease`: quarantine `max_lease + 1s`, 1,000,000 live leases,
+    /// 100,000 retired records.
+    pub fn new(max_lease: Duration) -> Self {
+        Self { max_lease, quarantine: max_lease + Duration::from_secs(1), max_live: 1_000_000, retain: 100_000 }
+    }
+}
+
+/// Why the table refused a request (besides a lease being busy).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The server is in its start-up quarantine for this much longer.
+    Quarantine(Duration),
+    /// The request cannot be valid (name, TTL, metadata, watermark).
+    Invalid(String),
+    /// A limit was reached (live leases, token rate).
+    Overloaded(String),
+    /// `break` found the record changed since it was inspected.
+    Changed,
+    /// Nothing to do (e.g. no grant to break).
+    Nothing(String),
+}
+
+/// One lease asked for.
+#[derive(Clone, Debug)]
+pub struct Ask<'a> {
+    /// Lease name (validated when its record is created).
+    pub name: &'a str,
+    /// Mode.
+    pub mode: Mode,
+    /// Lease duration.
+    pub ttl_ms: u64,
+    /// Who asks.
+    pub holder: &'a Holder,
+    /// Whether the same nonce's grants may be re-taken at once.
+    pub retake: bool,
+    /// Metadata stored with the grant.
+    pub meta: Option<&'a str>,
+}
+
+/// A grant (or reservation, or renewal) as decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Granted {
+    /// Fencing token (0 for a tentative reservation: no fenced write accepts it).
+    pub token: u64,
+    /// Absolute deadline, server wall ms.
+    pub deadline_ms: u64,
+    /// The record's version after this change (a reservation id for tentative ones).
+    pub version: u64,
+    /// What came before.
+    pub predecessor: Option<Predecessor>,
+    /// The witness body to sign.
+    pub witness: Vec<u8>,
+}
+
+/// The outcome of an all-or-nothing acquisition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// Every lease, in request order.
+    Granted(Vec<Granted>),
+    /// Lease number `index` of the request was busy; nothing was taken.
+    Busy {
+        /// Index in the request.
+        index: usize,
+        /// Live holders that block it.
+        holders: Vec<HolderView>,
+        /// The record's version.
+        version: u64,
+    },
+}
+
+/// Counters for `/metrics` and the status page.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Grants (full, including upgrades).
+    pub grants: AtomicU64,
+    /// Acquisitions refused because the lease was held (contention).
+    pub busy: AtomicU64,
+    /// Grants that took over an expired grant.
+    pub expired_takeovers: AtomicU64,
+    /// Successful renewals.
+    pub renewals: AtomicU64,
+    /// Renewals of grants no longer held.
+    pub renewals_lost: AtomicU64,
+    /// Releases that ended a grant.
+    pub releases: AtomicU64,
+    /// Breaks by an administrator.
+    pub breaks: AtomicU64,
+    /// Tentative reservations granted.
+    pub tentative: AtomicU64,
+    /// Reservations removed by a full request.
+    pub tentative_broken: AtomicU64,
+    /// Upgrades that failed (the reservation was broken or expired).
+    pub upgrades_failed: AtomicU64,
+    /// Requests refused during the quarantine.
+    pub quarantined: AtomicU64,
+    /// Retired records dropped to keep memory bounded.
+    pub dropped: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+#[derive(Clone, Debug)]
+struct Reservation {
+    id: u64,
+    mode: Mode,
+    holder: Holder,
+    ttl_ms: u64,
+    deadline_ms: u64,
+    meta: Option<String>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    record: LeaseRecord,
+    version: u64,
+    modified_ms: u64,
+    reservations: Vec<Reservation>,
+    /// Contention: asks refused because the lease was held.
+    busy: u64,
+    /// Position in the shard's retire queue, 0 while live.
+    retired: u64,
+}
+
+impl Slot {
+    fn is_live(&self, now_ms: u64) -> bool {
+        self.record.entries().any(|(e, _)| e.deadline_ms > now_ms)
+            || self.reservations.iter().any(|r| r.deadline_ms > now_ms)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    slots: HashMap<String, Slot>,
+    /// (retire sequence, name), oldest first; entries whose slot moved on are stale.
+    retire_queue: VecDeque<(u64, String)>,
+    retired: usize,
+    next_retire: u64,
+    next_reservation: u64,
+    /// Highest token of a dropped record: new records start above it.
+    dropped_floor: u64,
+}
+
+/// The lease table. Cheap to share (`Arc<Core>`).
+#[derive(Debug)]
+pub struct Core {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    clock: Arc<dyn Clock>,
+    start: Mono,
+    start_wall_us: u64,
+    opts: CoreOptions,
+    /// Counters.
+    pub stats: Stats,
+}
+
+fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Core {
+    /// A fresh table on `clock`: it starts its quarantine now.
+    pub fn new(clock: Arc<dyn Clock>, opts: CoreOptions) -> Self {
+        let start = clock.mono();
+        let start_wall_us = clock.wall_ms().saturating_mul(1000);
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            hasher: RandomState::new(),
+            clock,
+            start,
+            start_wall_us,
+            opts,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &CoreOptions {
+        &self.opts
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Server time, µs since the unix epoch: the wall clock at start plus monotonic
+    /// time since.
+    pub fn now_us(&self) -> u64 {
+        let since = self.clock.mono().saturating_since(self.start);
+        self.start_wall_us.saturating_add(since.as_micros() as u64)
+    }
+
+    /// Server time when this incarnation started (µs since the unix epoch).
+    pub fn started_us(&self) -> u64 {
+        self.start_wall_us
+    }
+
+    /// How much longer the quarantine lasts (zero once over).
+    pub fn quarantine_left(&self) -> Duration {
+        (self.start + self.opts.quarantine).saturating_since(self.clock.mono())
+    }
+
+    fn shard_of(&self, name: &str) -> usize {
+        (self.hasher.hash_one(name) as usize) % SHARDS
+    }
+
+    fn check_open(&self) -> Result<(), Refusal> {
+        let left = self.quarantine_left();
+        if left.is_zero() {
+            Ok(())
+        } else {
+            bump(&self.stats.quarantined);
+            Err(Refusal::Quarantine(left))
+        }
+    }
+
+    fn check_ttl(&self, ttl_ms: u64) -> Result<(), Refusal> {
+        if ttl_ms == 0 || ttl_ms > self.opts.max_lease.as_millis() as u64 {
+            return Err(Refusal::Invalid(format!(
+                "lease duration {ttl_ms}ms is outside 1ms..={}ms (the server's --max-lease)",
+                self.opts.max_lease.as_millis()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Acquires every lease of `asks` or none (`tentative`: reservations only).
+    pub fn acquire(&self, asks: &[Ask<'_>], tentative: bool) -> Result<Acquired, Refusal> {
+        self.check_open()?;
+        for (i, a) in asks.iter().enumerate() {
+            self.check_ttl(a.ttl_ms)?;
+            if a.meta.is_some_and(|m| m.len() > MAX_META) {
+                return Err(Refusal::Invalid(format!("metadata longer than {MAX_META} bytes")));
+            }
+            if asks[..i].iter().any(|b| b.name == a.name) {
+                return Err(Refusal::Invalid(format!("lease {:?} asked twice in one batch", a.name)));
+            }
+        }
+        let shard_ids: Vec<usize> = asks.iter().map(|a| self.shard_of(a.name)).collect();
+        let mut order = shard_ids.clone();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
+            order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
+        let now_us = self.now_us();
+        let now_ms = now_us / 1000;
+        let judge = ClockJudge { now_ms };
+        // Decide everything first on copies; commit only if all are granted.
+        let mut decided = Vec::with_capacity(asks.len());
+        for (index, (ask, &sid)) in asks.iter().zip(&shard_ids).enumerate() {
+            let shard = guard(&mut guards, sid);
+            let slot = shard.slots.get(ask.name);
+            if slot.is_none() {
+                LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
+                if shard.slots.len() - shard.retired >= (self.opts.max_live / SHARDS).max(1) {
+                    return Err(Refusal::Overloaded(format!(
+                        "the server holds its limit of {} live leases",
+                        self.opts.max_live
+                    )));
+                }
+            }
+            let empty;
+            let current = match slot {
+                Some(s) => &s.record,
+                None => {
+                    empty = LeaseRecord::empty(ask.name);
+                    &empty
+                }
+            };
+            let reservations = slot.map_or(&[][..], |s| &s.reservations[..]);
+            let blocked_by_reservation = reservations.iter().any(|r| {
+                r.deadline_ms > now_ms
+                    && r.holder.nonce != ask.holder.nonce
+                    && (ask.mode == Mode::Exclusive || r.mode == Mode::Exclusive)
+            });
+            let floor = now_us.max(shard.dropped_floor);
+            let rask = record::Ask {
+                mode: ask.mode,
+                ttl_ms: ask.ttl_ms,
+                holder: ask.holder,
+                retake: ask.retake,
+                now_ms,
+                token_floor: floor,
+                meta: ask.meta.map(str::to_string),
+            };
+            match record::decide_acquire(ask.name, Some(current), &rask, &judge) {
+                Decision::Busy(holders) => {
+                    return Ok(self.busy(&mut guards, sid, ask.name, index, holders));
+                }
+                Decision::Grant { .. } if tentative && blocked_by_reservation => {
+                    return Ok(self.busy(&mut guards, sid, ask.name, index, Vec::new()));
+                }
+                Decision::Grant { record, token, predecessor } => {
+                    if token > now_us.saturating_add(self.opts.max_lease.as_micros() as u64 / 2) {
+                        return Err(Refusal::Overloaded(format!(
+                            "grants of {:?} outran the server clock (token {token}); slow down",
+                            ask.name
+                        )));
+                    }
+                    decided.push((sid, record, token, predecessor));
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(asks.len());
+        for (ask, (sid, rec, token, predecessor)) in asks.iter().zip(decided) {
+            let shard = guard(&mut guards, sid);
+            let deadline_ms = now_ms.saturating_add(ask.ttl_ms);
+            let res_id = shard.next_reservation + 1;
+            let slot = shard.slots.entry(ask.name.to_string()).or_insert_with(|| Slot {
+                record: LeaseRecord::empty(ask.name),
+                version: 0,
+                modified_ms: now_ms,
+                reservations: Vec::new(),
+                busy: 0,
+                retired: 0,
+            });
+            let was_retired = std::mem::take(&mut slot.retired) != 0;
+            let (kind, token, version) = if tentative {
+                slot.reservations.retain(|r| r.deadline_ms > now_ms && r.holder.nonce != ask.holder.nonce);
+                slot.reservations.push(Reservation {
+                    id: res_id,
+                    mode: ask.mode,
+                    holder: ask.holder.clone(),
+                    ttl_ms: ask.ttl_ms,
+                    deadline_ms,
+                    meta: ask.meta.map(str::to_string),
+                });
+                bump(&self.stats.tentative);
+                (WitnessKind::Tentative, 0, res_id)
+            } else {
+                // A full ask breaks every live reservation it conflicts with.
+                let conflicts = |r: &Reservation| ask.mode == Mode::Exclusive || r.mode == Mode::Exclusive;
+                let broken = slot.reservations.iter().filter(|r| r.deadline_ms > now_ms && conflicts(r)).count();
+                slot.reservations.retain(|r| r.deadline_ms > now_ms && !conflicts(r));
+                self.stats.tentative_broken.fetch_add(broken as u64, Ordering::Relaxed);
+                slot.record = rec;
+                slot.version += 1;
+                bump(&self.stats.grants);
+                if predecessor.as_ref().is_some_and(|p| p.how == EndedHow::Expired && p.at_ms == now_ms) {
+                    bump(&self.stats.expired_takeovers);
+                }
+                (WitnessKind::Grant, token, slot.version)
+            };
+            slot.modified_ms = now_ms;
+            if was_retired {
+                shard.retired -= 1;
+            }
+            if tentative {
+                shard.next_reservation = res_id;
+            }
+            let mut witness = Vec::with_capacity(96 + ask.name.len());
+            BodyRef {
+                kind,
+                name: ask.name,
+                mode: ask.mode,
+                token,
+                deadline_ms,
+                server_time_us: now_us,
+                holder_nonce: &ask.holder.nonce,
+                predecessor: predecessor.as_ref().map(PredRef::of),
+            }
+            .encode(&mut witness);
+            out.push(Granted { token, deadline_ms, version, predecessor, witness });
+        }
+        Ok(Acquired::Granted(out))
+    }
+
+    fn busy(
+        &self,
+        guards: &mut [(usize, MutexGuard<'_, Shard>)],
+        sid: usize,
+        name: &str,
+        index: usize,
+        holders: Vec<HolderView>,
+    ) -> Acquired {
+        bump(&self.stats.busy);
+        let shard = guard(guards, sid);
+        let version = match shard.slots.get_mut(name) {
+            Some(slot) => {
+                slot.busy += 1;
+                slot.version
+            }
+            None => 0,
+        };
+        Acquired::Busy { index, holders, version }
+    }
+
+    /// Turns reservation `id` of `nonce` on `name` into a full grant, if it survived.
+    pub fn upgrade(&self, name: &str, id: u64, nonce: &str) -> Result<Result<Granted, String>, Refusal> {
+        self.check_open()?;
+        let sid = self.shard_of(name);
+        let mut shard = lock(&self.shards[sid]);
+        let now_us = self.now_us();
+        let now_ms = now_us / 1000;
+        let floor = now_us.max(shard.dropped_floor);
+        let Some(slot) = shard.slots.get_mut(name) else {
+            bump(&self.stats.upgrades_failed);
+            return Ok(Err("the reservation is gone".into()));
+        };
+        let Some(pos) = slot.reservations.iter().position(|r| r.id == id && r.holder.nonce == nonce) else {
+            bump(&self.stats.upgrades_failed);
+            return Ok(Err("the reservation was broken by a full request".into()));
+        };
+        let r = slot.reservations.swap_remove(pos);
+        if r.deadline_ms <= now_ms {
+            bump(&self.stats.upgrades_failed);
+            return Ok(Err("the reservation expired".into()));
+        }
+        let rask = record::Ask {
+            mode: r.mode,
+            ttl_ms: r.ttl_ms,
+            holder: &r.holder,
+            retake: true,
+            now_ms,
+            token_floor: floor,
+            meta: r.meta.clone(),
+        };
+        match record::decide_acquire(name, Some(&slot.record), &rask, &ClockJudge { now_ms }) {
+            Decision::Busy(_) => {
+                bump(&self.stats.upgrades_failed);
+                Ok(Err("a full grant took the lease".into()))
+            }
+            Decision::Grant { record, token, predecessor } => {
+                slot.record = record;
+                slot.version += 1;
+                slot.modified_ms = now_ms;
+                bump(&self.stats.grants);
+                let deadline_ms = now_ms.saturating_add(r.ttl_ms);
+                let mut witness = Vec::with_capacity(96 + name.len());
+                BodyRef {
+                    kind: WitnessKind::Upgrade,
+                    name,
+                    mode: r.mode,
+                    token,
+                    deadline_ms,
+                    server_time_us: now_us,
+                    holder_nonce: nonce,
+                    predecessor: predecessor.as_ref().map(PredRef::of),
+                }
+                .encode(&mut witness);
+                Ok(Ok(Granted { token, deadline_ms, version: slot.version, predecessor, witness }))
+            }
+        }
+    }
+
+    /// Renews grant `token` of `nonce` (or, with `reservation`, that reservation).
+    /// `Ok(Err(detail))` if it is no longer held.
+    pub fn renew(
+        &self,
+        name: &str,
+        token: u64,
+        reservation: Option<u64>,
+        nonce: &str,
+        ttl_ms: u64,
+    ) -> Result<Result<Granted, String>, Refusal> {
+        self.check_ttl(ttl_ms)?;
+        let sid = self.shard_of(name);
+        let mut guard = lock(&self.shards[sid]);
+        let shard = &mut *guard;
+        let now_us = self.now_us();
+        let now_ms = now_us / 1000;
+        let Some(slot) = shard.slots.get_mut(name) else {
+            bump(&self.stats.renewals_lost);
+            return Ok(Err("the server has no record of this lease (it restarted, or the grant ended)".into()));
+        };
+        if let Some(id) = reservation {
+            let Some(r) = slot.reservations.iter_mut().find(|r| r.id == id && r.holder.nonce == nonce) else {
+                bump(&self.stats.renewals_lost);
+                return Ok(Err("the reservation was broken by a full request".into()));
+            };
+            r.deadline_ms = r.deadline_ms.max(now_ms.saturating_add(ttl_ms));
+            r.ttl_ms = ttl_ms;
+            let (mode, deadline_ms) = (r.mode, r.deadline_ms);
+            let witness = body(WitnessKind::Tentative, name, mode, 0, deadline_ms, now_us, nonce);
+            return Ok(Ok(Granted { token: 0, deadline_ms, version: id, predecessor: None, witness }));
+        }
+        match record::decide_renew(&slot.record, token, nonce, ttl_ms, now_ms, None) {
+            Err(gone) => {
+                bump(&self.stats.renewals_lost);
+                Ok(Err(gone.detail))
+            }
+            Ok(rec) => {
+                let (deadline_ms, mode) =
+                    rec.find(token, nonce).map_or((now_ms + ttl_ms, Mode::Exclusive), |(e, m)| (e.deadline_ms, m));
+                slot.record = rec;
+                slot.version += 1;
+                slot.modified_ms = now_ms;
+                let version = slot.version;
+                if std::mem::take(&mut slot.retired) != 0 {
+                    shard.retired -= 1;
+                }
+                bump(&self.stats.renewals);
+                let witness = body(WitnessKind::Renewal, name, mode, token, deadline_ms, now_us, nonce);
+                Ok(Ok(Granted { token, deadline_ms, version, predecessor: None, witness }))
+            }
+        }
+    }
+
+    /// Ends grant `token` of `nonce` (or a reservation). `Ok(false)`: it was not held.
+    #[allow(clippy::too_many_arguments)]
+    pub fn release(
+        &self,
+        name: &str,
+        token: u64,
+        reservation: Option<u64>,
+        nonce: &str,
+        dropped: bool,
+        watermark_ms: Option<u64>,
+        meta: Option<&str>,
+    ) -> Result<bool, Refusal> {
+        if meta.is_some_and(|m| m.len() > MAX_META) {
+            return Err(Refusal::Invalid(format!("metadata longer than {MAX_META} bytes")));
+        }
+        let sid = self.shard_of(name);
+        let mut guard = lock(&self.shards[sid]);
+        let shard = &mut *guard;
+        let now_ms = self.now_us() / 1000;
+        let Some(slot) = shard.slots.get_mut(name) else { return Ok(false) };
+        if let Some(id) = reservation {
+            let before = slot.reservations.len();
+            slot.reservations.retain(|r| !(r.id == id && r.holder.nonce == nonce));
+            let released = slot.reservations.len() < before;
+            retire_if_idle(shard, name, now_ms, self.per_shard_retain(), &self.stats);
+            return Ok(released);
+        }
+        if let (Some(w), Some((e, _))) = (watermark_ms, slot.record.find(token, nonce))
+            && w > e.deadline_ms
+        {
+            return Err(Refusal::Invalid(format!(
+                "watermark {w} is after the grant's deadline {}: a holder writes only before its deadline",
+                e.deadline_ms
+            )));
+        }
+        let how = if dropped { EndedHow::Dropped } else { EndedHow::Released };
+        match record::decide_release(&slot.record, token, nonce, how, now_ms, watermark_ms, meta) {
+            Err(_) => Ok(false),
+            Ok(rec) => {
+                slot.record = rec;
+                slot.version += 1;
+                slot.modified_ms = now_ms;
+                bump(&self.stats.releases);
+                retire_if_idle(shard, name, now_ms, self.per_shard_retain(), &self.stats);
+                Ok(true)
+            }
+        }
+    }
+
+    fn per_shard_retain(&self) -> usize {
+        (self.opts.retain / SHARDS).max(1)
+    }
+
+    /// Reads a lease's state.
+    pub fn inspect(&self, name: &LeaseName) -> LeaseState {
+        let shard = lock(&self.shards[self.shard_of(name.as_str())]);
+        let judge = ClockJudge { now_ms: self.now_us() / 1000 };
+        let mut state = LeaseState {
+            name: name.clone(),
+            version: None,
+            modified_ms: None,
+            holders: Vec::new(),
+            expired: Vec::new(),
+            last_token: shard.dropped_floor,
+            watermark_ms: None,
+            last: None,
+            corrupt: None,
+        };
+        if let Some(slot) = shard.slots.get(name.as_str()) {
+            state.version = Some(Version::seq(slot.version));
+            state.modified_ms = Some(slot.modified_ms);
+            state.holders = record::views(&slot.record, &judge);
+            state.expired = record::expired_views(&slot.record, &judge);
+            state.last_token = slot.record.last_token;
+            state.watermark_ms = slot.record.watermark_ms;
+            state.last = slot.record.predecessor();
+        }
+        state
+    }
+
+    /// Names under `prefix`, sorted (at most `limit`).
+    pub fn list(&self, prefix: &str, limit: usize) -> Vec<String> {
+        let mut names = Vec::new();
+        for shard in self.shards.iter() {
+            names.extend(lock(shard).slots.keys().filter(|k| k.starts_with(prefix)).cloned());
+        }
+        names.sort_unstable();
+        names.truncate(limit);
+        names
+    }
+
+    /// Breaks the grants of `name` (all, or only `only_token`) if its version is
+    /// still `seen_version`. Reservations go too.
+    pub fn break_lease(&self, name: &str, seen_version: u64, only_token: Option<u64>) -> Result<(), Refusal> {
+        let sid = self.shard_of(name);
+        let mut guard = lock(&self.shards[sid]);
+        let shard = &mut *guard;
+        let now_ms = self.now_us() / 1000;
+        let slot = shard.slots.get_mut(name).ok_or(Refusal::Changed)?;
+        if slot.version != seen_version {
+            return Err(Refusal::Changed);
+        }
+        let rec = record::decide_break(&slot.record, only_token, now_ms).map_err(|g| Refusal::Nothing(g.detail))?;
+        slot.record = rec;
+        slot.version += 1;
+        slot.modified_ms = now_ms;
+        if only_token.is_none() {
+            slot.reservations.clear();
+        }
+        bump(&self.stats.breaks);
+        retire_if_idle(shard, name, now_ms, self.per_shard_retain(), &self.stats);
+        Ok(())
+    }
+
+    /// Retires records whose grants have all expired (crashed holders), so that
+    /// memory stays bounded; their records stay until dropped, oldest first.
+    pub fn sweep(&self) {
+        let now_ms = self.now_us() / 1000;
+        let retain = self.per_shard_retain();
+        for shard in self.shards.iter() {
+            let mut guard = lock(shard);
+            let shard = &mut *guard;
+            let idle: Vec<String> = shard
+                .slots
+                .iter()
+                .filter(|(_, s)| s.retired == 0 && !s.is_live(now_ms))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for name in idle {
+                retire_if_idle(shard, &name, now_ms, retain, &self.stats);
+            }
+        }
+    }
+
+    /// A snapshot for the status page: live leases first, then retired ones.
+    pub fn snapshot(&self, limit: usize) -> Snapshot {
+        let now_ms = self.now_us() / 1000;
+        let judge = ClockJudge { now_ms };
+        let mut snap = Snapshot::default();
+        for shard in self.shards.iter() {
+            let shard = lock(shard);
+            snap.retired += shard.retired;
+            snap.live += shard.slots.len() - shard.retired;
+            for (name, slot) in &shard.slots {
+                if snap.leases.len() >= limit {
+                    snap.truncated = true;
+                    break;
+                }
+                snap.leases.push(LeaseRow {
+                    name: name.clone(),
+                    holders: record::views(&slot.record, &judge),
+                    tentative: slot.reservations.iter().filter(|r| r.deadline_ms > now_ms).count(),
+                    last_token: slot.record.last_token,
+                    watermark_ms: slot.record.watermark_ms,
+                    last: slot.record.predecessor(),
+                    busy: slot.busy,
+                    modified_ms: slot.modified_ms,
+                });
+            }
+        }
+        snap.leases.sort_by(|a, b| b.holders.is_empty().cmp(&a.holders.is_empty()).reverse().then(a.name.cmp(&b.name)));
+        snap
+    }
+}
+
+/// What the status page shows.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    /// Leases with a record, live ones first.
+    pub leases: Vec<LeaseRow>,
+    /// Records with a live grant (or not yet retired).
+    pub live: usize,
+    /// Retired records kept for their watermark.
+    pub retired: usize,
+    /// Whether `leases` was cut at the limit.
+    pub truncated: bool,
+}
+
+/// One lease on the status page.
+#[derive(Debug, Clone)]
+pub struct LeaseRow {
+    /// Name.
+    pub name: String,
+    /// Live grants.
+    pub holders: Vec<HolderView>,
+    /// Live tentative reservations.
+    pub tentative: usize,
+    /// Highest token granted.
+    pub last_token: u64,
+    /// Highest watermark.
+    pub watermark_ms: Option<u64>,
+    /// How the last grant ended.
+    pub last: Option<Predecessor>,
+    /// Contention: asks refused while it was held.
+    pub busy: u64,
+    /// Last change, server wall ms.
+    pub modified_ms: u64,
+}
+
+fn guard<'g, 'a>(guards: &'g mut [(usize, MutexGuard<'a, Shard>)], sid: usize) -> &'g mut Shard {
+    let i = guards.partition_point(|(id, _)| *id < sid);
+    &mut guards[i].1
+}
+
+fn body(kind: WitnessKind, name: &str, mode: Mode, token: u64, deadline_ms: u64, now_us: u64, nonce: &str) -> Vec<u8> {
+    let mut witness = Vec::with_capacity(64 + name.len());
+    BodyRef { kind, name, mode, token, deadline_ms, server_time_us: now_us, holder_nonce: nonce, predecessor: None }
+        .encode(&mut witness);
+    witness
+}
+
+/// Puts `name` in the retire queue if nothing holds it, then drops the oldest
+/// retired records beyond `retain`.
+fn retire_if_idle(shard: &mut Shard, name: &str, now_ms: u64, retain: usize, stats: &Stats) {
+    let Some(slot) = shard.slots.get_mut(name) else { return };
+    if slot.retired != 0 || slot.is_live(now_ms) {
+        return;
+    }
+    shard.next_retire += 1;
+    slot.retired = shard.next_retire;
+    shard.retired += 1;
+    shard.retire_queue.push_back((shard.next_retire, name.to_string()));
+    while shard.retired > retain {
+        let Some((seq, old)) = shard.retire_queue.pop_front() else { break };
+        if shard.slots.get(&old).is_some_and(|s| s.retired == seq)
+            && let Some(s) = shard.slots.remove(&old)
+        {
+            shard.retired -= 1;
+            shard.dropped_floor = shard.dropped_floor.max(s.record.last_token);
+            bump(&stats.dropped);
+        }
+    }
+    // Stale queue entries (records re-acquired since) are skipped above; compact
+    // when they pile up so the queue stays proportional to the retired records.
+    if shard.retire_queue.len() > 2 * retain + 64 {
+        let slots = &shard.slots;
+        shard.retire_queue.retain(|(seq, n)| slots.get(n).is_some_and(|s| s.retired == *seq));
+    }
+}

@@ -1,0 +1,491 @@
+//! The wire protocol, version 1: the message types and their framing.
+//!
+//! See the crate documentation for the protocol as a whole. Every frame is
+//!
+//! ```text
+//! request  = len:u32 id:u32 body                    (len = 4 + body length)
+//! response = len:u32 id:u32 server_time_us:u64 body (len = 12 + body length)
+//! ```
+//!
+//! little-endian, where `body` is the [postcard] encoding of a [`Request`] or a
+//! [`Response`] (postcard's wire format is stable since 1.0: varint integers,
+//! length-prefixed strings and sequences, enums as a varint variant index, in
+//! declaration order, so **variants and fields are only ever appended**). A
+//! response carries its request's `id`; responses may come in any order.
+//!
+//! [postcard]: https://docs.rs/postcard
+
+use serde::{Deserialize, Serialize};
+use tenure::{EndedHow, Holder, HolderView, Mode, Predecessor};
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// The first four bytes of the hello's payload.
+pub const MAGIC: [u8; 4] = *b"TNRW";
+/// Largest request frame a server accepts (length field included).
+pub const MAX_REQUEST: usize = 256 * 1024;
+/// Largest response frame a client accepts.
+pub const MAX_RESPONSE: usize = 8 * 1024 * 1024;
+/// Most leases in one batch request.
+pub const MAX_BATCH: usize = 512;
+/// Longest holder string (host, user, version, label, nonce), in bytes.
+pub const MAX_HOLDER_FIELD: usize = 256;
+
+/// A request, borrowed from the frame it was decoded from.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Request<'a> {
+    /// Must be the first frame of a connection.
+    Hello {
+        /// [`MAGIC`].
+        magic: [u8; 4],
+        /// The client's protocol version.
+        version: u16,
+        /// The shared secret, if the server wants one.
+        #[serde(borrow)]
+        auth: Option<&'a [u8]>,
+    },
+    /// Acquire all of `asks` or none; `tentative` asks for reservations only.
+    Acquire {
+        /// Reservations (two-phase acquisition) instead of grants.
+        tentative: bool,
+        /// What to acquire.
+        #[serde(borrow)]
+        asks: Vec<AskWire<'a>>,
+    },
+    /// Upgrade reservations to grants, one outcome each.
+    Upgrade(#[serde(borrow)] Vec<RefWire<'a>>),
+    /// Renew grants (or reservations), one outcome each.
+    Renew(#[serde(borrow)] Vec<RenewWire<'a>>),
+    /// Release grants (or reservations), one outcome each.
+    Release(#[serde(borrow)] Vec<ReleaseWire<'a>>),
+    /// A lease's state.
+    Inspect(&'a str),
+    /// Names under a prefix.
+    List {
+        /// Prefix.
+        prefix: &'a str,
+        /// Most names to return.
+        limit: u32,
+    },
+    /// Break grants if the record is still at `version`.
+    Break {
+        /// Lease name.
+        name: &'a str,
+        /// Version seen by the administrator.
+        version: u64,
+        /// Only this grant.
+        only_token: Option<u64>,
+    },
+    /// Liveness and clock check.
+    Ping,
+}
+
+/// A holder identity on the wire.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct HolderWire<'a> {
+    /// Correlation id.
+    pub nonce: &'a str,
+    /// Process id.
+    pub pid: u32,
+    /// Host name.
+    pub host: &'a str,
+    /// User name.
+    pub user: &'a str,
+    /// tenure version.
+    pub version: &'a str,
+    /// Label.
+    pub label: Option<&'a str>,
+}
+
+impl<'a> HolderWire<'a> {
+    /// Borrows a holder.
+    pub fn of(h: &'a Holder) -> Self {
+        Self {
+            nonce: &h.nonce,
+            pid: h.pid,
+            host: &h.host,
+            user: &h.user,
+            version: &h.version,
+            label: h.label.as_deref(),
+        }
+    }
+
+    /// An owned holder, refusing oversized fields.
+    pub fn to_holder(self) -> Result<Holder, String> {
+        for (what, v) in [
+            ("nonce", self.nonce),
+            ("host", self.host),
+            ("user", self.user),
+            ("version", self.version),
+            ("label", self.label.unwrap_or("")),
+        ] {
+            if v.len() > MAX_HOLDER_FIELD {
+                return Err(format!("holder {what} is {} bytes long (at most {MAX_HOLDER_FIELD})", v.len()));
+            }
+        }
+        if self.nonce.is_empty() {
+            return Err("holder nonce is empty".into());
+        }
+        Ok(Holder {
+            nonce: self.nonce.to_string(),
+            pid: self.pid,
+            host: self.host.to_string(),
+            user: self.user.to_string(),
+            version: self.version.to_string(),
+            label: self.label.map(str::to_string),
+        })
+    }
+}
+
+/// One lease asked for.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AskWire<'a> {
+    /// Lease name.
+    pub name: &'a str,
+    /// Mode.
+    pub mode: Mode,
+    /// Lease duration.
+    pub ttl_ms: u64,
+    /// Who asks.
+    #[serde(borrow)]
+    pub holder: HolderWire<'a>,
+    /// May re-take the same nonce's grant at once.
+    pub retake: bool,
+    /// Metadata.
+    pub meta: Option<&'a str>,
+}
+
+/// Which grant (or reservation) an operation is about.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct RefWire<'a> {
+    /// Lease name.
+    pub name: &'a str,
+    /// Fencing token (0 for a reservation).
+    pub token: u64,
+    /// Reservation id, for tentative grants.
+    pub reservation: Option<u64>,
+    /// The holder's nonce.
+    pub nonce: &'a str,
+}
+
+/// A renewal.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RenewWire<'a> {
+    /// The grant.
+    #[serde(borrow)]
+    pub grant: RefWire<'a>,
+    /// New lease duration from now.
+    pub ttl_ms: u64,
+}
+
+/// A release.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ReleaseWire<'a> {
+    /// The grant.
+    #[serde(borrow)]
+    pub grant: RefWire<'a>,
+    /// Dropped without an explicit release.
+    pub dropped: bool,
+    /// Watermark to publish.
+    pub watermark_ms: Option<u64>,
+    /// Metadata for the next holder.
+    pub meta: Option<&'a str>,
+}
+
+/// A response.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Response {
+    /// Answer to [`Request::Hello`].
+    Hello {
+        /// The server's protocol version.
+        version: u16,
+        /// Its ed25519 public key (witnesses verify with it).
+        public_key: [u8; 32],
+        /// Longest lease it grants.
+        max_lease_ms: u64,
+        /// How much longer it grants nothing.
+        quarantine_left_ms: u64,
+        /// When this incarnation started (µs since the unix epoch).
+        started_us: u64,
+    },
+    /// Answer to [`Request::Acquire`].
+    Acquired(AcquireReply),
+    /// Answer to [`Request::Upgrade`] and [`Request::Renew`], one per item.
+    Granted(Vec<Outcome>),
+    /// Answer to [`Request::Release`]: whether each grant was still held.
+    Released(Vec<bool>),
+    /// Answer to [`Request::Inspect`].
+    State(StateWire),
+    /// Answer to [`Request::List`].
+    Names(Vec<String>),
+    /// Answer to [`Request::Break`].
+    Done,
+    /// Answer to [`Request::Ping`].
+    Pong,
+    /// The request failed.
+    Error {
+        /// What kind of failure.
+        code: ErrorCode,
+        /// For humans.
+        message: String,
+    },
+}
+
+/// The outcome of an acquisition.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum AcquireReply {
+    /// Every lease, in request order.
+    Granted(Vec<GrantWire>),
+    /// Ask `index` was busy; nothing was taken.
+    Busy {
+        /// Index in the request.
+        index: u32,
+        /// Who blocks it.
+        holders: Vec<HolderViewWire>,
+        /// Record version.
+        version: u64,
+    },
+    /// The server is in its start-up quarantine for this much longer.
+    Quarantine {
+        /// Milliseconds left.
+        left_ms: u64,
+    },
+}
+
+/// One renewal's or upgrade's outcome.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Done.
+    Ok(GrantWire),
+    /// The grant is gone: why.
+    Lost(String),
+}
+
+/// A grant, renewal or reservation.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GrantWire {
+    /// Fencing token (0 for a reservation).
+    pub token: u64,
+    /// Absolute deadline, server wall ms.
+    pub deadline_ms: u64,
+    /// Record version (reservation id for reservations).
+    pub version: u64,
+    /// Predecessor.
+    pub predecessor: Option<PredecessorWire>,
+    /// Signed witness.
+    pub witness: Vec<u8>,
+}
+
+/// An owned holder (postcard cannot skip absent fields, so tenure's serde
+/// attributes on [`Holder`] are not used on the wire).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HolderOwned {
+    /// Correlation id.
+    pub nonce: String,
+    /// Process id.
+    pub pid: u32,
+    /// Host.
+    pub host: String,
+    /// User.
+    pub user: String,
+    /// Version.
+    pub version: String,
+    /// Label.
+    pub label: Option<String>,
+}
+
+impl From<&Holder> for HolderOwned {
+    fn from(h: &Holder) -> Self {
+        Self {
+            nonce: h.nonce.clone(),
+            pid: h.pid,
+            host: h.host.clone(),
+            user: h.user.clone(),
+            version: h.version.clone(),
+            label: h.label.clone(),
+        }
+    }
+}
+
+impl From<HolderOwned> for Holder {
+    fn from(h: HolderOwned) -> Self {
+        Holder { nonce: h.nonce, pid: h.pid, host: h.host, user: h.user, version: h.version, label: h.label }
+    }
+}
+
+/// [`Predecessor`] on the wire.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PredecessorWire {
+    /// Token.
+    pub token: u64,
+    /// Holder.
+    pub holder: Option<HolderOwned>,
+    /// How it ended.
+    pub how: EndedHow,
+    /// When.
+    pub at_ms: u64,
+    /// Watermark.
+    pub watermark_ms: Option<u64>,
+    /// Metadata.
+    pub meta: Option<String>,
+}
+
+impl From<&Predecessor> for PredecessorWire {
+    fn from(p: &Predecessor) -> Self {
+        Self {
+            token: p.token,
+            holder: p.holder.as_ref().map(HolderOwned::from),
+            how: p.how,
+            at_ms: p.at_ms,
+            watermark_ms: p.watermark_ms,
+            meta: p.meta.clone(),
+        }
+    }
+}
+
+impl From<PredecessorWire> for Predecessor {
+    fn from(p: PredecessorWire) -> Self {
+        Predecessor {
+            token: p.token,
+            holder: p.holder.map(Holder::from),
+            how: p.how,
+            at_ms: p.at_ms,
+            watermark_ms: p.watermark_ms,
+            meta: p.meta,
+        }
+    }
+}
+
+/// [`HolderView`] on the wire.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HolderViewWire {
+    /// Holder.
+    pub holder: HolderOwned,
+    /// Mode.
+    pub mode: Mode,
+    /// Token.
+    pub token: u64,
+    /// Deadline.
+    pub deadline_ms: u64,
+    /// TTL.
+    pub ttl_ms: u64,
+    /// Time left, by the server's clock.
+    pub expires_in_ms: u64,
+}
+
+impl From<&HolderView> for HolderViewWire {
+    fn from(v: &HolderView) -> Self {
+        Self {
+            holder: HolderOwned::from(&v.holder),
+            mode: v.mode,
+            token: v.token,
+            deadline_ms: v.deadline_ms,
+            ttl_ms: v.ttl_ms,
+            expires_in_ms: v.expires_in_ms,
+        }
+    }
+}
+
+impl From<HolderViewWire> for HolderView {
+    fn from(v: HolderViewWire) -> Self {
+        HolderView {
+            holder: v.holder.into(),
+            mode: v.mode,
+            token: v.token,
+            deadline_ms: v.deadline_ms,
+            ttl_ms: v.ttl_ms,
+            expires_in_ms: v.expires_in_ms,
+        }
+    }
+}
+
+/// A lease's state on the wire.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StateWire {
+    /// Record version, if the server has a record.
+    pub version: Option<u64>,
+    /// Last change.
+    pub modified_ms: Option<u64>,
+    /// Live grants.
+    pub holders: Vec<HolderViewWire>,
+    /// Expired grants not yet taken over.
+    pub expired: Vec<HolderViewWire>,
+    /// Highest token.
+    pub last_token: u64,
+    /// Highest watermark.
+    pub watermark_ms: Option<u64>,
+    /// How the last grant ended.
+    pub last: Option<PredecessorWire>,
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The bytes were not a valid frame or message; the server closes.
+    Protocol,
+    /// The protocol versions do not match; the server closes.
+    Version,
+    /// Missing or wrong shared secret; the server closes.
+    Unauthorized,
+    /// The request is invalid (name, TTL, metadata, watermark, batch size).
+    Invalid,
+    /// A server limit was reached (connections, live leases, token rate).
+    Overloaded,
+    /// `break` found the record changed.
+    Changed,
+    /// Nothing to do.
+    Nothing,
+    /// The server is in its start-up quarantine.
+    Quarantine,
+}
+
+/// Appends a request frame with `id` to `out`.
+pub fn encode_request(out: &mut Vec<u8>, id: u32, req: &Request<'_>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 8]);
+    let mut v = std::mem::take(out);
+    // Serialising plain data into a Vec cannot fail.
+    v = postcard::to_extend(req, v).unwrap_or_else(|_| Vec::new());
+    *out = v;
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&id.to_le_bytes());
+}
+
+/// Appends a response frame for request `id` to `out`.
+pub fn encode_response(out: &mut Vec<u8>, id: u32, server_time_us: u64, resp: &Response) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 16]);
+    let mut v = std::mem::take(out);
+    v = postcard::to_extend(resp, v).unwrap_or_else(|_| Vec::new());
+    *out = v;
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&id.to_le_bytes());
+    out[start + 8..start + 16].copy_from_slice(&server_time_us.to_le_bytes());
+}
+
+/// Where the next frame in `buf` ends: `Ok(None)` if more bytes are needed,
+/// `Err` if the length field is out of bounds (`min` ..= `max` bytes after it).
+pub fn frame_len(buf: &[u8], min: usize, max: usize) -> Result<Option<usize>, String> {
+    let Some(head) = buf.get(..4) else { return Ok(None) };
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    if len < min || len + 4 > max {
+        return Err(format!("frame length {len} is outside {min}..={} bytes", max - 4));
+    }
+    Ok((buf.len() >= 4 + len).then_some(4 + len))
+}
+
+/// Splits a response frame (as delimited by [`frame_len`]) into id, server time
+/// and body.
+pub fn split_response(frame: &[u8]) -> Option<(u32, u64, &[u8])> {
+    let id = u32::from_le_bytes(frame.get(4..8)?.try_into().ok()?);
+    let time = u64::from_le_bytes(frame.get(8..16)?.try_into().ok()?);
+    Some((id, time, frame.get(16..)?))
+}
+
+/// Splits a request frame into id and body.
+pub fn split_request(frame: &[u8]) -> Option<(u32, &[u8])> {
+    let id = u32::from_le_bytes(frame.get(4..8)?.try_into().ok()?);
+    Some((id, frame.get(8..)?))
+}
