@@ -1,11 +1,126 @@
-//! Not implemented yet: this crate is being written.
+//! tenure leases on etcd: `etcd://host:port[,host:port…]/prefix`.
+//!
+//! For users who already run etcd, or need leases that survive the loss of a
+//! machine: etcd replicates every write through Raft, so a lease outlives any
+//! one member. The lease logic is tenure's own, written once in
+//! [`tenure::CasStore`]; this crate gives it a [`Backend`](tenure::Backend) made
+//! of etcd primitives: compare-and-swap on `mod_revision` in transactions, etcd
+//! leases, and watches. See [`url`] for the URL and its options.
+//!
+//! # Layout
+//!
+//! Lease `deploy/prod` in store `etcd://…/locks` is the etcd key
+//! `locks/deploy/prod`, holding tenure's JSON lease record (see
+//! [`tenure::record`]). Next to it, `locks/deploy/prod~~last` is its *shadow*:
+//! a persistent copy of the last value written with an expiry, which etcd never
+//! deletes (see below). Fenced records live at `locks/<name>~fence`.
+//!
+//! # Operations, as etcd requests
+//!
+//! | tenure | etcd | cost |
+//! |---|---|---|
+//! | read a record | `Range` (linearizable) | 1 round trip, no disk write |
+//! | acquire / renew (write with expiry) | `Txn`: if `create_revision == 0` (create) or `mod_revision == seen` (update), put the record attached to our etcd lease and put its shadow | 1 round trip, 1 Raft write |
+//! | release / break (write without expiry) | `Txn`: if `mod_revision == seen`, put the record with no etcd lease | 1 round trip, 1 Raft write |
+//! | token floor of a vanished record | count-only `Range` → header revision | 1 round trip |
+//! | list | keys-only prefix `Range` | 1 round trip |
+//! | wait for a busy lease | `Watch` of the key from the revision after the one seen | 1 stream, woken by etcd |
+//! | keep our etcd lease alive | `LeaseKeepAlive` (or `LeaseGrant` when none) before a write that needs it | about once per `d/2`, see [`leases`](#etcd-leases-and-keep-alive) |
+//!
+//! So an uncontended acquire + release costs 3 requests (read, write, write;
+//! the holder caches what it wrote), a renewal 1, and a waiting contender 1
+//! read per wake-up instead of a poll loop.
+//!
+//! A record's [`Version`](tenure::Version) is its `mod_revision` (`tag` and
+//! `seq`): revisions grow strictly across the whole cluster, so they are exact
+//! compare-and-swap conditions and valid token floors.
+//!
+//! # etcd leases and keep-alive
+//!
+//! Every write with an expiry (acquire and renew; tenure asks for
+//! `ttl + max_skew`) attaches the record to an etcd lease, so that a crashed
+//! holder's record is deleted by etcd on etcd's own clock. As etcd's
+//! `concurrency.Session` does, a backend keeps one etcd lease per TTL class
+//! (`1.5 × (ttl + max_skew)`, rounded up to seconds) rather than one per grant,
+//! and keeps it alive with etcd's `LeaseKeepAlive`, lazily: before a write, if
+//! the etcd lease is not known to live at least `ttl + max_skew` more, it is
+//! refreshed first. That is the safety rule: etcd never deletes a record
+//! before its holder's own deadline. There is no background task; when a
+//! process dies or stops writing, its etcd leases lapse and its records vanish
+//! between `ttl + max_skew` and `1.5 × (ttl + max_skew)` after its last write.
+//! A release writes the record with no etcd lease, so released records (their
+//! token counter, watermark and predecessor) stay.
+//!
+//! The holder's keep-alive is still tenure's: it rewrites the record every
+//! `renew_interval`, because contenders judge a grant by watching its record
+//! change (tenure's clock discipline). Loss is reported through the same
+//! [`Health`](tenure::Health) as on every store: a failing renewal makes the
+//! lease `AtRisk`, then `Lost(Outage)`; a record changed or deleted by someone
+//! else (broken, or deleted by etcd after we were cut off for longer than the
+//! etcd lease) makes it `Lost(Stolen)` at the next renewal; a holder that cannot
+//! renew before its own deadline is `Lost(Expired)`.
+//!
+//! # Fencing tokens
+//!
+//! Tokens come from etcd revisions, as in etcd's own `concurrency.Mutex`: a new
+//! grant's token is `max(last_token, revision seen) + 1`, and when the record has
+//! vanished (its etcd lease expired), the floor is the cluster's current
+//! revision, which is above every revision, hence every token, the record ever
+//! had. A counter key would need a second contended write per grant; revisions
+//! are free.
+//!
+//! One race remains in "read absent, then create": between the read and the
+//! create, another holder could create the record and it could vanish again,
+//! and the create would then repeat that holder's token. So the creating `Txn`
+//! also compares the shadow: `mod_revision(shadow) < new token`. The shadow is
+//! written in every transaction that writes a record with an expiry, so its
+//! `mod_revision` is at least every token ever granted under the name, and the
+//! comparison is exactly "this token is above all earlier ones", checked by etcd
+//! atomically with the grant. (The backend reads the new token from the lease
+//! record it is writing; values that are not lease records skip the check.)
+//!
+//! # Caveats
+//!
+//! - **A vanished record loses its history.** When etcd deletes a crashed
+//!   holder's record, the next holder gets a token above every earlier one, but
+//!   no predecessor and no watermark ([`tenure::Predecessor`] is `None`). etcd
+//!   deletes the record at least `ttl + max_skew` after the holder's last write
+//!   on etcd's clock, so a next holder whose clock is within `max_skew` of
+//!   etcd's writes above the lost holder's deadline anyway. The shadow keeps the
+//!   last content for humans (`etcdctl get <key>~~last`). A contender that was
+//!   already waiting usually takes over before etcd deletes the record, and then
+//!   gets the full predecessor.
+//! - **No modification time**: etcd keeps none, so an unreadable record is
+//!   replaced only after a contender has watched it unchanged for `corrupt_ttl`.
+//! - **Compaction** of etcd's history is harmless: a watch whose start was
+//!   compacted away reports a change, and the waiter reads again.
+//! - **TLS is not supported** by this build (it would add a second TLS stack);
+//!   use etcd on a trusted network or through a local TLS proxy. User and
+//!   password authentication is supported (`user=`, [`url::PASSWORD_ENV`]).
+//! - **Deleting a record by hand** (`etcdctl del`) is safe for tokens (the floor
+//!   is the current revision) but frees a held lease at once: don't.
+
+mod backend;
+mod leases;
+pub mod url;
 
 use std::sync::Arc;
 
-use tenure::{Error, LeaseStore, OpenOptions, Result};
+use tenure::{CasStore, LeaseStore, OpenOptions, Result};
 
-/// Opens a store by URL.
+pub use backend::{EtcdBackend, SHADOW_SUFFIX};
+/// The etcd client crate, re-exported so that tools (such as the `tenure bench`
+/// anchor) talk to etcd with the same version.
+pub use etcd_client;
+pub use url::EtcdUrl;
+
+/// Opens an `etcd://` store: connects, checks that the cluster answers, and
+/// returns tenure's lease logic over it.
+///
+/// # Errors
+/// [`tenure::Error::InvalidStore`] for a malformed URL, unknown option or refused
+/// credentials; [`tenure::Error::Store`] when no endpoint answers in time.
 pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    let _ = opts;
-    Err(Error::unsupported(url, "this store is not implemented yet"))
+    let backend = EtcdBackend::connect(url, opts).await?;
+    Ok(Arc::new(CasStore::new(Arc::new(backend), opts.clock.clone(), opts.cas.clone())))
 }

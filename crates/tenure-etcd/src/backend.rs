@@ -1,0 +1,356 @@
+//! [`EtcdBackend`]: tenure's versioned register per key, on etcd. The mapping of
+//! each operation to etcd requests is in the crate docs.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, WatchOptions};
+use tenure::backend::check_key;
+use tenure::{Backend, Clock, ClockExt, Error, OpenOptions, Put, PutMode, PutOptions, Result, Stored, Version};
+
+use crate::leases::{LeaseError, LeaseFailure, LeasePool};
+use crate::url::EtcdUrl;
+
+/// Appended to a record's etcd key to name its shadow: the persistent copy of
+/// the last value written with an expiry, which etcd does not delete. No valid
+/// backend key contains `~~`, so a shadow never collides with a record.
+pub const SHADOW_SUFFIX: &str = "~~last";
+
+/// A [`Backend`] on etcd: each key is one etcd key under the store's prefix.
+pub struct EtcdBackend {
+    url: String,
+    endpoints: String,
+    client: Client,
+    /// `<prefix>/`.
+    root: String,
+    clock: Arc<dyn Clock>,
+    timeout: Duration,
+    leases: LeasePool,
+}
+
+impl fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("url", &self.url)
+            .field("endpoints", &self.endpoints)
+            .field("root", &self.root)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// gRPC status codes (google.rpc.Code) that say "fix the configuration".
+const PERMISSION_DENIED: i32 = 7;
+const UNAUTHENTICATED: i32 = 16;
+
+/// Whether etcd refused us for a reason retrying cannot fix: bad credentials,
+/// missing permissions, authentication not enabled. (Other codes, such as
+/// FailedPrecondition, also carry transient errors like "not leader".)
+fn refused(e: &etcd_client::Error) -> bool {
+    let etcd_client::Error::GRpcStatus(s) = e else { return false };
+    let code = s.code() as i32;
+    code == PERMISSION_DENIED || code == UNAUTHENTICATED || s.message().contains("authentication")
+}
+
+impl EtcdBackend {
+    /// Connects to the cluster named by `url` (see [`EtcdUrl`]) and checks that it
+    /// answers: one `Range` of the prefix, so that an unreachable endpoint or a
+    /// refused credential is reported here, naming the store.
+    ///
+    /// # Errors
+    /// [`Error::InvalidStore`] for a malformed URL, unknown options or credentials
+    /// etcd refuses; [`Error::Store`] when no endpoint answers in time.
+    pub async fn connect(url: &str, opts: &OpenOptions) -> Result<Self> {
+        let parsed = EtcdUrl::parse(url, &opts.params)?;
+        let s = &parsed.settings;
+        let mut connect = ConnectOptions::new()
+            .with_connect_timeout(s.connect_timeout)
+            .with_timeout(s.request_timeout)
+            // Fail fast on a member cut off from its cluster instead of hanging.
+            .with_require_leader(true)
+            // HTTP/2 pings find dead connections; etcd refuses pings more often
+            // than every 5 s, and any ping on a connection without streams.
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_keep_alive_while_idle(false);
+        if let Some((user, password)) = &s.credentials {
+            connect = connect.with_user(user.clone(), password.clone()).with_auto_token_refresh(true);
+        }
+        let endpoints = parsed.endpoints_display();
+        let op = || format!("connecting to etcd at {endpoints}");
+        let client = match tokio::time::timeout(
+            s.connect_timeout + s.request_timeout,
+            Client::connect(parsed.endpoints.clone(), Some(connect)),
+        )
+        .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(fail(url, op(), e)),
+            Err(_) => {
+                return Err(Error::store(url, op(), format!("no answer within {}", human(s.connect_timeout))));
+            }
+        };
+        let backend = Self {
+            url: url.to_string(),
+            endpoints: endpoints.clone(),
+            client,
+            root: format!("{}/", parsed.prefix),
+            clock: opts.clock.clone(),
+            timeout: s.request_timeout,
+            leases: LeasePool::default(),
+        };
+        let mut kv = backend.client.kv_client();
+        let probe = kv.get(backend.root.clone(), Some(GetOptions::new().with_prefix().with_count_only()));
+        backend.call(&op, probe).await?;
+        Ok(backend)
+    }
+
+    /// The etcd key that backend key `key` is stored under.
+    pub fn etcd_key(&self, key: &str) -> String {
+        format!("{}{key}", self.root)
+    }
+
+    /// The etcd client, for tools that need raw access to the same cluster.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Runs one etcd request under the request timeout, keeping etcd's error.
+    async fn timed<T>(
+        &self,
+        op: &(dyn Fn() -> String + Sync),
+        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<std::result::Result<T, etcd_client::Error>> {
+        tokio::time::timeout(self.timeout, fut).await.map_err(|_| {
+            Error::store(
+                &self.url,
+                op(),
+                format!("no answer from etcd at {} within {}", self.endpoints, human(self.timeout)),
+            )
+        })
+    }
+
+    /// Runs one etcd request under the request timeout.
+    async fn call<T>(
+        &self,
+        op: &(dyn Fn() -> String + Sync),
+        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        self.timed(op, fut).await?.map_err(|e| fail(&self.url, op(), e))
+    }
+
+    fn version(&self, key: &str, rev: i64) -> Result<Version> {
+        match u64::try_from(rev) {
+            Ok(r) if r > 0 => Ok(Version::seq(r)),
+            _ => Err(Error::corrupt(&self.url, key, format!("etcd reported revision {rev}"))),
+        }
+    }
+
+    fn revision_of(&self, key: &str, v: &Version) -> Result<i64> {
+        v.tag.parse::<i64>().ok().filter(|r| *r > 0).ok_or_else(|| {
+            Error::unsupported(
+                &self.url,
+                format!(
+                    "version {:?} of key {key:?} is not an etcd mod_revision: it was not read from this store",
+                    v.tag
+                ),
+            )
+        })
+    }
+
+    fn header_revision(&self, key: &str, header: Option<&etcd_client::ResponseHeader>) -> Result<Version> {
+        let rev = header.map_or(0, etcd_client::ResponseHeader::revision);
+        self.version(key, rev)
+    }
+
+    async fn lease_for(&self, key: &str, d: Duration) -> Result<i64> {
+        self.leases.lease_for(&self.client, d).await.map_err(|LeaseError { op, source }| {
+            let op = format!("writing key {key:?}: {op}");
+            match source {
+                LeaseFailure::Etcd(e) => fail(&self.url, op, e),
+                LeaseFailure::TooSlow(left) => Error::store(
+                    &self.url,
+                    op,
+                    format!("etcd answered so late that the lease has only {} left", human(left)),
+                ),
+            }
+        })
+    }
+
+    /// The transaction of one conditional write, and the etcd lease it attaches.
+    async fn txn(&self, key: &str, k: &str, value: &Bytes, opts: &PutOptions) -> Result<(Txn, Option<i64>)> {
+        let mut when = vec![match &opts.mode {
+            PutMode::Create => Compare::create_revision(k, CompareOp::Equal, 0),
+            PutMode::Update(v) => Compare::mod_revision(k, CompareOp::Equal, self.revision_of(k, v)?),
+        }];
+        let Some(d) = opts.expires_after else {
+            // No expiry: the record is detached from any etcd lease and stays.
+            return Ok((Txn::new().when(when).and_then([TxnOp::put(k, value.to_vec(), None)]), None));
+        };
+        let shadow = format!("{k}{SHADOW_SUFFIX}");
+        if opts.mode == PutMode::Create
+            && let Some(token) = new_token(value)
+        {
+            // The token rule, checked by etcd in the granting transaction: every
+            // earlier write under this name happened at a revision below the new
+            // token (see the crate docs, "Fencing tokens").
+            let token = i64::try_from(token).unwrap_or(i64::MAX);
+            when.push(Compare::mod_revision(shadow.as_str(), CompareOp::Less, token));
+        }
+        let lease = self.lease_for(key, d).await?;
+        let put = etcd_client::PutOptions::new().with_lease(lease);
+        let then = [TxnOp::put(k, value.to_vec(), Some(put)), TxnOp::put(shadow, value.to_vec(), None)];
+        Ok((Txn::new().when(when).and_then(then), Some(lease)))
+    }
+}
+
+/// The token a lease record grants, if `value` is one (see the crate docs).
+fn new_token(value: &[u8]) -> Option<u64> {
+    tenure::record::LeaseRecord::parse(value).ok().map(|r| r.last_token)
+}
+
+/// Whether etcd refused a put because its lease does not exist (any more).
+fn lease_not_found(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("lease not found"))
+}
+
+fn fail(url: &str, op: String, e: etcd_client::Error) -> Error {
+    if refused(&e) {
+        Error::InvalidStore { url: url.to_string(), reason: format!("{op}: etcd refused: {e}") }
+    } else {
+        Error::store(url, op, e)
+    }
+}
+
+fn human(d: Duration) -> String {
+    tenure::human_duration(d)
+}
+
+#[async_trait]
+impl Backend for EtcdBackend {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// One linearizable `Range` of the key.
+    async fn get(&self, key: &str) -> Result<Option<Stored>> {
+        check_key(key)?;
+        let k = self.etcd_key(key);
+        let mut kv = self.client.kv_client();
+        let resp = self.call(&|| format!("reading key {k:?}"), kv.get(k.as_str(), None)).await?;
+        let Some(found) = resp.kvs().first() else { return Ok(None) };
+        Ok(Some(Stored {
+            value: Bytes::copy_from_slice(found.value()),
+            version: self.version(&k, found.mod_revision())?,
+            // etcd keeps no modification time; unreadable records are judged by
+            // how long a contender has watched them instead.
+            modified_ms: None,
+        }))
+    }
+
+    /// One `Txn`: compare, then put (with the shadow, when it expires); plus, now
+    /// and then, one `LeaseKeepAlive` or `LeaseGrant` first.
+    async fn put(&self, key: &str, value: Bytes, opts: PutOptions) -> Result<Put> {
+        check_key(key)?;
+        let k = self.etcd_key(key);
+        let op = || format!("writing key {k:?}");
+        let mut retried = false;
+        loop {
+            let (txn, lease) = self.txn(key, &k, &value, &opts).await?;
+            let mut kv = self.client.kv_client();
+            match self.timed(&op, kv.txn(txn)).await? {
+                Ok(resp) if resp.succeeded() => return Ok(Put::Done(self.header_revision(&k, resp.header())?)),
+                Ok(_) => return Ok(Put::Conflict),
+                // Our etcd lease expired under us (we were cut off for longer than
+                // its TTL): get a new one and write once more.
+                Err(e) if lease_not_found(&e) && !retried => {
+                    if let (Some(id), Some(d)) = (lease, opts.expires_after) {
+                        self.leases.forget(d, id).await;
+                    }
+                    retried = true;
+                }
+                Err(e) => return Err(fail(&self.url, op(), e)),
+            }
+        }
+    }
+
+    /// One keys-only `Range` over the prefix. Keys that are not valid tenure keys
+    /// (written by someone else, or not UTF-8) and shadows are left out.
+    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let start = format!("{}{prefix}", self.root);
+        let mut kv = self.client.kv_client();
+        let opts = GetOptions::new().with_prefix().with_keys_only();
+        let resp = self.call(&|| format!("listing keys under {start:?}"), kv.get(start.as_str(), Some(opts))).await?;
+        let under =
+            |k: &str| prefix.is_empty() || k == prefix || k.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'));
+        let mut keys = Vec::with_capacity(resp.kvs().len());
+        for found in resp.kvs() {
+            let Some(key) = std::str::from_utf8(found.key()).ok().and_then(|k| k.strip_prefix(self.root.as_str()))
+            else {
+                continue;
+            };
+            if !key.contains(SHADOW_SUFFIX) && under(key) && check_key(key).is_ok() {
+                keys.push(key.to_string());
+            }
+        }
+        Ok(keys)
+    }
+
+    /// One count-only `Range`: the store's current revision, which is above every
+    /// revision, and so every token, the vanished record ever had.
+    async fn absent_floor(&self, key: &str) -> Result<u64> {
+        let k = self.etcd_key(key);
+        let mut kv = self.client.kv_client();
+        let resp = self
+            .call(
+                &|| format!("reading the revision for key {k:?}"),
+                kv.get(k.as_str(), Some(GetOptions::new().with_count_only())),
+            )
+            .await?;
+        Ok(self.header_revision(&k, resp.header())?.seq.unwrap_or(0))
+    }
+
+    /// One `Watch` of the key from the revision after `seen` (after a count-only
+    /// `Range` when `seen` is `None`): etcd replays any change since, so none is
+    /// missed between the caller's read and the watch.
+    async fn watch(&self, key: &str, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
+        check_key(key)?;
+        let k = self.etcd_key(key);
+        let give_up = self.clock.sleep(timeout);
+        let changed = async {
+            let from = match seen {
+                Some(v) => self.revision_of(&k, v)? + 1,
+                None => {
+                    let mut kv = self.client.kv_client();
+                    let count = Some(GetOptions::new().with_count_only());
+                    let resp = self.call(&|| format!("reading key {k:?}"), kv.get(k.as_str(), count)).await?;
+                    if resp.count() > 0 {
+                        return Ok(true);
+                    }
+                    self.header_revision(&k, resp.header())?.seq.unwrap_or(0) as i64 + 1
+                }
+            };
+            let op = || format!("watching key {k:?} from revision {from}");
+            let mut watches = self.client.watch_client();
+            let opts = WatchOptions::new().with_start_revision(from);
+            let mut stream = self.call(&op, watches.watch(k.as_str(), Some(opts))).await?;
+            loop {
+                match stream.message().await {
+                    // Changed, or the watch was cancelled (history compacted past
+                    // `from`, or the member lost its leader): read again.
+                    Ok(Some(resp)) if resp.canceled() || !resp.events().is_empty() => return Ok(true),
+                    Ok(Some(_)) => {} // "created" and progress notifications
+                    Ok(None) => return Err(Error::store(&self.url, op(), "etcd closed the watch stream")),
+                    Err(e) => return Err(fail(&self.url, op(), e)),
+                }
+            }
+        };
+        tokio::select! {
+            out = changed => out,
+            () = give_up => Ok(false),
+        }
+    }
+}
