@@ -1,0 +1,181 @@
+//! The lease-guarded journal (seed 000): leases give a consistent order to
+//! writes from many processes, with no log server.
+//!
+//! One operation ([`Journal::begin`] … [`Txn::commit`]):
+//!
+//! 1. **Acquire** every lease the operation needs (any store: a directory, a
+//!    bucket, the lease server, etcd), all or nothing, in canonical order.
+//! 2. **Learn the predecessors' watermarks**: each grant says up to when its
+//!    predecessors wrote. If a predecessor did not end gracefully (expired,
+//!    dropped, broken), its messages may still be in flight: the journal *helps*
+//!    close the buckets up to its watermark (waiting for their grace, at most
+//!    width + grace) so that every late message of the predecessor is decided
+//!    before this operation reads or writes on top of it.
+//! 3. **Stamp** every message with a timestamp strictly above all those
+//!    watermarks and strictly below every lease's deadline; never on a lease the
+//!    keep-alive reports lost. A stamp more than [`MAX_AHEAD`] ahead of the clock
+//!    (a predecessor whose clock ran fast) waits for the clock instead.
+//! 4. **Append** the batch, carrying the lease names, fencing tokens, deadlines,
+//!    the watermark each grant learned, the holder's correlation id and, from the
+//!    lease server, the signed witness.
+//! 5. **Release** every lease with the highest timestamp stamped (accepted or
+//!    not) as the new watermark.
+//!
+//! Two operations that conflict share a lease, so the later one's timestamps are
+//! above everything the earlier one stamped: readers ordering by timestamp see
+//! them in order. Readers drop messages stamped at or after their lease's
+//! deadline, and [`crate::audit`] checks the rest.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tenure::{Client, ClockExt, Error, Grant, LeaseOptions, LeaseSet, LossReason, ReleaseRequest, Released, Result};
+
+use crate::frame::LeaseStamp;
+use crate::log::Writer;
+use crate::protocol::{Batch, Outcome};
+
+/// Longest a stamp may run ahead of the local clock before the journal waits.
+pub const MAX_AHEAD: Duration = Duration::from_secs(1);
+
+/// Appends under leases.
+#[derive(Clone, Debug)]
+pub struct Journal {
+    writer: Writer,
+    client: Client,
+    opts: LeaseOptions,
+}
+
+impl Journal {
+    /// A journal appending with `writer` under leases of `client`'s store.
+    pub fn new(writer: Writer, client: Client, opts: LeaseOptions) -> Self {
+        Self { writer, client, opts }
+    }
+
+    /// The writer.
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    /// Acquires `names` (all or nothing) and prepares to stamp above their
+    /// predecessors' watermarks.
+    pub async fn begin<S: AsRef<str>>(&self, names: &[S]) -> Result<Txn> {
+        let set = self.client.acquire_all(names, &self.opts).await?;
+        let grants = set.grants();
+        let mut floor = 0u64;
+        for g in grants.iter() {
+            let Some(p) = &g.predecessor else { continue };
+            if let Some(w) = p.watermark_ms {
+                floor = floor.max(w.saturating_add(1));
+                if !p.how.graceful() {
+                    self.settle(w, g).await?;
+                }
+            }
+        }
+        Ok(Txn {
+            writer: self.writer.clone(),
+            store: self.client.store().url().to_string(),
+            set,
+            floor_ms: floor,
+            max_stamped: None,
+            safety: self.opts.safety(),
+        })
+    }
+
+    /// Closes the buckets in which a predecessor that did not end gracefully may
+    /// still have messages in flight, so their fate is decided.
+    async fn settle(&self, watermark_ms: u64, grant: &Grant) -> Result<()> {
+        let log = self.writer.log();
+        let cfg = log.config_or_create().await?;
+        let last = cfg.bucket_of(watermark_ms);
+        let ready = cfg.end_of(last).saturating_add(cfg.grace_ms);
+        let clock = log.clock().clone();
+        let now = clock.wall_ms();
+        if now < ready {
+            clock.sleep(Duration::from_millis(ready - now)).await;
+        }
+        let mut bucket =
+            cfg.bucket_of(watermark_ms.saturating_sub(grant.ttl.as_millis() as u64)).max(cfg.first_bucket_ms);
+        while bucket <= last {
+            log.close(bucket).await?;
+            bucket = cfg.end_of(bucket);
+        }
+        Ok(())
+    }
+}
+
+/// An operation in progress: leases held, stamping above their watermarks.
+#[derive(Debug)]
+pub struct Txn {
+    writer: Writer,
+    store: String,
+    set: LeaseSet,
+    floor_ms: u64,
+    max_stamped: Option<u64>,
+    safety: Duration,
+}
+
+impl Txn {
+    /// The grants held (renewals update them).
+    pub fn grants(&self) -> Arc<Vec<Grant>> {
+        self.set.grants()
+    }
+
+    /// The lowest timestamp this operation may still stamp.
+    pub fn floor_ms(&self) -> u64 {
+        self.floor_ms
+    }
+
+    /// Stamps `payloads` (one batch) and appends them under the leases.
+    pub async fn append(&mut self, payloads: Vec<Bytes>) -> Result<Outcome> {
+        let log = self.writer.log().clone();
+        let clock = log.clock().clone();
+        let mut now = clock.wall_ms();
+        let ahead = self.floor_ms.saturating_sub(now);
+        if ahead > MAX_AHEAD.as_millis() as u64 {
+            clock.sleep(Duration::from_millis(ahead - MAX_AHEAD.as_millis() as u64)).await;
+            now = clock.wall_ms();
+        }
+        let ts = now.max(self.floor_ms);
+        let grants = self.set.grants();
+        let lost = |g: &Grant, reason: LossReason| Error::Lost {
+            store: self.store.clone(),
+            name: g.name.to_string(),
+            token: g.token,
+            reason,
+        };
+        if let tenure::Health::Lost(reason) = self.set.health() {
+            let g = grants.first().ok_or_else(|| Error::InvalidOptions { reason: "no grants".into() })?;
+            return Err(lost(g, reason));
+        }
+        for g in grants.iter() {
+            // Stop on the local monotonic deadline (minus the safety margin) and never
+            // stamp at or past the recorded deadline, which readers check.
+            if clock.mono() >= g.local_deadline - self.safety || ts >= g.deadline_ms {
+                return Err(lost(g, LossReason::Expired));
+            }
+        }
+        let leases = grants
+            .iter()
+            .map(|g| LeaseStamp {
+                name: g.name.to_string(),
+                token: g.token,
+                deadline_ms: g.deadline_ms,
+                watermark_ms: g.predecessor.as_ref().and_then(|p| p.watermark_ms),
+                holder: g.holder.nonce.clone(),
+                witness: g.witness.clone(),
+            })
+            .collect();
+        self.max_stamped = Some(self.max_stamped.map_or(ts, |m| m.max(ts)));
+        self.floor_ms = self.floor_ms.max(ts);
+        let batch = Batch { messages: payloads.into_iter().map(|p| (ts, p)).collect(), leases };
+        self.writer.append(batch).await
+    }
+
+    /// Releases every lease, publishing the highest timestamp stamped.
+    pub async fn commit(self) -> Result<Released> {
+        let req = ReleaseRequest { watermark_ms: self.max_stamped, ..ReleaseRequest::default() };
+        self.set.release_with(req).await
+    }
+}

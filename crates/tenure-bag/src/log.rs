@@ -1,0 +1,363 @@
+//! [`Log`]: a bag log on a directory or an object store, and its [`Writer`]s.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::ObjectStore;
+use object_store::path::Path;
+use serde::Serialize;
+use tenure::{Clock, ClockExt, Error, Result, SystemClock};
+use tokio::sync::{Mutex, OnceCell, watch};
+use tokio::task::JoinHandle;
+
+use crate::fs::FsStorage;
+use crate::layout::{LogConfig, LogSettings};
+use crate::object::ObjectStorage;
+use crate::protocol::{self, Batch, Ctx, Outcome, WriterState};
+use crate::read::{self, ReadOptions, ReadResult};
+use crate::snapshot::{self, CompactReport};
+
+/// How to open a log.
+#[derive(Clone, Debug)]
+pub struct BagOptions {
+    /// Settings used if this process creates the log (ignored otherwise: the
+    /// log's own configuration wins).
+    pub settings: LogSettings,
+    /// The clock (tests inject a manual one).
+    pub clock: Arc<dyn Clock>,
+    /// After a close, `chmod` the bucket read-only (a hint; never relied upon).
+    pub read_only_hint: bool,
+    /// Store settings for object stores (`aws_endpoint`, `aws_access_key_id` …).
+    pub params: BTreeMap<String, String>,
+}
+
+impl Default for BagOptions {
+    fn default() -> Self {
+        Self {
+            settings: LogSettings::default(),
+            clock: SystemClock::shared(),
+            read_only_hint: false,
+            params: BTreeMap::new(),
+        }
+    }
+}
+
+impl BagOptions {
+    /// With a clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+    /// With creation settings.
+    pub fn with_settings(mut self, settings: LogSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+    /// With a store setting.
+    pub fn with_param(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.params.insert(key.into(), value.into());
+        self
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum Backend {
+    Fs(FsStorage),
+    Object(ObjectStorage),
+}
+
+#[derive(Debug)]
+struct Inner {
+    backend: Backend,
+    opts: BagOptions,
+    fsync: bool,
+    cfg: OnceCell<LogConfig>,
+}
+
+/// A log: time buckets of messages on a directory or under an object-store prefix.
+///
+/// Cheap to clone. Opening never writes; the configuration is created by the first
+/// write or close.
+#[derive(Clone, Debug)]
+pub struct Log {
+    inner: Arc<Inner>,
+}
+
+/// Runs `body` with the storage: file systems on the blocking pool (their futures
+/// block when polled and never wait on anything else), object stores inline.
+macro_rules! with_storage {
+    ($log:expr, |$s:ident| $body:expr) => {
+        match &$log.inner.backend {
+            Backend::Fs(fs) => {
+                let fs = fs.clone();
+                tokio::task::spawn_blocking(move || {
+                    futures::executor::block_on(async move {
+                        let $s = &fs;
+                        $body
+                    })
+                })
+                .await
+                .map_err(|e| Error::store($log.url(), "running a file-system task", e))?
+            }
+            Backend::Object(obj) => {
+                let $s = obj;
+                $body
+            }
+        }
+    };
+}
+
+impl Log {
+    /// Opens `file:///dir[?fsync=false]`, a plain path, or `s3://bucket/prefix`
+    /// (with `opts.params`: `aws_endpoint`, `aws_access_key_id`, …).
+    pub fn open(url: &str, opts: BagOptions) -> Result<Log> {
+        if url.starts_with("file://") || !url.contains("://") {
+            let fs = crate::fs::open(url)?;
+            return Ok(Self::on_fs(fs, opts));
+        }
+        let (store, prefix) = crate::open_object_store(url, &opts.params)?;
+        Ok(Self::on_object_store(url, store, prefix, opts))
+    }
+
+    /// A log in a directory.
+    pub fn on_fs(fs: FsStorage, opts: BagOptions) -> Log {
+        let fsync = fs.fsync();
+        Self::with_backend(Backend::Fs(fs), opts, fsync)
+    }
+
+    /// A log under `prefix` of an object store.
+    pub fn on_object_store(url: &str, store: Arc<dyn ObjectStore>, prefix: Path, opts: BagOptions) -> Log {
+        Self::with_backend(Backend::Object(ObjectStorage::new(url, store, prefix)), opts, true)
+    }
+
+    fn with_backend(backend: Backend, opts: BagOptions, fsync: bool) -> Log {
+        Log { inner: Arc::new(Inner { backend, opts, fsync, cfg: OnceCell::new() }) }
+    }
+
+    /// The log's URL.
+    pub fn url(&self) -> &str {
+        match &self.inner.backend {
+            Backend::Fs(s) => protocol::Storage::url(s),
+            Backend::Object(s) => protocol::Storage::url(s),
+        }
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.opts.clock
+    }
+
+    /// The configuration, or `None` for a log nobody has written yet. Never writes.
+    pub async fn config(&self) -> Result<Option<LogConfig>> {
+        if let Some(cfg) = self.inner.cfg.get() {
+            return Ok(Some(*cfg));
+        }
+        let cfg = with_storage!(self, |s| protocol::Storage::load_config(s).await)?;
+        if let Some(cfg) = cfg {
+            let _ = self.inner.cfg.set(cfg);
+        }
+        Ok(cfg)
+    }
+
+    /// The configuration, creating the log if it is new (writers and closers).
+    pub async fn config_or_create(&self) -> Result<LogConfig> {
+        if let Some(cfg) = self.config().await? {
+            return Ok(cfg);
+        }
+        let fresh = self
+            .inner
+            .opts
+            .settings
+            .config_at(self.clock().wall_ms())
+            .map_err(|reason| Error::InvalidOptions { reason })?;
+        let cfg = with_storage!(self, |s| protocol::config_or_create(s, fresh).await)?;
+        let _ = self.inner.cfg.set(cfg);
+        Ok(cfg)
+    }
+
+    async fn ctx(&self) -> Result<Ctx> {
+        Ok(Ctx {
+            cfg: self.config_or_create().await?,
+            clock: self.inner.opts.clock.clone(),
+            read_only_hint: self.inner.opts.read_only_hint,
+            fsync: self.inner.fsync,
+        })
+    }
+
+    /// A writer named `id` (`[A-Za-z0-9_-]`, at most 64). Ids must be unique among
+    /// live writers: [`Writer::unique_id`] makes one.
+    pub fn writer(&self, id: impl Into<String>) -> Result<Writer> {
+        let id = id.into();
+        crate::frame::check_writer(&id).map_err(|reason| Error::InvalidOptions { reason })?;
+        Ok(Writer {
+            log: self.clone(),
+            state: Arc::new(Mutex::new(WriterState { id, next_seq: 0, slots: Default::default() })),
+        })
+    }
+
+    /// Closes `bucket` (any process may, at any time after its grace); idempotent.
+    pub async fn close(&self, bucket: u64) -> Result<CloseReport> {
+        let ctx = self.ctx().await?;
+        if ctx.cfg.bucket_of(bucket) != bucket {
+            return Err(Error::InvalidOptions { reason: format!("{bucket} is not the start of a bucket") });
+        }
+        let closed = with_storage!(self, |s| protocol::close(s, &ctx, bucket).await)?;
+        Ok(CloseReport { bucket_ms: bucket, published: closed.published, items: closed.manifest.items.len() })
+    }
+
+    /// Closes every bucket from `*cursor` up to the newest closable one, advancing
+    /// the cursor (start it at [`Log::close_start`]). A metronome calls this in a loop.
+    pub async fn close_due(&self, cursor: &mut u64) -> Result<CloseRound> {
+        let ctx = self.ctx().await?;
+        let Some(last) = ctx.cfg.last_closable(ctx.clock.wall_ms()) else { return Ok(CloseRound::default()) };
+        let start = (*cursor).max(ctx.cfg.first_bucket_ms);
+        let (round, next) = with_storage!(self, |s| {
+            let mut round = CloseRound::default();
+            let mut bucket = start;
+            // A failed close ends the round; the next round starts again from `start`
+            // (closing is idempotent).
+            while bucket <= last {
+                let closed = protocol::close(s, &ctx, bucket).await?;
+                round.closed += 1;
+                round.published += u64::from(closed.published);
+                bucket = ctx.cfg.end_of(bucket);
+            }
+            Ok::<_, Error>((round, bucket))
+        })?;
+        *cursor = next;
+        Ok(round)
+    }
+
+    /// Where a closer starts: `lookback` before the newest closable bucket (all of
+    /// the log if `None`), never before the first bucket.
+    pub async fn close_start(&self, lookback: Option<Duration>) -> Result<u64> {
+        let cfg = self.config_or_create().await?;
+        let now = self.clock().wall_ms();
+        Ok(match lookback {
+            None => cfg.first_bucket_ms,
+            Some(d) => cfg.bucket_of(now.saturating_sub(cfg.grace_ms + d.as_millis() as u64)).max(cfg.first_bucket_ms),
+        })
+    }
+
+    /// Reads messages in (timestamp, writer, sequence) order. Never writes.
+    pub async fn read(&self, opts: &ReadOptions) -> Result<ReadResult> {
+        let Some(cfg) = self.config().await? else { return Ok(ReadResult::default()) };
+        let opts = opts.clone();
+        with_storage!(self, |s| read::read_range(s, &cfg, &opts).await)
+    }
+
+    /// Folds every closable chunk without a snapshot into one (closing its buckets
+    /// first). Idempotent: twice, or two at once, give the same snapshots.
+    pub async fn compact(&self) -> Result<CompactReport> {
+        let ctx = self.ctx().await?;
+        with_storage!(self, |s| snapshot::compact(s, &ctx).await)
+    }
+}
+
+/// What closing one bucket did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CloseReport {
+    /// The bucket.
+    pub bucket_ms: u64,
+    /// This call published the manifest (rather than finding one).
+    pub published: bool,
+    /// Items the manifest lists.
+    pub items: usize,
+}
+
+/// What one metronome round did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CloseRound {
+    /// Buckets now closed (by us or someone else).
+    pub closed: u64,
+    /// Manifests this round published.
+    pub published: u64,
+}
+
+/// Appends batches as one writer: one data file per bucket on a file system.
+///
+/// Appends through one `Writer` are serialised; use one writer per concurrent
+/// appender.
+#[derive(Clone, Debug)]
+pub struct Writer {
+    log: Log,
+    state: Arc<Mutex<WriterState>>,
+}
+
+impl Writer {
+    /// `prefix-<16 random hex digits>`: unique among live writers.
+    pub fn unique_id(prefix: &str) -> String {
+        format!("{prefix}-{:016x}", rand::random::<u64>())
+    }
+
+    /// The writer's id.
+    pub async fn id(&self) -> String {
+        self.state.lock().await.id.clone()
+    }
+
+    /// The log.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// Appends one batch (all in one bucket) and says for certain whether it is
+    /// accepted. An `Err` means storage failed mid-way: the outcome is unknown.
+    pub async fn append(&self, batch: Batch) -> Result<Outcome> {
+        let ctx = self.log.ctx().await?;
+        let mut state = self.state.clone().lock_owned().await;
+        with_storage!(self.log, |s| protocol::append(s, &ctx, &mut state, &batch).await)
+    }
+
+    /// Appends `payload` stamped with the current time.
+    pub async fn append_now(&self, payload: impl Into<bytes::Bytes>) -> Result<Outcome> {
+        self.append(Batch::one(self.log.clock().wall_ms(), payload)).await
+    }
+}
+
+/// A metronome: closes due buckets every `interval` in an owned background task,
+/// stopped by [`Metronome::shutdown`] or on drop.
+#[derive(Debug)]
+pub struct Metronome {
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<Result<()>>>,
+}
+
+impl Metronome {
+    /// Starts closing due buckets of `log` from `cursor`, every `interval`. Errors
+    /// are logged and retried next round; the task ends only when stopped.
+    pub fn start(log: Log, mut cursor: u64, interval: Duration) -> Metronome {
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            loop {
+                if let Err(e) = log.close_due(&mut cursor).await {
+                    tracing::warn!(error = %e, log = log.url(), "closing due buckets failed; retrying");
+                }
+                let sleep = log.clock().sleep(interval);
+                tokio::select! {
+                    () = sleep => {}
+                    _ = stopped.wait_for(|s| *s) => return Ok(()),
+                }
+            }
+        });
+        Metronome { stop, task: Some(task) }
+    }
+
+    /// Stops the task and waits for it (a round in progress finishes first).
+    pub async fn shutdown(mut self) -> Result<()> {
+        let _ = self.stop.send(true);
+        match self.task.take() {
+            Some(task) => task.await.map_err(|e| Error::store("metronome", "stopping", e))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Metronome {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Bags on an object store (S3, GCS, Azure through `object_store`): the seed's
+//! "maildir with a lock blob".
+//!
+//! # Layout (under the log's prefix)
+//!
+//! ```text
+//! bag.conf                                        configuration (create-if-absent)
+//! b/0001767225600000/m/<writer>.<first seq, 20 digits>   one object per batch
+//! b/0001767225600000/prelock                      "a close has begun"
+//! b/0001767225600000/manifest                     the close's result: objects and sizes
+//! s/000000000490896.snap                          compacted chunks
+//! ```
+//!
+//! # Operations
+//!
+//! - *Append*: `PUT` of a new object with `PutMode::Create` (`If-None-Match: *`);
+//!   the name is unique per writer and sequence, so it never overwrites. After the
+//!   PUT, unless clearly early, the writer `HEAD`s the prelock (seed: "writers
+//!   check for a prelock after their PUT"); with read-after-write and list-after-
+//!   write consistency (S3 since 2020, GCS, Azure), a close that `PUT`s the
+//!   prelock later lists the object.
+//! - *Close*: `PUT` prelock create-if-absent, `LIST` the batch objects, `PUT` the
+//!   manifest create-if-absent: the store's conditional write makes the first
+//!   manifest win; losers and late writers `GET` it.
+//! - *Read*: `GET` the manifest, then each listed object (checked against its
+//!   recorded size); without a manifest, `LIST` + `GET` (provisional).
+//!
+//! Objects are immutable and every PUT is atomic, so there are no torn batches
+//! here; a damaged object is still detected by its frame checksum. Durability is
+//! the store's: a successful PUT is durable. Stores that ignore `If-None-Match`
+//! would let two manifests race: use the object-store lease backend's probe (or
+//! a store known to honour conditional writes).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload};
+use tenure::{Error, Result};
+
+use crate::layout::{LogConfig, Manifest};
+use crate::protocol::{Slot, Storage, Wrote};
+
+/// A log under a prefix of an object store.
+#[derive(Clone, Debug)]
+pub struct ObjectStorage {
+    url: Arc<str>,
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+}
+
+impl ObjectStorage {
+    /// A log under `prefix` of `store`; `url` names it in messages.
+    pub fn new(url: impl Into<String>, store: Arc<dyn ObjectStore>, prefix: Path) -> Self {
+        Self { url: url.into().into(), store, prefix }
+    }
+
+    fn key(&self, rest: &str) -> Path {
+        let p = if self.prefix.as_ref().is_empty() { rest.to_string() } else { format!("{}/{rest}", self.prefix) };
+        Path::from(p)
+    }
+
+    fn bucket_key(bucket: u64) -> String {
+        format!("b/{bucket:016}")
+    }
+
+    fn err(&self, op: impl Into<String>, e: object_store::Error) -> Error {
+        Error::store(&*self.url, op.into(), e)
+    }
+
+    async fn get_opt(&self, key: &Path) -> Result<Option<Bytes>> {
+        match self.store.get_opts(key, GetOptions::default()).await {
+            Ok(r) => Ok(Some(r.bytes().await.map_err(|e| self.err(format!("reading {key}"), e))?)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err(format!("reading {key}"), e)),
+        }
+    }
+
+    /// `PUT` create-if-absent: `Ok(false)` if the key existed.
+    async fn create(&self, key: &Path, bytes: Bytes) -> Result<bool> {
+        let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
+        match self.store.put_opts(key, PutPayload::from_bytes(bytes), opts).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(self.err(format!("creating {key}"), e)),
+        }
+    }
+
+    /// Names (relative to `under`) and sizes of the objects under `under`.
+    async fn list_under(&self, under: &Path) -> Result<Vec<(String, u64)>> {
+        let metas: Vec<_> =
+            self.store.list(Some(under)).try_collect().await.map_err(|e| self.err(format!("listing {under}"), e))?;
+        let base = format!("{under}/");
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| m.location.as_ref().strip_prefix(&base).map(|n| (n.to_string(), m.size)))
+            .collect())
+    }
+}
+
+impl Storage for ObjectStorage {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn load_config(&self) -> Result<Option<LogConfig>> {
+        match self.get_opt(&self.key("bag.conf")).await? {
+            None => Ok(None),
+            Some(b) => LogConfig::parse(&b).map(Some).map_err(|d| Error::corrupt(&*self.url, "bag.conf", d)),
+        }
+    }
+
+    async fn create_config(&self, cfg: &LogConfig) -> Result<()> {
+        self.create(&self.key("bag.conf"), Bytes::from(cfg.encode())).await.map(drop)
+    }
+
+    async fn write(&self, bucket: u64, _slot: &mut Slot, writer: &str, seq: u64, frame: &[u8]) -> Result<Wrote> {
+        let item = format!("{writer}.{seq:020}");
+        let key = self.key(&format!("{}/m/{item}", Self::bucket_key(bucket)));
+        if !self.create(&key, Bytes::copy_from_slice(frame)).await? {
+            return Err(Error::store(
+                &*self.url,
+                format!("appending {key}"),
+                "the batch object already exists: two writers share one writer id",
+            ));
+        }
+        Ok(Wrote::Landed { item, end: frame.len() as u64 })
+    }
+
+    async fn prelock_exists(&self, bucket: u64) -> Result<bool> {
+        let key = self.key(&format!("{}/prelock", Self::bucket_key(bucket)));
+        match self.store.get_opts(&key, GetOptions { head: true, ..Default::default() }).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.err(format!("looking for {key}"), e)),
+        }
+    }
+
+    async fn ensure_prelock(&self, bucket: u64) -> Result<()> {
+        self.create(&self.key(&format!("{}/prelock", Self::bucket_key(bucket))), Bytes::new()).await.map(drop)
+    }
+
+    async fn list_items(&self, bucket: u64, _durable: bool) -> Result<Option<Vec<(String, u64)>>> {
+        let all = self.list_under(&self.key(&Self::bucket_key(bucket))).await?;
+        if all.is_empty() {
+            return Ok(None);
+        }
+        let mut items: Vec<(String, u64)> =
+            all.into_iter().filter_map(|(n, s)| n.strip_prefix("m/").map(|n| (n.to_string(), s))).collect();
+        items.sort();
+        Ok(Some(items))
+    }
+
+    async fn load_manifest(&self, bucket: u64) -> Result<Option<Manifest>> {
+        let key = self.key(&format!("{}/manifest", Self::bucket_key(bucket)));
+        match self.get_opt(&key).await? {
+            None => Ok(None),
+            Some(b) => {
+                Manifest::parse(&b, bucket).map(Some).map_err(|d| Error::corrupt(&*self.url, key.to_string(), d))
+            }
+        }
+    }
+
+    async fn publish_manifest(&self, m: &Manifest) -> Result<bool> {
+        self.create(&self.key(&format!("{}/manifest", Self::bucket_key(m.bucket))), Bytes::from(m.encode())).await
+    }
+
+    async fn read_item(&self, bucket: u64, item: &str, covered: Option<u64>) -> Result<Bytes> {
+        let key = self.key(&format!("{}/m/{item}", Self::bucket_key(bucket)));
+        let bytes = self.get_opt(&key).await?.ok_or_else(|| {
+            Error::corrupt(&*self.url, key.to_string(), "a batch object listed in the manifest is missing")
+        })?;
+        Ok(match covered {
+            Some(n) if (bytes.len() as u64) > n => bytes.slice(..n as usize),
+            _ => bytes,
+        })
+    }
+
+    async fn hint_closed(&self, _m: &Manifest) {}
+
+    async fn list_buckets(&self, from: u64, to: u64) -> Result<Vec<u64>> {
+        let base = self.key("b");
+        let offset = self.key(&Self::bucket_key(from));
+        let mut stream = self.store.list_with_offset(Some(&base), &offset);
+        let mut out = BTreeSet::new();
+        let strip = format!("{base}/");
+        while let Some(meta) = stream.try_next().await.map_err(|e| self.err(format!("listing {base}"), e))? {
+            let Some(rest) = meta.location.as_ref().strip_prefix(&strip) else { continue };
+            let Some(b) = rest.split('/').next().and_then(|b| b.parse::<u64>().ok()) else { continue };
+            if b >= to {
+                break;
+            }
+            if b >= from {
+                out.insert(b);
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    async fn list_snapshots(&self) -> Result<Vec<u64>> {
+        let mut out: Vec<u64> = self
+            .list_under(&self.key("s"))
+            .await?
+            .into_iter()
+            .filter_map(|(n, _)| n.strip_suffix(".snap").and_then(|n| n.parse().ok()))
+            .collect();
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    async fn load_snapshot(&self, chunk: u64) -> Result<Option<Bytes>> {
+        self.get_opt(&self.key(&format!("s/{chunk:015}.snap"))).await
+    }
+
+    async fn publish_snapshot(&self, chunk: u64, bytes: Bytes) -> Result<bool> {
+        self.create(&self.key(&format!("s/{chunk:015}.snap")), bytes).await
+    }
+}

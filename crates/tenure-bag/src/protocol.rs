@@ -1,0 +1,350 @@
+//! The bag protocol, written once over a small storage trait that the file
+//! system ([`crate::fs`]) and object stores ([`crate::object`]) implement.
+//!
+//! # Append (one batch, one bucket)
+//!
+//! 1. Write the batch's frame: on a file system, appended to this writer's own
+//!    data file in the bucket (created with `O_EXCL`; a *new* file is first checked
+//!    against the prelock, and the batch is rejected unwritten if a close has
+//!    begun); on an object store, a new object created if absent.
+//! 2. Read the clock. If `now + max_skew < bucket end + grace`, no closer can yet
+//!    have judged the bucket closable (closers wait for `now >= end + grace` on
+//!    their own clocks, and clocks differ by at most `max_skew`), so no prelock can
+//!    predate the write: **accepted** (the fast path). This is the only step that
+//!    rests on clocks, and only on the documented bound.
+//! 3. Otherwise look for the prelock. None: any close begins later and lists the
+//!    write, which completed before the look: **accepted**.
+//! 4. A prelock: a close has begun and the write may or may not be in its
+//!    listing. The writer does not wait for the closer: it *helps* — runs the
+//!    close itself (below), which either publishes its own manifest or finds the
+//!    winner's — and is **accepted** iff the manifest covers the frame's end.
+//!
+//! # Close (any process, any bucket older than now − grace, any number at once)
+//!
+//! 1. A manifest exists: done (idempotent).
+//! 2. Ensure the prelock exists (create-if-absent; losing the race is fine).
+//! 3. List the bucket's items and their sizes — after the prelock, so every
+//!    writer that missed the prelock in its step 3 is listed.
+//! 4. Publish the manifest create-if-absent; first wins. A loser reads the winner.
+//! 5. Optionally mark the bucket read-only, as a hint only (root ignores it).
+//!
+//! No step waits for another process, so closing is wait-free: a closer killed at
+//! any point leaves a state the next closer or a late writer finishes.
+//!
+//! # Read (never writes)
+//!
+//! A bucket with a manifest is *closed*: exactly the frames within the recorded
+//! sizes. A bucket without one is *open* (or *absent*): everything currently
+//! readable, reported as provisional.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Serialize;
+use tenure::{Clock, Error, Result};
+
+use crate::frame::{self, LeaseStamp, Message};
+use crate::layout::{LogConfig, Manifest};
+
+/// Where a writer's frames go in one bucket (file systems: its data file).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Slot {
+    /// The item (data file) name, once created.
+    pub(crate) item: Option<String>,
+    /// Generation of the data file name (advanced after a failed write).
+    pub(crate) generation: u32,
+    /// Bytes written so far.
+    pub(crate) end: u64,
+    /// A write failed: its bytes are unknown, so the next write starts a new file.
+    pub(crate) poisoned: bool,
+}
+
+/// What a write did.
+#[derive(Clone, Debug)]
+pub(crate) enum Wrote {
+    /// The frame is in `item`, ending at byte `end`.
+    Landed { item: String, end: u64 },
+    /// A close had begun before anything was written.
+    ClosedBefore,
+}
+
+/// What the protocol needs from storage. File-system futures do blocking I/O
+/// when polled; [`crate::Log`] runs them on the blocking pool.
+pub(crate) trait Storage: Send + Sync + 'static {
+    fn url(&self) -> &str;
+    fn load_config(&self) -> impl Future<Output = Result<Option<LogConfig>>> + Send;
+    /// Publishes `cfg` unless a configuration exists (first one wins).
+    fn create_config(&self, cfg: &LogConfig) -> impl Future<Output = Result<()>> + Send;
+    fn write(
+        &self,
+        bucket: u64,
+        slot: &mut Slot,
+        writer: &str,
+        first_seq: u64,
+        frame: &[u8],
+    ) -> impl Future<Output = Result<Wrote>> + Send;
+    fn prelock_exists(&self, bucket: u64) -> impl Future<Output = Result<bool>> + Send;
+    fn ensure_prelock(&self, bucket: u64) -> impl Future<Output = Result<()>> + Send;
+    /// Items and sizes; `None` if the bucket does not exist at all. `durable`:
+    /// make the listed bytes durable first (closers, when fsync is on).
+    fn list_items(&self, bucket: u64, durable: bool)
+    -> impl Future<Output = Result<Option<Vec<(String, u64)>>>> + Send;
+    fn load_manifest(&self, bucket: u64) -> impl Future<Output = Result<Option<Manifest>>> + Send;
+    /// Publishes `m` create-if-absent; `false` if another manifest won.
+    fn publish_manifest(&self, m: &Manifest) -> impl Future<Output = Result<bool>> + Send;
+    /// An item's bytes, the first `covered` of them if given.
+    fn read_item(&self, bucket: u64, item: &str, covered: Option<u64>) -> impl Future<Output = Result<Bytes>> + Send;
+    /// The optional read-only hint after a close.
+    fn hint_closed(&self, m: &Manifest) -> impl Future<Output = ()> + Send;
+    /// Existing buckets in `[from, to)`, ascending.
+    fn list_buckets(&self, from: u64, to: u64) -> impl Future<Output = Result<Vec<u64>>> + Send;
+    fn list_snapshots(&self) -> impl Future<Output = Result<Vec<u64>>> + Send;
+    fn load_snapshot(&self, chunk: u64) -> impl Future<Output = Result<Option<Bytes>>> + Send;
+    /// Publishes a snapshot create-if-absent; `false` if one existed.
+    fn publish_snapshot(&self, chunk: u64, bytes: Bytes) -> impl Future<Output = Result<bool>> + Send;
+}
+
+/// What every protocol step needs besides storage.
+#[derive(Clone, Debug)]
+pub(crate) struct Ctx {
+    pub(crate) cfg: LogConfig,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) read_only_hint: bool,
+    pub(crate) fsync: bool,
+}
+
+/// A batch of messages to append: all in one bucket, written under `leases`.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    /// `(timestamp ms, payload)` pairs.
+    pub messages: Vec<(u64, Bytes)>,
+    /// The leases the batch is written under (the journal fills these in).
+    pub leases: Vec<LeaseStamp>,
+}
+
+impl Batch {
+    /// One message.
+    pub fn one(ts_ms: u64, payload: impl Into<Bytes>) -> Self {
+        Self { messages: vec![(ts_ms, payload.into())], leases: Vec::new() }
+    }
+}
+
+/// How an append was decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Accepted: written while clearly early (fast path, under the skew bound).
+    Early,
+    /// Accepted: no close had begun after the write.
+    NoCloseBegun,
+    /// Accepted: a close had begun and its manifest lists the batch.
+    InManifest,
+    /// Rejected: a close had begun before anything was written.
+    ClosedBeforeWrite,
+    /// Rejected: the close that had begun does not list the batch.
+    NotInManifest,
+    /// Rejected: the timestamp is before the log's first bucket.
+    BeforeFirstBucket,
+}
+
+impl Decision {
+    /// Whether the batch is accepted.
+    pub fn accepted(self) -> bool {
+        matches!(self, Decision::Early | Decision::NoCloseBegun | Decision::InManifest)
+    }
+}
+
+/// What an append returned: accepted or rejected, for certain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    /// Accepted (durably in its bucket, and listed by its close) or rejected.
+    pub accepted: bool,
+    /// Why.
+    pub decision: Decision,
+    /// The bucket (start, ms).
+    pub bucket_ms: u64,
+    /// Writer id.
+    pub writer: String,
+    /// Sequence of the first message; the others follow.
+    pub first_seq: u64,
+    /// Messages in the batch.
+    pub count: u64,
+    /// Largest timestamp in the batch.
+    pub max_ts_ms: u64,
+}
+
+impl Outcome {
+    /// `Ok` if accepted, [`Error::Closed`] if rejected.
+    pub fn into_result(self, store: &str) -> Result<Outcome> {
+        if self.accepted {
+            Ok(self)
+        } else {
+            Err(Error::Closed { store: store.into(), bucket: self.bucket_ms.to_string() })
+        }
+    }
+}
+
+/// A writer's own state: its id, next sequence number, and data files.
+#[derive(Debug)]
+pub(crate) struct WriterState {
+    pub(crate) id: String,
+    pub(crate) next_seq: u64,
+    pub(crate) slots: HashMap<u64, Slot>,
+}
+
+/// Slots kept per writer (older buckets are forgotten; a late write to one starts
+/// a new data file, which is always safe).
+const MAX_SLOTS: usize = 64;
+
+pub(crate) async fn append<S: Storage>(s: &S, ctx: &Ctx, w: &mut WriterState, batch: &Batch) -> Result<Outcome> {
+    let invalid = |reason: String| Error::InvalidOptions { reason };
+    let (Some(min), Some(max)) = (batch.messages.iter().map(|m| m.0).min(), batch.messages.iter().map(|m| m.0).max())
+    else {
+        return Err(invalid("an empty batch".into()));
+    };
+    let bucket = ctx.cfg.bucket_of(min);
+    if ctx.cfg.bucket_of(max) != bucket {
+        return Err(invalid(format!("a batch must fit in one bucket: {min} and {max} do not")));
+    }
+    let first_seq = w.next_seq;
+    let count = batch.messages.len() as u64;
+    let outcome = |decision: Decision| Outcome {
+        accepted: decision.accepted(),
+        decision,
+        bucket_ms: bucket,
+        writer: w.id.clone(),
+        first_seq,
+        count,
+        max_ts_ms: max,
+    };
+    if bucket < ctx.cfg.first_bucket_ms {
+        return Ok(outcome(Decision::BeforeFirstBucket));
+    }
+    let frame = frame::encode(&w.id, first_seq, &batch.leases, &batch.messages).map_err(invalid)?;
+    // Sequence numbers are spent even if the write fails: never reused.
+    w.next_seq += count;
+    if w.slots.len() >= MAX_SLOTS && !w.slots.contains_key(&bucket) {
+        let oldest = w.slots.keys().copied().min().unwrap_or(bucket);
+        w.slots.remove(&oldest);
+    }
+    let slot = w.slots.entry(bucket).or_default();
+    let (item, end) = match s.write(bucket, slot, &w.id, first_seq, &frame).await? {
+        Wrote::ClosedBefore => return Ok(outcome(Decision::ClosedBeforeWrite)),
+        Wrote::Landed { item, end } => (item, end),
+    };
+    // Read the clock only now, after the write completed (see the module docs).
+    if ctx.cfg.clearly_early(bucket, ctx.clock.wall_ms()) {
+        return Ok(outcome(Decision::Early));
+    }
+    if !s.prelock_exists(bucket).await? {
+        return Ok(outcome(Decision::NoCloseBegun));
+    }
+    let closed = close(s, ctx, bucket).await?;
+    Ok(outcome(if closed.manifest.covers(&item, end) { Decision::InManifest } else { Decision::NotInManifest }))
+}
+
+/// What a close found.
+#[derive(Clone, Debug)]
+pub(crate) struct Closed {
+    pub(crate) manifest: Manifest,
+    /// This call published the manifest (rather than finding one).
+    pub(crate) published: bool,
+}
+
+pub(crate) async fn close<S: Storage>(s: &S, ctx: &Ctx, bucket: u64) -> Result<Closed> {
+    if let Some(manifest) = s.load_manifest(bucket).await? {
+        return Ok(Closed { manifest, published: false });
+    }
+    s.ensure_prelock(bucket).await?;
+    let items = s.list_items(bucket, ctx.fsync).await?.unwrap_or_default();
+    let manifest = Manifest { bucket, width_ms: ctx.cfg.width_ms, items: items.into_iter().collect() };
+    if s.publish_manifest(&manifest).await? {
+        if ctx.read_only_hint {
+            s.hint_closed(&manifest).await;
+        }
+        return Ok(Closed { manifest, published: true });
+    }
+    let winner = s.load_manifest(bucket).await?.ok_or_else(|| {
+        Error::store(s.url(), format!("closing bucket {bucket}"), "a manifest was published but cannot be read back")
+    })?;
+    Ok(Closed { manifest: winner, published: false })
+}
+
+/// The state of a bucket as read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BucketState {
+    /// It has a manifest: its messages are final.
+    Closed,
+    /// It exists without a manifest: its messages are provisional.
+    Open,
+    /// Nothing is stored for it yet (provisional: a late writer could still add).
+    Absent,
+}
+
+/// One bucket, read.
+#[derive(Clone, Debug)]
+pub(crate) struct BucketRead {
+    pub(crate) state: BucketState,
+    pub(crate) messages: Vec<Message>,
+    /// Bytes ignored: torn tails (a killed writer, a write cut by a close).
+    pub(crate) ignored_bytes: u64,
+    /// Messages whose timestamp is outside the bucket (a buggy writer): dropped.
+    pub(crate) misplaced: u64,
+}
+
+pub(crate) async fn read_bucket<S: Storage>(s: &S, cfg: &LogConfig, bucket: u64) -> Result<BucketRead> {
+    let (state, items): (BucketState, Vec<(String, Option<u64>)>) = match s.load_manifest(bucket).await? {
+        Some(m) => (BucketState::Closed, m.items.into_iter().map(|(k, v)| (k, Some(v))).collect()),
+        None => match s.list_items(bucket, false).await? {
+            Some(items) => (BucketState::Open, items.into_iter().map(|(k, _)| (k, None)).collect()),
+            None => (BucketState::Absent, Vec::new()),
+        },
+    };
+    let mut out = BucketRead { state, messages: Vec::new(), ignored_bytes: 0, misplaced: 0 };
+    for (item, covered) in items {
+        if covered == Some(0) {
+            continue;
+        }
+        let data = s.read_item(bucket, &item, covered).await?;
+        if let Some(size) = covered
+            && (data.len() as u64) < size
+        {
+            return Err(Error::corrupt(
+                s.url(),
+                format!("bucket {bucket}, item {item}"),
+                format!(
+                    "the manifest covers {size} bytes but only {} exist: data was lost after the close",
+                    data.len()
+                ),
+            ));
+        }
+        let decoded = frame::decode_all(&data);
+        if let Some(why) = &decoded.stopped {
+            tracing::debug!(bucket, item, why, ignored = decoded.ignored, "ignoring a torn tail");
+        }
+        out.ignored_bytes += decoded.ignored as u64;
+        for m in decoded.messages {
+            if cfg.bucket_of(m.ts_ms) == bucket {
+                out.messages.push(m);
+            } else {
+                out.misplaced += 1;
+            }
+        }
+    }
+    frame::sort_messages(&mut out.messages);
+    Ok(out)
+}
+
+/// Gets the configuration, creating it from `settings` if the log is new.
+pub(crate) async fn config_or_create<S: Storage>(s: &S, fresh: LogConfig) -> Result<LogConfig> {
+    if let Some(cfg) = s.load_config().await? {
+        return Ok(cfg);
+    }
+    s.create_config(&fresh).await?;
+    s.load_config()
+        .await?
+        .ok_or_else(|| Error::store(s.url(), "creating the log", "the configuration cannot be read back"))
+}
