@@ -140,7 +140,10 @@ pub(crate) fn build(url: &str, params: &BTreeMap<String, String>) -> Result<Buil
     install_crypto_provider();
     let retry = RetryConfig { max_retries: MAX_RETRIES, retry_timeout: RETRY_TIMEOUT, ..RetryConfig::default() };
     let unknown = |key: &str| {
-        invalid(format!("unknown option {key:?} for this store (object_store config keys, such as {})", provider.example_keys()))
+        invalid(format!(
+            "unknown option {key:?} for this store (object_store config keys, such as {})",
+            provider.example_keys()
+        ))
     };
     let built = |e: object_store::Error| invalid(format!("cannot configure the store: {e}"));
     let store: Arc<dyn ObjectStore> = match provider {

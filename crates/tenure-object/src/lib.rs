@@ -1,20 +1,152 @@
-//! tenure leases and fencing on S3, GCS and Azure Blob, through `object_store`.
+//! tenure leases and fencing tokens on S3, GCS and Azure Blob, through
+//! `object_store` — no server of your own.
 //!
-//! [`object_store_from_url`] turns a store URL (`s3://bucket/prefix`,
-//! `gs://bucket/prefix`, `az://container/prefix`) and `object_store` config keys
-//! into a store and a key prefix. The lease backend is being written.
+//! ```no_run
+//! # async fn demo() -> tenure::Result<()> {
+//! let opts = tenure::OpenOptions::default()
+//!     .with_param("aws_region", "eu-west-1"); // or AWS_REGION in the environment
+//! let store = tenure_object::open("s3://my-bucket/locks", &opts).await?;
+//! let lease = tenure::Client::new(store).try_acquire("deploy/prod", &tenure::LeaseOptions::default()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Store URLs and configuration
+//!
+//! `s3://bucket/prefix` (also `s3a://`), `gs://bucket/prefix` (also `gcs://`),
+//! `az://container/prefix` (also `azure://`, `adl://`,
+//! `abfs[s]://container@account.dfs.core.windows.net/prefix`). Credentials,
+//! endpoint and region come from the usual environment variables (`AWS_*`,
+//! `GOOGLE_*`, `AZURE_*`), the URL's query and [`tenure::OpenOptions::params`]
+//! (`--store-opt key=value`), as `object_store` config keys; see
+//! [`object_store_from_url`]. For an S3-compatible server on plain HTTP:
+//! `aws_endpoint=http://host:port`, `aws_allow_http=true`, `aws_region`,
+//! `aws_access_key_id`, `aws_secret_access_key`. For Azurite:
+//! `azure_storage_use_emulator=true`.
+//!
+//! # Layout
+//!
+//! A backend key (a lease name, optionally with a `~suffix`) is a "directory"
+//! under the prefix, and its value is one object in it whose name starts with
+//! `~`, which no lease-name segment can:
+//!
+//! ```text
+//! <prefix>/deploy/prod/~lease     the record of lease "deploy/prod" (JSON)
+//! <prefix>/deploy/prod/~fence     tenure::FencedRecord "deploy/prod"
+//! <prefix>/~probe-9f2c4e1ab3d07c55 a probe object (deleted after the probe)
+//! ```
+//!
+//! Other objects under the prefix are never read, written or listed as leases, so
+//! data may share the prefix; but listing leases (`tenure status`) pages through
+//! every object under it, so bulk data is better kept elsewhere. Lease records are
+//! never deleted (release marks the record released, keeping the token counter):
+//! do not delete them by hand or with a lifecycle rule, or the tokens of that name
+//! restart from 1 (on GCS they do not: tokens are floored on the generation).
+//!
+//! # Operations
+//!
+//! | operation | requests |
+//! |---|---|
+//! | read | GET; `If-None-Match: <ETag>` when this handle has read the key before, so an unchanged record costs a body-less 304 |
+//! | create | PUT `If-None-Match: *` (GCS `x-goog-if-generation-match: 0`) |
+//! | replace | PUT `If-Match: <ETag>` (GCS `x-goog-if-generation-match: <generation>`) |
+//! | list | LIST under the prefix, 1 request per 1000 objects |
+//!
+//! A failed condition (412, Azurite's 409, S3's 404 for a replaced key that is
+//! gone) is a conflict; everything else is [`tenure::Error::Store`] naming the
+//! store, the key and the object. `object_store` retries timeouts and 5xx answers
+//! (at most [`MAX_RETRIES`] times within [`RETRY_TIMEOUT`]); a conditional PUT
+//! that landed but whose answer was lost comes back as a conflict on the retry,
+//! and the lease logic then re-reads the record and finds its own write there.
+//!
+//! **Versions.** S3 and Azure: the ETag, with the quotes HTTP puts around it
+//! removed (Ceph RGW only matches unquoted ETags in `If-Match`). S3's ETag of a
+//! plain PUT is the MD5 of the body, so `If-Match` compares contents: that is a
+//! sound compare-and-swap here because no lease record ever repeats an earlier
+//! one (tokens and renewal counts only grow). For the same reason a fencing token
+//! must live in the body, never in object metadata, which S3's ETag ignores. GCS:
+//! the generation, which grows with every write and also floors fencing tokens,
+//! so they stay monotonic even past a corrupt record. S3 and Azure have no such
+//! sequence: after a corrupt record tokens jump to the wall clock in µs (see
+//! [`tenure::cas`]).
+//!
+//! **Times.** The record's modification time (`Last-Modified`, whole seconds,
+//! rounded up here) only judges the age of an unreadable record; grants are judged
+//! by the clock discipline of [`tenure::cas`], never by the store's clock.
+//!
+//! # Requests per lease operation, against seed 001
+//!
+//! Seed 001's algorithm (gcslock with a TTL: create with `if-generation-match: 0`,
+//! on conflict GET the metadata and DELETE a stale object, then retry) keeps no
+//! record after release. tenure keeps one (it carries the token counter, the
+//! watermark and the predecessor), so taking a free lease reads it first:
+//!
+//! | lease operation | tenure | seed 001 |
+//! |---|---|---|
+//! | acquire a free lease | 2: GET + PUT (`If-Match`, or `If-None-Match: *` the very first time) | 1: PUT create |
+//! | poll a held lease | 1: GET, a 304 without body while unchanged | 2: PUT create (412) + GET |
+//! | take over an expired lease | 2: GET + PUT `If-Match` | 4: PUT (412) + GET + DELETE + PUT |
+//! | renew | 1: PUT `If-Match` (the holder knows its record) | 1: PATCH |
+//! | release | 1: PUT `If-Match` (record kept, marked released) | 1: DELETE |
+//! | open the store | 6 (the [`probe`]), skipped with `--trust-store` | 0 |
+//!
+//! These counts are asserted by the `request_counts` tests against every server.
+//! A HEAD would not make polling cheaper: the contender needs the record whenever
+//! it changed, so HEAD-then-GET costs two requests where a conditional GET costs
+//! one, and S3, GCS and Azure bill HEAD like GET.
+//!
+//! # What object stores lack
+//!
+//! - **Watching**: none of them can notify a waiter, so waiters poll with capped,
+//!   jittered backoff (25 ms up to 1 s by default), one GET per poll.
+//! - **Conditional DELETE** in `object_store`: not needed, nothing is deleted.
+//! - **Server-side expiry**: a dead holder's record stays until a contender takes
+//!   it over; there is no TTL on objects.
+//! - **Conditions at all**, on some S3 look-alikes: hence the [`probe`].
+//!
+//! Not checked here: AWS S3 and Azure themselves (tests run against moto, Ceph
+//! RGW and Azurite); GCS only with real credentials (see the tests).
 
+mod backend;
 mod config;
+mod counts;
+mod probe;
 
 use std::sync::Arc;
 
-use tenure::{Error, LeaseStore, OpenOptions, Result};
+use tenure::{CasStore, LeaseStore, OpenOptions, Result};
 
+pub use backend::{ObjectBackend, RECORD_OBJECT};
 pub use config::{MAX_RETRIES, Provider, RETRY_TIMEOUT, object_store_from_url};
+pub use counts::RequestCounts;
 pub use object_store;
+pub use probe::{Probe, probe};
 
-/// Opens a store by URL.
+/// Opens the lease store a URL names: a [`CasStore`] over [`open_backend`].
+///
+/// # Errors
+/// See [`open_backend`].
 pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    let _ = opts;
-    Err(Error::unsupported(url, "this store is not implemented yet"))
+    let backend = open_backend(url, opts).await?;
+    Ok(Arc::new(CasStore::new(backend, opts.clock.clone(), opts.cas.clone())))
+}
+
+/// Opens the [`ObjectBackend`] a URL names and, unless `opts.trust_store`, runs
+/// the conditional-write [`probe`] on it.
+///
+/// # Errors
+/// [`tenure::Error::InvalidStore`] for a bad URL or option;
+/// [`tenure::Error::Unsupported`] if the store ignores conditional writes;
+/// [`tenure::Error::Store`] if it cannot be reached.
+pub async fn open_backend(url: &str, opts: &OpenOptions) -> Result<Arc<ObjectBackend>> {
+    let built = config::build(url, &opts.params)?;
+    let backend = Arc::new(ObjectBackend::new(built.store, built.prefix, built.provider, built.display));
+    if !opts.trust_store {
+        match probe(&backend).await? {
+            Probe::Enforced { .. } => {}
+            ro @ Probe::ReadOnly { .. } => {
+                tracing::warn!(store = tenure::Backend::url(&*backend), "{ro}");
+            }
+        }
+    }
+    Ok(backend)
 }

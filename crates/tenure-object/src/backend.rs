@@ -1,0 +1,418 @@
+//! [`ObjectBackend`]: tenure's versioned register per key, on an object store.
+//!
+//! See the crate docs for the layout, the requests per operation and the caveats.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{
+    Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutMode as OsPutMode, PutOptions as OsPutOptions,
+    PutPayload, PutResult, UpdateVersion,
+};
+use tenure::backend::check_key;
+use tenure::{Backend, Error, Put, PutMode, PutOptions, Result, Stored, Version};
+
+use crate::config::Provider;
+use crate::counts::{Counters, RequestCounts};
+
+/// Name of the object that holds a key's value, inside the key's "directory".
+pub const RECORD_OBJECT: &str = "~lease";
+
+/// Most keys whose last read is remembered for conditional GETs.
+const CACHE_LIMIT: usize = 1024;
+
+/// The last full read of a key: what a `304 Not Modified` stands for.
+#[derive(Clone, Debug)]
+struct Cached {
+    /// The ETag exactly as the store sent it (quotes included).
+    etag: String,
+    stored: Stored,
+}
+
+/// A [`Backend`] over any `object_store` store, under a key prefix.
+#[derive(Debug)]
+pub struct ObjectBackend {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    provider: Provider,
+    url: String,
+    counts: Counters,
+    cache: Mutex<HashMap<String, Cached>>,
+    conditional_get: AtomicBool,
+    quoted_if_match: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The ETag as a version tag: without the quotes HTTP puts around it, so that
+/// the same version reads the same whatever form a store sends.
+fn unquote(etag: &str) -> &str {
+    etag.strip_prefix('"').and_then(|e| e.strip_suffix('"')).unwrap_or(etag)
+}
+
+/// The store's modification time in ms. HTTP dates have whole seconds, truncated:
+/// report the end of that second, so a record never looks older than it is.
+fn modified_ms(meta: &object_store::ObjectMeta) -> Option<u64> {
+    round_up_seconds(meta.last_modified.timestamp_millis())
+}
+
+fn round_up_seconds(ms: i64) -> Option<u64> {
+    if ms <= 0 {
+        return None;
+    }
+    let ms = ms as u64;
+    Some(if ms.is_multiple_of(1000) { ms + 999 } else { ms })
+}
+
+impl ObjectBackend {
+    /// A backend keeping its objects under `prefix` in `store`. `url` names the
+    /// store in messages (give no secrets).
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, provider: Provider, url: impl Into<String>) -> Self {
+        Self {
+            store,
+            prefix,
+            provider,
+            url: url.into(),
+            counts: Counters::default(),
+            cache: Mutex::default(),
+            conditional_get: AtomicBool::new(true),
+            quoted_if_match: AtomicBool::new(false),
+        }
+    }
+
+    /// Sends ETags in `If-Match` with quotes (`"abc"`, as RFC 9110 spells them)
+    /// instead of without (`abc`, the default). Ceph RGW only matches the
+    /// unquoted form; moto and Azurite accept both; a strict store, such
+    /// as `object_store`'s in-memory one, only the quoted form. The [`crate::probe`]
+    /// finds out which form a store takes and sets it.
+    pub fn with_quoted_if_match(self, quoted: bool) -> Self {
+        self.set_quoted_if_match(quoted);
+        self
+    }
+
+    /// Whether ETags are sent in `If-Match` with quotes.
+    pub fn quoted_if_match(&self) -> bool {
+        self.quoted_if_match.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_quoted_if_match(&self, quoted: bool) {
+        self.quoted_if_match.store(quoted, Ordering::Relaxed);
+    }
+
+    /// The object store underneath.
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The key prefix (the URL's path).
+    pub fn prefix(&self) -> &Path {
+        &self.prefix
+    }
+
+    /// Which service this is.
+    pub fn provider(&self) -> Provider {
+        self.provider
+    }
+
+    /// Requests sent so far, by kind.
+    pub fn requests(&self) -> RequestCounts {
+        self.counts.snapshot()
+    }
+
+    /// Whether a `304 Not Modified` answer to a conditional GET is trusted (the
+    /// probe turns this off on a store that answered 304 for a foreign ETag).
+    pub fn uses_conditional_get(&self) -> bool {
+        self.conditional_get.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_conditional_get(&self, on: bool) {
+        self.conditional_get.store(on, Ordering::Relaxed);
+        if !on {
+            lock(&self.cache).clear();
+        }
+    }
+
+    /// The object that holds backend key `key`: `<prefix>/<key>/~lease` for a
+    /// lease record, `<prefix>/<base>/~<suffix>` for a key `<base>~<suffix>`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for a key that is not a lease name with an optional
+    /// `~suffix`, or whose suffix is the reserved `lease`.
+    pub fn object_path(&self, key: &str) -> Result<Path> {
+        check_key(key)?;
+        let (base, object) = match key.split_once('~') {
+            Some((_, "lease")) => {
+                return Err(Error::InvalidName {
+                    name: key.into(),
+                    reason: "the suffix '~lease' is reserved for lease records on object stores".into(),
+                });
+            }
+            Some((base, suffix)) => (base, format!("~{suffix}")),
+            None => (key, RECORD_OBJECT.to_string()),
+        };
+        let mut path = self.prefix.clone();
+        for part in base.split('/').chain([object.as_str()]) {
+            path = path.clone().join(part);
+        }
+        Ok(path)
+    }
+
+    /// The backend key an object under the prefix holds, if it is one of ours.
+    fn key_of(&self, path: &Path) -> Option<String> {
+        let mut parts: Vec<String> = path.prefix_match(&self.prefix)?.map(|p| p.as_ref().to_string()).collect();
+        let object = parts.pop()?;
+        let suffix = object.strip_prefix('~')?;
+        if parts.is_empty() {
+            return None;
+        }
+        let base = parts.join("/");
+        let key = if object == RECORD_OBJECT { base } else { format!("{base}~{suffix}") };
+        check_key(&key).ok().map(|()| key)
+    }
+
+    /// The version a write or read left, from its ETag and generation.
+    fn version(&self, path: &Path, e_tag: Option<&str>, generation: Option<&str>) -> Result<Version> {
+        let missing = |what: &str| {
+            Error::store(&self.url, format!("reading the version of {path}"), format!("the store sent no {what}"))
+        };
+        match self.provider {
+            // GCS conditions are on the generation, which grows with every write.
+            Provider::Gcs => {
+                let generation = generation.ok_or_else(|| missing("generation (x-goog-generation)"))?;
+                Ok(Version { tag: generation.to_string(), seq: generation.parse().ok() })
+            }
+            Provider::S3 | Provider::Azure => {
+                let etag = e_tag.ok_or_else(|| missing("ETag"))?;
+                Ok(Version { tag: unquote(etag).to_string(), seq: None })
+            }
+        }
+    }
+
+    pub(crate) fn update_version(&self, v: &Version) -> UpdateVersion {
+        match self.provider {
+            Provider::Gcs => UpdateVersion { e_tag: None, version: Some(v.tag.clone()) },
+            Provider::S3 | Provider::Azure => {
+                let etag = if self.quoted_if_match() { format!("\"{}\"", v.tag) } else { v.tag.clone() };
+                UpdateVersion { e_tag: Some(etag), version: None }
+            }
+        }
+    }
+
+    fn failed(&self, op: &str, key: &str, path: &Path, e: object_store::Error) -> Error {
+        if let object_store::Error::NotImplemented { .. } = e {
+            return Error::unsupported(
+                &self.url,
+                format!(
+                    "{op} {key:?} ({path}) needs conditional writes, which this store's configuration disables ({e}); remove aws_conditional_put=disabled"
+                ),
+            );
+        }
+        Error::store(&self.url, format!("{op} {key:?} ({path})"), e)
+    }
+
+    /// One conditional PUT, counted.
+    pub(crate) async fn put_object(
+        &self,
+        path: &Path,
+        value: Bytes,
+        mode: OsPutMode,
+    ) -> std::result::Result<PutResult, object_store::Error> {
+        match mode {
+            OsPutMode::Update(_) => self.counts.put_update.fetch_add(1, Ordering::Relaxed),
+            _ => self.counts.put_create.fetch_add(1, Ordering::Relaxed),
+        };
+        // Readers must always see the current record, also through caches in front
+        // of public buckets (seed 001).
+        let attributes = Attributes::from_iter([(Attribute::CacheControl, "no-store")]);
+        let opts = OsPutOptions { mode, attributes, ..OsPutOptions::default() };
+        self.store.put_opts(path, PutPayload::from(value), opts).await
+    }
+
+    /// One GET (conditional on `if_none_match` when given), counted; the body is
+    /// read in full.
+    pub(crate) async fn get_object(
+        &self,
+        path: &Path,
+        if_none_match: Option<String>,
+    ) -> std::result::Result<(object_store::ObjectMeta, Bytes), object_store::Error> {
+        self.counts.get.fetch_add(1, Ordering::Relaxed);
+        let result = self.store.get_opts(path, GetOptions { if_none_match, ..GetOptions::default() }).await;
+        if let Err(object_store::Error::NotModified { .. }) = &result {
+            self.counts.get_not_modified.fetch_add(1, Ordering::Relaxed);
+        }
+        let result = result?;
+        let meta = result.meta.clone();
+        let body = result.bytes().await?;
+        Ok((meta, body))
+    }
+
+    /// One unconditional DELETE, counted.
+    pub(crate) async fn delete_object(&self, path: &Path) -> std::result::Result<(), object_store::Error> {
+        self.counts.delete.fetch_add(1, Ordering::Relaxed);
+        self.store.delete(path).await
+    }
+
+    pub(crate) fn version_of_put(&self, path: &Path, r: &PutResult) -> Result<Version> {
+        self.version(path, r.e_tag.as_deref(), r.version.as_deref())
+    }
+
+    pub(crate) fn version_of_get(&self, meta: &object_store::ObjectMeta) -> Result<Version> {
+        self.version(&meta.location, meta.e_tag.as_deref(), meta.version.as_deref())
+    }
+}
+
+#[async_trait]
+impl Backend for ObjectBackend {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// One GET. When this backend has read the key before, the GET carries
+    /// `If-None-Match` with that ETag: an unchanged record then costs a `304` with
+    /// no body, and the remembered value is returned.
+    async fn get(&self, key: &str) -> Result<Option<Stored>> {
+        let path = self.object_path(key)?;
+        let cached = if self.uses_conditional_get() { lock(&self.cache).get(key).cloned() } else { None };
+        match self.get_object(&path, cached.as_ref().map(|c| c.etag.clone())).await {
+            Ok((meta, value)) => {
+                let stored = Stored { value, version: self.version_of_get(&meta)?, modified_ms: modified_ms(&meta) };
+                if let Some(etag) = meta.e_tag.filter(|_| self.uses_conditional_get()) {
+                    let mut cache = lock(&self.cache);
+                    if cache.len() >= CACHE_LIMIT {
+                        cache.clear();
+                    }
+                    cache.insert(key.to_string(), Cached { etag, stored: stored.clone() });
+                }
+                Ok(Some(stored))
+            }
+            Err(object_store::Error::NotModified { .. }) => match cached {
+                Some(c) => Ok(Some(c.stored)),
+                None => Err(Error::store(
+                    &self.url,
+                    format!("reading {key:?} ({path})"),
+                    "the store answered 304 Not Modified to a GET that had no condition",
+                )),
+            },
+            Err(object_store::Error::NotFound { .. }) => {
+                lock(&self.cache).remove(key);
+                Ok(None)
+            }
+            Err(e) => Err(self.failed("reading", key, &path, e)),
+        }
+    }
+
+    /// One PUT: `If-None-Match: *` (GCS: `x-goog-if-generation-match: 0`) to
+    /// create, `If-Match: <etag>` (GCS: `x-goog-if-generation-match: <generation>`)
+    /// to replace. A failed condition (412; Azurite's 409; S3's 404 for a missing
+    /// key) is [`Put::Conflict`].
+    async fn put(&self, key: &str, value: Bytes, opts: PutOptions) -> Result<Put> {
+        let path = self.object_path(key)?;
+        let mode = match &opts.mode {
+            PutMode::Create => OsPutMode::Create,
+            PutMode::Update(v) => OsPutMode::Update(self.update_version(v)),
+        };
+        let outcome = self.put_object(&path, value, mode).await;
+        lock(&self.cache).remove(key);
+        match outcome {
+            Ok(r) => Ok(Put::Done(self.version_of_put(&path, &r)?)),
+            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
+                Ok(Put::Conflict)
+            }
+            Err(e) => Err(self.failed("writing", key, &path, e)),
+        }
+    }
+
+    /// One LIST request per 1000 objects under `<prefix>/<prefix argument>/`
+    /// (the whole store prefix for `""`); objects that are not tenure's are
+    /// skipped.
+    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut under = self.prefix.clone();
+        if !prefix.is_empty() {
+            tenure::LeaseName::new(prefix)?;
+            for part in prefix.split('/') {
+                under = under.clone().join(part);
+            }
+        }
+        self.counts.list.fetch_add(1, Ordering::Relaxed);
+        let metas: Vec<object_store::ObjectMeta> = self
+            .store
+            .list(Some(&under))
+            .try_collect()
+            .await
+            .map_err(|e| Error::store(&self.url, format!("listing leases under {under}"), e))?;
+        let mut keys: Vec<String> = metas.iter().filter_map(|m| self.key_of(&m.location)).collect();
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    fn backend(prefix: &str) -> ObjectBackend {
+        ObjectBackend::new(Arc::new(InMemory::new()), Path::from(prefix), Provider::S3, "s3://test/p")
+    }
+
+    #[test]
+    fn keys_map_to_one_object_each_and_back() {
+        let b = backend("ci/locks");
+        for (key, object) in [
+            ("deploy", "ci/locks/deploy/~lease"),
+            ("deploy/prod", "ci/locks/deploy/prod/~lease"),
+            ("deploy/prod~fence", "ci/locks/deploy/prod/~fence"),
+            ("a@b:c,d=e+f", "ci/locks/a@b:c,d=e+f/~lease"),
+        ] {
+            let path = b.object_path(key).expect("valid key");
+            assert_eq!(path.as_ref(), object);
+            assert_eq!(b.key_of(&path).as_deref(), Some(key));
+        }
+    }
+
+    #[test]
+    fn objects_that_are_not_tenures_are_not_keys() {
+        let b = backend("ci/locks");
+        for foreign in ["ci/locks/deploy", "ci/locks/deploy/state.json", "ci/locks/~probe-1234", "other/x/~lease"] {
+            assert_eq!(b.key_of(&Path::from(foreign)), None, "{foreign}");
+        }
+    }
+
+    #[test]
+    fn bad_keys_are_refused_with_the_rule() {
+        let b = backend("");
+        for bad in ["", "../x", "a//b", "x~lease", "x~a~b", ".hidden"] {
+            assert!(matches!(b.object_path(bad), Err(Error::InvalidName { .. })), "{bad}");
+        }
+        assert_eq!(b.object_path("x").expect("valid").as_ref(), "x/~lease");
+    }
+
+    #[test]
+    fn etags_lose_their_quotes_and_gcs_versions_are_generations() {
+        let s3 = backend("p");
+        let path = Path::from("p/x/~lease");
+        let v = s3.version(&path, Some("\"abc\""), Some("v1")).expect("etag");
+        assert_eq!(v, Version { tag: "abc".into(), seq: None });
+        assert_eq!(s3.update_version(&v), UpdateVersion { e_tag: Some("abc".into()), version: None });
+        let gcs = ObjectBackend::new(Arc::new(InMemory::new()), Path::from("p"), Provider::Gcs, "gs://b/p");
+        let v = gcs.version(&path, Some("\"e\""), Some("1700000000123456")).expect("generation");
+        assert_eq!(v, Version { tag: "1700000000123456".into(), seq: Some(1_700_000_000_123_456) });
+        assert_eq!(gcs.update_version(&v), UpdateVersion { e_tag: None, version: Some("1700000000123456".into()) });
+        assert!(matches!(gcs.version(&path, Some("\"e\""), None), Err(Error::Store { .. })));
+    }
+
+    #[test]
+    fn second_resolution_dates_are_rounded_up() {
+        assert_eq!(round_up_seconds(1_700_000_000_000), Some(1_700_000_000_999));
+        assert_eq!(round_up_seconds(1_700_000_000_123), Some(1_700_000_000_123));
+        assert_eq!(round_up_seconds(0), None);
+    }
+}
