@@ -1,0 +1,217 @@
+//! Bags on a real directory: the shared behaviours, then what only files have
+//! (torn tails, damaged files, readers that must not touch anything).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Harness, T0, options};
+use tenure::{Clock, ManualClock};
+use tenure_bag::fs::FsStorage;
+use tenure_bag::{Batch, Decision, Log, ReadOptions};
+
+struct Dir {
+    _tmp: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Dir {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("log");
+        Self { _tmp: tmp, path }
+    }
+    fn storage(&self) -> FsStorage {
+        FsStorage::new(&self.path, false)
+    }
+}
+
+impl Harness for Dir {
+    fn log(&self, clock: Arc<dyn Clock>) -> Log {
+        Log::on_fs(self.storage(), options(clock))
+    }
+    async fn leave_prelock(&self, log: &Log, bucket: u64) {
+        log.config_or_create().await.expect("config");
+        let dir = self.storage().bucket_dir(bucket).expect("dir");
+        fs::create_dir_all(&dir).expect("mkdir");
+        fs::write(dir.join("prelock"), b"").expect("prelock");
+    }
+}
+
+macro_rules! shared {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            common::$name(&Dir::new()).await;
+        }
+    )*};
+}
+
+shared!(
+    an_early_append_is_accepted_on_the_fast_path,
+    a_late_append_before_any_close_is_accepted_and_the_close_lists_it,
+    an_append_into_a_closed_bucket_is_rejected_and_never_read,
+    a_late_writer_that_finds_a_prelock_helps_finish_the_close,
+    closing_twice_or_from_two_processes_gives_one_manifest,
+    open_buckets_are_provisional_and_closed_ones_exact,
+    readers_merge_by_timestamp_then_writer_then_sequence,
+    timestamps_outside_the_log_or_across_buckets_are_refused,
+    compaction_twice_or_concurrently_gives_the_same_snapshots,
+    a_metronome_closes_due_buckets_until_shut_down,
+);
+
+fn data_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = fs::read_dir(dir)
+        .expect("bucket")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "data"))
+        .collect();
+    out.sort();
+    out
+}
+
+async fn written_and_closed(d: &Dir, clock: &ManualClock) -> (Log, PathBuf) {
+    let log = d.log(clock.shared());
+    let w = log.writer("w").expect("writer");
+    w.append(Batch::one(T0 + 1, "one")).await.expect("append");
+    w.append(Batch::one(T0 + 2, "two")).await.expect("append");
+    (log, d.storage().bucket_dir(T0).expect("dir"))
+}
+
+#[tokio::test]
+async fn a_torn_tail_from_a_killed_writer_is_ignored_the_same_way_before_and_after_the_close() {
+    let d = Dir::new();
+    let clock = ManualClock::starting_at(T0);
+    let (log, dir) = written_and_closed(&d, &clock).await;
+    let file = &data_files(&dir)[0];
+    // A writer killed mid-write leaves part of a frame.
+    let frame = tenure_bag::frame::encode("w", 9, &[], &[(T0 + 3, "three".into())]).expect("encode");
+    fs::OpenOptions::new().append(true).open(file).expect("open").write_all(&frame[..frame.len() / 2]).expect("write");
+    let open = log.read(&ReadOptions::default()).await.expect("read");
+    assert_eq!(open.messages.len(), 2);
+    assert_eq!(open.ignored_bytes, (frame.len() / 2) as u64);
+    clock.advance(Duration::from_secs(3));
+    log.close(T0).await.expect("close");
+    let closed = log.read(&ReadOptions { to_ms: Some(T0 + 1_000), ..Default::default() }).await.expect("read");
+    assert_eq!(closed.messages, open.messages);
+    assert!(closed.open.is_empty());
+}
+
+#[tokio::test]
+async fn a_damaged_manifest_or_a_shrunken_data_file_is_a_clear_error() {
+    let d = Dir::new();
+    let clock = ManualClock::starting_at(T0);
+    let (log, dir) = written_and_closed(&d, &clock).await;
+    clock.advance(Duration::from_secs(3));
+    log.close(T0).await.expect("close");
+    let file = data_files(&dir)[0].clone();
+    let full = fs::read(&file).expect("read");
+    fs::write(&file, &full[..full.len() - 1]).expect("shrink");
+    let err = log.read(&ReadOptions::default()).await.expect_err("a file shorter than its manifest");
+    assert!(matches!(err, tenure::Error::Corrupt { .. }), "{err}");
+    fs::write(&file, &full).expect("restore");
+    let manifest = dir.join("manifest");
+    let mut text = fs::read(&manifest).expect("manifest");
+    text[25] ^= 0x01;
+    fs::write(&manifest, &text).expect("damage");
+    let err = log.read(&ReadOptions::default()).await.expect_err("a damaged manifest");
+    assert!(err.to_string().contains("manifest"), "{err}");
+    fs::write(&manifest, b"").expect("empty");
+    assert!(matches!(log.read(&ReadOptions::default()).await, Err(tenure::Error::Corrupt { .. })));
+}
+
+#[tokio::test]
+async fn garbage_data_files_are_skipped_not_fatal() {
+    let d = Dir::new();
+    let clock = ManualClock::starting_at(T0);
+    let (log, dir) = written_and_closed(&d, &clock).await;
+    fs::write(dir.join("intruder.0.data"), b"\xff\xff\xff\x7fnot a frame at all").expect("garbage");
+    fs::write(dir.join("empty.0.data"), b"").expect("empty");
+    fs::write(dir.join("notes.txt"), b"ignored: not a data file").expect("other");
+    let read = log.read(&ReadOptions::default()).await.expect("read");
+    assert_eq!(read.messages.len(), 2);
+    assert!(read.ignored_bytes > 0);
+}
+
+/// Names, sizes, modes and modification times of everything under `root`.
+fn tree(root: &Path) -> BTreeMap<PathBuf, (u64, u32, Option<std::time::SystemTime>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let meta = entry.metadata().expect("meta");
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+            out.insert(entry.path(), (meta.len(), meta.permissions().mode(), meta.modified().ok()));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_never_write_not_even_to_a_log_that_does_not_exist() {
+    let d = Dir::new();
+    let clock = ManualClock::starting_at(T0);
+    let nothing = d.log(clock.shared()).read(&ReadOptions::default()).await.expect("read");
+    assert!(nothing.messages.is_empty());
+    assert!(!d.path.exists(), "reading a missing log created it");
+    let (log, _) = written_and_closed(&d, &clock).await;
+    clock.advance(Duration::from_secs(3));
+    let before = tree(&d.path);
+    for opts in [ReadOptions::default(), ReadOptions { include_late: true, skip_snapshots: true, ..Default::default() }]
+    {
+        d.log(clock.shared()).read(&opts).await.expect("read");
+    }
+    tenure_bag::audit(&log.read(&ReadOptions::default()).await.expect("read"), None, 1_000);
+    assert_eq!(tree(&d.path), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_snapshot_is_skipped_and_its_buckets_are_read_instead() {
+    let d = Dir::new();
+    let clock = ManualClock::starting_at(T0);
+    let (log, _) = written_and_closed(&d, &clock).await;
+    clock.advance(Duration::from_secs(30));
+    assert!(log.compact().await.expect("compact").published > 0);
+    let good = log.read(&ReadOptions::default()).await.expect("read");
+    let snaps: Vec<PathBuf> =
+        fs::read_dir(d.path.join("snapshots")).expect("dir").flatten().map(|e| e.path()).collect();
+    for snap in &snaps {
+        let bytes = fs::read(snap).expect("read");
+        fs::write(snap, &bytes[..bytes.len() - 3]).expect("truncate");
+    }
+    let fallback = log.read(&ReadOptions::default()).await.expect("read");
+    assert_eq!(fallback.bad_snapshots.len(), snaps.len());
+    assert_eq!(fallback.messages, good.messages);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_only_hint_is_only_a_hint() {
+    let d = Dir::new();
+    let clock = ManualClock::starting_at(T0);
+    let mut opts = options(clock.shared());
+    opts.read_only_hint = true;
+    let log = Log::on_fs(d.storage(), opts);
+    let w = log.writer("w").expect("writer");
+    w.append(Batch::one(T0, "kept")).await.expect("append");
+    clock.advance(Duration::from_secs(3));
+    log.close(T0).await.expect("close");
+    // Whether or not chmod stops this writer (root ignores it), the manifest decides.
+    match w.append(Batch::one(T0 + 1, "late")).await {
+        Ok(out) => assert_eq!(out.decision, Decision::NotInManifest),
+        Err(e) => assert!(matches!(e, tenure::Error::Store { .. }), "{e}"),
+    }
+    let read = log.read(&ReadOptions::default()).await.expect("read");
+    assert_eq!(read.messages.len(), 1);
+    use std::os::unix::fs::PermissionsExt;
+    let dir = d.storage().bucket_dir(T0).expect("dir");
+    let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o755));
+}

@@ -1,0 +1,112 @@
+//! Bags on object storage: the shared behaviours on object_store's `InMemory`
+//! and on the real S3-compatible server (moto), plus damaged objects.
+
+mod common;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::{Harness, T0, options};
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, PutPayload};
+use tenure::{Clock, ManualClock};
+use tenure_bag::{Batch, Log, ReadOptions};
+
+struct Store {
+    url: String,
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+}
+
+impl Store {
+    fn memory() -> Self {
+        Self { url: "memory://bag".into(), store: Arc::new(InMemory::new()), prefix: Path::from("log") }
+    }
+
+    /// A fresh prefix on moto, or `None` (with the reason printed) if unset.
+    fn moto() -> Option<Self> {
+        let endpoint = tenure_conformance::server_from_env("TENURE_TEST_S3_MOTO")?;
+        let url = format!("s3://tenure/bag-tests/{:016x}", rand::random::<u64>());
+        let params = [
+            ("aws_endpoint", endpoint.as_str()),
+            ("aws_access_key_id", "test"),
+            ("aws_secret_access_key", "test"),
+            ("aws_region", "us-east-1"),
+            ("aws_allow_http", "true"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let (store, prefix) = tenure_bag::open_object_store(&url, &params).expect("open moto");
+        Some(Self { url, store, prefix })
+    }
+
+    async fn put(&self, key: &str, bytes: &[u8]) {
+        let path = Path::from(format!("{}/{key}", self.prefix));
+        self.store
+            .put_opts(&path, PutPayload::from(Bytes::copy_from_slice(bytes)), Default::default())
+            .await
+            .expect("put");
+    }
+}
+
+impl Harness for Store {
+    fn log(&self, clock: Arc<dyn Clock>) -> Log {
+        Log::on_object_store(&self.url, self.store.clone(), self.prefix.clone(), options(clock))
+    }
+    async fn leave_prelock(&self, log: &Log, bucket: u64) {
+        log.config_or_create().await.expect("config");
+        self.put(&format!("b/{bucket:016}/prelock"), b"").await;
+    }
+}
+
+macro_rules! shared {
+    ($($name:ident),* $(,)?) => {
+        mod memory {$(
+            #[tokio::test]
+            async fn $name() {
+                super::common::$name(&super::Store::memory()).await;
+            }
+        )*}
+        mod moto {$(
+            #[tokio::test]
+            async fn $name() {
+                let Some(store) = super::Store::moto() else { return };
+                super::common::$name(&store).await;
+            }
+        )*}
+    };
+}
+
+shared!(
+    an_early_append_is_accepted_on_the_fast_path,
+    a_late_append_before_any_close_is_accepted_and_the_close_lists_it,
+    an_append_into_a_closed_bucket_is_rejected_and_never_read,
+    a_late_writer_that_finds_a_prelock_helps_finish_the_close,
+    closing_twice_or_from_two_processes_gives_one_manifest,
+    open_buckets_are_provisional_and_closed_ones_exact,
+    readers_merge_by_timestamp_then_writer_then_sequence,
+    timestamps_outside_the_log_or_across_buckets_are_refused,
+    compaction_twice_or_concurrently_gives_the_same_snapshots,
+    a_metronome_closes_due_buckets_until_shut_down,
+);
+
+#[tokio::test]
+async fn garbage_and_truncated_batch_objects_are_skipped_and_a_bad_manifest_is_an_error() {
+    let s = Store::memory();
+    let clock = ManualClock::starting_at(T0);
+    let log = s.log(clock.shared());
+    log.writer("w").expect("writer").append(Batch::one(T0, "good")).await.expect("append");
+    let frame = tenure_bag::frame::encode("x", 0, &[], &[(T0 + 1, "cut".into())]).expect("encode");
+    s.put(&format!("b/{T0:016}/m/x.{:020}", 0), &frame[..frame.len() - 2]).await;
+    s.put(&format!("b/{T0:016}/m/junk.{:020}", 0), b"\x00\x01garbage").await;
+    let read = log.read(&ReadOptions::default()).await.expect("read");
+    assert_eq!(read.messages.len(), 1);
+    assert!(read.ignored_bytes > 0);
+    clock.advance(std::time::Duration::from_secs(3));
+    log.close(T0).await.expect("close");
+    assert_eq!(log.read(&ReadOptions::default()).await.expect("read").messages.len(), 1);
+    s.put(&format!("b/{T0:016}/manifest"), b"tenure-bag-manifest 1\nbucket 1 1000\nend 00000000\n").await;
+    assert!(matches!(log.read(&ReadOptions::default()).await, Err(tenure::Error::Corrupt { .. })));
+}
