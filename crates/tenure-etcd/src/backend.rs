@@ -12,7 +12,7 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, T
 use tenure::backend::check_key;
 use tenure::{Backend, Clock, ClockExt, Error, OpenOptions, Put, PutMode, PutOptions, Result, Stored, Version};
 
-use crate::leases::{LeaseError, LeaseFailure, LeasePool};
+use crate::leases::{LeasePool, LeaseRpc};
 use crate::url::EtcdUrl;
 
 /// Appended to a record's etcd key to name its shadow: the persistent copy of
@@ -67,9 +67,10 @@ impl EtcdBackend {
     pub async fn connect(url: &str, opts: &OpenOptions) -> Result<Self> {
         let parsed = EtcdUrl::parse(url, &opts.params)?;
         let s = &parsed.settings;
+        // Requests are timed by this backend (see `timed`), not by tonic, so that
+        // a timeout says which request and which endpoints.
         let mut connect = ConnectOptions::new()
             .with_connect_timeout(s.connect_timeout)
-            .with_timeout(s.request_timeout)
             // Fail fast on a member cut off from its cluster instead of hanging.
             .with_require_leader(true)
             // HTTP/2 pings find dead connections; etcd refuses pings more often
@@ -102,9 +103,7 @@ impl EtcdBackend {
             timeout: s.request_timeout,
             leases: LeasePool::default(),
         };
-        let mut kv = backend.client.kv_client();
-        let probe = kv.get(backend.root.clone(), Some(GetOptions::new().with_prefix().with_count_only()));
-        backend.call(&op, probe).await?;
+        backend.range(&op, &backend.root, Some(GetOptions::new().with_prefix().with_count_only())).await?;
         Ok(backend)
     }
 
@@ -119,12 +118,28 @@ impl EtcdBackend {
     }
 
     /// Runs one etcd request under the request timeout, keeping etcd's error.
-    async fn timed<T>(
+    /// `attempt` makes the request; it is made again (within the same timeout)
+    /// after errors that `resend` allows.
+    async fn timed<T, F: Future<Output = std::result::Result<T, etcd_client::Error>>>(
         &self,
         op: &(dyn Fn() -> String + Sync),
-        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+        resend: Resend,
+        mut attempt: impl FnMut() -> F,
     ) -> Result<std::result::Result<T, etcd_client::Error>> {
-        tokio::time::timeout(self.timeout, fut).await.map_err(|_| {
+        let run = async {
+            let mut resent = 0;
+            loop {
+                match attempt().await {
+                    Err(e) if resent < MAX_RESENDS && resend.allows(&e) => {
+                        resent += 1;
+                        tracing::debug!(store = %self.url, op = %op(), error = %e, "resending an etcd request");
+                        tokio::time::sleep(Duration::from_millis(10) * resent).await;
+                    }
+                    out => return out,
+                }
+            }
+        };
+        tokio::time::timeout(self.timeout, run).await.map_err(|_| {
             Error::store(
                 &self.url,
                 op(),
@@ -133,13 +148,19 @@ impl EtcdBackend {
         })
     }
 
-    /// Runs one etcd request under the request timeout.
-    async fn call<T>(
+    /// One linearizable `Range`, resent on any "unavailable" error (reads are
+    /// idempotent).
+    async fn range(
         &self,
         op: &(dyn Fn() -> String + Sync),
-        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
-        self.timed(op, fut).await?.map_err(|e| fail(&self.url, op(), e))
+        key: &str,
+        opts: Option<GetOptions>,
+    ) -> Result<etcd_client::GetResponse> {
+        let attempt = || {
+            let (mut kv, opts) = (self.client.kv_client(), opts.clone());
+            async move { kv.get(key, opts).await }
+        };
+        self.timed(op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, op(), e))
     }
 
     fn version(&self, key: &str, rev: i64) -> Result<Version> {
@@ -166,22 +187,18 @@ impl EtcdBackend {
         self.version(key, rev)
     }
 
-    async fn lease_for(&self, key: &str, d: Duration) -> Result<i64> {
-        self.leases.lease_for(&self.client, d).await.map_err(|LeaseError { op, source }| {
-            let op = format!("writing key {key:?}: {op}");
-            match source {
-                LeaseFailure::Etcd(e) => fail(&self.url, op, e),
-                LeaseFailure::TooSlow(left) => Error::store(
-                    &self.url,
-                    op,
-                    format!("etcd answered so late that the lease has only {} left", human(left)),
-                ),
+    /// An etcd lease for a write of `k` with expiry hint `d` (see [`crate::leases`]).
+    async fn lease_for(&self, k: &str, d: Duration) -> Result<i64> {
+        self.leases.lease_for(self, d).await.map_err(|e| match e {
+            Error::Store { store, op, source } => {
+                Error::Store { store, op: format!("writing key {k:?}: {op}"), source }
             }
+            other => other,
         })
     }
 
     /// The transaction of one conditional write, and the etcd lease it attaches.
-    async fn txn(&self, key: &str, k: &str, value: &Bytes, opts: &PutOptions) -> Result<(Txn, Option<i64>)> {
+    async fn txn(&self, k: &str, value: &Bytes, opts: &PutOptions) -> Result<(Txn, Option<i64>)> {
         let mut when = vec![match &opts.mode {
             PutMode::Create => Compare::create_revision(k, CompareOp::Equal, 0),
             PutMode::Update(v) => Compare::mod_revision(k, CompareOp::Equal, self.revision_of(k, v)?),
@@ -200,7 +217,7 @@ impl EtcdBackend {
             let token = i64::try_from(token).unwrap_or(i64::MAX);
             when.push(Compare::mod_revision(shadow.as_str(), CompareOp::Less, token));
         }
-        let lease = self.lease_for(key, d).await?;
+        let lease = self.lease_for(k, d).await?;
         let put = etcd_client::PutOptions::new().with_lease(lease);
         let then = [TxnOp::put(k, value.to_vec(), Some(put)), TxnOp::put(shadow, value.to_vec(), None)];
         Ok((Txn::new().when(when).and_then(then), Some(lease)))
@@ -217,6 +234,58 @@ fn lease_not_found(e: &etcd_client::Error) -> bool {
     matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("lease not found"))
 }
 
+/// How many times one request is sent again after an error that allows it.
+const MAX_RESENDS: u32 = 5;
+/// gRPC status code "unavailable".
+const UNAVAILABLE: i32 = 14;
+
+/// Which errors a request may be sent again after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resend {
+    /// Only when it certainly never reached etcd: the connection to the chosen
+    /// endpoint could not be made. (The client balances over the endpoints and
+    /// reports a dead member's refused connection as the request's error; a
+    /// write whose connection broke mid-flight may have been applied, and is
+    /// not resent.)
+    Unsent,
+    /// On any "unavailable" error: reads are idempotent.
+    Read,
+}
+
+impl Resend {
+    fn allows(self, e: &etcd_client::Error) -> bool {
+        let etcd_client::Error::GRpcStatus(s) = e else { return false };
+        if s.code() as i32 != UNAVAILABLE {
+            return false;
+        }
+        self == Resend::Read || never_connected(s.message(), s)
+    }
+}
+
+/// Whether a status reports a failed connection attempt (refused, unreachable,
+/// timed out while connecting), as opposed to a connection that broke.
+fn never_connected(message: &str, status: &(dyn std::error::Error + 'static)) -> bool {
+    if message.contains("connect error") {
+        return true;
+    }
+    let mut cause = status.source();
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::HostUnreachable
+                    | std::io::ErrorKind::NetworkUnreachable
+                    | std::io::ErrorKind::AddrNotAvailable
+            )
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 fn fail(url: &str, op: String, e: etcd_client::Error) -> Error {
     if refused(&e) {
         Error::InvalidStore { url: url.to_string(), reason: format!("{op}: etcd refused: {e}") }
@@ -230,6 +299,48 @@ fn human(d: Duration) -> String {
 }
 
 #[async_trait]
+impl LeaseRpc for EtcdBackend {
+    async fn keep_alive(&self, id: i64) -> Result<bool> {
+        let op = || format!("refreshing our etcd lease {id:x} (LeaseKeepAlive)");
+        let attempt = || {
+            let mut leases = self.client.lease_client();
+            // One exchange is all we need: the stream is dropped at once.
+            async move { leases.keep_alive(id).await.map(drop) }
+        };
+        match self.timed(&op, Resend::Read, attempt).await? {
+            Ok(()) => Ok(true),
+            // etcd-client's way of saying etcd answered TTL 0: no such lease.
+            Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+            Err(e) => Err(fail(&self.url, op(), e)),
+        }
+    }
+
+    async fn grant(&self, ttl_secs: u64) -> Result<(i64, Duration)> {
+        let op = || format!("granting an etcd lease of {ttl_secs}s (LeaseGrant)");
+        // A grant whose answer was lost leaves an unused lease that expires by
+        // itself, so it is safe to send again.
+        let attempt = || {
+            let mut leases = self.client.lease_client();
+            async move { leases.grant(i64::try_from(ttl_secs).unwrap_or(i64::MAX), None).await }
+        };
+        let granted = self.timed(&op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, op(), e))?;
+        Ok((granted.id(), Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0))))
+    }
+
+    fn too_slow(&self, op: &str, left: Duration, needed: Duration) -> Error {
+        Error::store(
+            &self.url,
+            op,
+            format!(
+                "etcd answered so late that the lease has only {} left, less than the {} a write needs",
+                human(left),
+                human(needed)
+            ),
+        )
+    }
+}
+
+#[async_trait]
 impl Backend for EtcdBackend {
     fn url(&self) -> &str {
         &self.url
@@ -239,8 +350,7 @@ impl Backend for EtcdBackend {
     async fn get(&self, key: &str) -> Result<Option<Stored>> {
         check_key(key)?;
         let k = self.etcd_key(key);
-        let mut kv = self.client.kv_client();
-        let resp = self.call(&|| format!("reading key {k:?}"), kv.get(k.as_str(), None)).await?;
+        let resp = self.range(&|| format!("reading key {k:?}"), &k, None).await?;
         let Some(found) = resp.kvs().first() else { return Ok(None) };
         Ok(Some(Stored {
             value: Bytes::copy_from_slice(found.value()),
@@ -259,9 +369,12 @@ impl Backend for EtcdBackend {
         let op = || format!("writing key {k:?}");
         let mut retried = false;
         loop {
-            let (txn, lease) = self.txn(key, &k, &value, &opts).await?;
-            let mut kv = self.client.kv_client();
-            match self.timed(&op, kv.txn(txn)).await? {
+            let (txn, lease) = self.txn(&k, &value, &opts).await?;
+            let attempt = || {
+                let (mut kv, txn) = (self.client.kv_client(), txn.clone());
+                async move { kv.txn(txn).await }
+            };
+            match self.timed(&op, Resend::Unsent, attempt).await? {
                 Ok(resp) if resp.succeeded() => return Ok(Put::Done(self.header_revision(&k, resp.header())?)),
                 Ok(_) => return Ok(Put::Conflict),
                 // Our etcd lease expired under us (we were cut off for longer than
@@ -281,9 +394,8 @@ impl Backend for EtcdBackend {
     /// (written by someone else, or not UTF-8) and shadows are left out.
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
         let start = format!("{}{prefix}", self.root);
-        let mut kv = self.client.kv_client();
         let opts = GetOptions::new().with_prefix().with_keys_only();
-        let resp = self.call(&|| format!("listing keys under {start:?}"), kv.get(start.as_str(), Some(opts))).await?;
+        let resp = self.range(&|| format!("listing keys under {start:?}"), &start, Some(opts)).await?;
         let under =
             |k: &str| prefix.is_empty() || k == prefix || k.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'));
         let mut keys = Vec::with_capacity(resp.kvs().len());
@@ -303,13 +415,8 @@ impl Backend for EtcdBackend {
     /// revision, and so every token, the vanished record ever had.
     async fn absent_floor(&self, key: &str) -> Result<u64> {
         let k = self.etcd_key(key);
-        let mut kv = self.client.kv_client();
-        let resp = self
-            .call(
-                &|| format!("reading the revision for key {k:?}"),
-                kv.get(k.as_str(), Some(GetOptions::new().with_count_only())),
-            )
-            .await?;
+        let count = Some(GetOptions::new().with_count_only());
+        let resp = self.range(&|| format!("reading the revision for key {k:?}"), &k, count).await?;
         Ok(self.header_revision(&k, resp.header())?.seq.unwrap_or(0))
     }
 
@@ -324,9 +431,8 @@ impl Backend for EtcdBackend {
             let from = match seen {
                 Some(v) => self.revision_of(&k, v)? + 1,
                 None => {
-                    let mut kv = self.client.kv_client();
                     let count = Some(GetOptions::new().with_count_only());
-                    let resp = self.call(&|| format!("reading key {k:?}"), kv.get(k.as_str(), count)).await?;
+                    let resp = self.range(&|| format!("reading key {k:?}"), &k, count).await?;
                     if resp.count() > 0 {
                         return Ok(true);
                     }
@@ -334,9 +440,12 @@ impl Backend for EtcdBackend {
                 }
             };
             let op = || format!("watching key {k:?} from revision {from}");
-            let mut watches = self.client.watch_client();
             let opts = WatchOptions::new().with_start_revision(from);
-            let mut stream = self.call(&op, watches.watch(k.as_str(), Some(opts))).await?;
+            let attempt = || {
+                let (mut watches, opts, k) = (self.client.watch_client(), opts.clone(), k.clone());
+                async move { watches.watch(k, Some(opts)).await }
+            };
+            let mut stream = self.timed(&op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, op(), e))?;
             loop {
                 match stream.message().await {
                     // Changed, or the watch was cancelled (history compacted past

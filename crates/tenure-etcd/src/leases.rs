@@ -31,8 +31,22 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::Client;
+use async_trait::async_trait;
+use tenure::Result;
 use tokio::time::Instant;
+
+/// The requests the pool makes, sent by the backend (with its timeouts, resends
+/// and error messages).
+#[async_trait]
+pub(crate) trait LeaseRpc: Sync {
+    /// One `LeaseKeepAlive` exchange for lease `id`: `Ok(false)` if etcd says the
+    /// lease does not exist (any more).
+    async fn keep_alive(&self, id: i64) -> Result<bool>;
+    /// One `LeaseGrant` of `ttl_secs`: the new lease's id and granted TTL.
+    async fn grant(&self, ttl_secs: u64) -> Result<(i64, Duration)>;
+    /// The error for an answer that came too late to leave the lease long enough.
+    fn too_slow(&self, op: &str, left: Duration, needed: Duration) -> tenure::Error;
+}
 
 /// An etcd lease, and how long it is known to live.
 #[derive(Debug, Clone, Copy)]
@@ -47,22 +61,6 @@ struct Slot {
 #[derive(Debug, Default)]
 pub(crate) struct LeasePool {
     classes: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<Option<Slot>>>>>,
-}
-
-/// What went wrong while getting a lease: which request, and why.
-#[derive(Debug)]
-pub(crate) struct LeaseError {
-    pub(crate) op: &'static str,
-    pub(crate) source: LeaseFailure,
-}
-
-/// Why a lease could not be had.
-#[derive(Debug)]
-pub(crate) enum LeaseFailure {
-    /// The request failed.
-    Etcd(etcd_client::Error),
-    /// The answer came too late to leave the lease `d` to live.
-    TooSlow(Duration),
 }
 
 /// TTL in whole seconds of the class lease for expiry hint `d`: `1.5 × d`,
@@ -81,7 +79,7 @@ impl LeasePool {
     /// The id of an etcd lease that lives at least `d` from now, granting or
     /// refreshing one if needed. Concurrent callers of one class share one
     /// refresh.
-    pub(crate) async fn lease_for(&self, client: &Client, d: Duration) -> Result<i64, LeaseError> {
+    pub(crate) async fn lease_for(&self, rpc: &dyn LeaseRpc, d: Duration) -> Result<i64> {
         let class = class_ttl_secs(d);
         let slot = self.slot(class);
         let mut slot = slot.lock().await;
@@ -89,29 +87,18 @@ impl LeasePool {
             if s.alive_until >= Instant::now() + d {
                 return Ok(s.id);
             }
-            let op = "refreshing our etcd lease (LeaseKeepAlive)";
             let sent = Instant::now();
-            match client.lease_client().keep_alive(s.id).await {
-                // The stream is dropped here: one exchange is all we need.
-                Ok(_) => return checked(&mut slot, Slot { alive_until: sent + s.ttl, ..s }, d, op),
-                // etcd-client reports a lease that no longer exists this way; any
-                // record still attached to it is gone, and a fresh lease is needed.
-                Err(etcd_client::Error::LeaseKeepAliveError(e)) => {
-                    tracing::info!(lease = s.id, error = %e, "our etcd lease is gone; granting a new one");
-                    *slot = None;
-                }
-                Err(e) => return Err(LeaseError { op, source: LeaseFailure::Etcd(e) }),
+            if rpc.keep_alive(s.id).await? {
+                let fresh = Slot { alive_until: sent + s.ttl, ..s };
+                return checked(rpc, &mut slot, fresh, d, "refreshing our etcd lease");
             }
+            // Any record still attached to it is gone; a fresh lease is needed.
+            tracing::info!(lease = s.id, "our etcd lease expired; granting a new one");
+            *slot = None;
         }
-        let op = "granting an etcd lease (LeaseGrant)";
         let sent = Instant::now();
-        let granted = client
-            .lease_client()
-            .grant(class as i64, None)
-            .await
-            .map_err(|e| LeaseError { op, source: LeaseFailure::Etcd(e) })?;
-        let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0));
-        checked(&mut slot, Slot { id: granted.id(), ttl, alive_until: sent + ttl }, d, op)
+        let (id, ttl) = rpc.grant(class).await?;
+        checked(rpc, &mut slot, Slot { id, ttl, alive_until: sent + ttl }, d, "granting an etcd lease")
     }
 
     /// Forgets lease `id` (etcd said it does not exist), so the next write grants
@@ -126,18 +113,44 @@ impl LeasePool {
 }
 
 /// Keeps `fresh` and returns its id if it lives at least `d` from now.
-fn checked(slot: &mut Option<Slot>, fresh: Slot, d: Duration, op: &'static str) -> Result<i64, LeaseError> {
+fn checked(rpc: &dyn LeaseRpc, slot: &mut Option<Slot>, fresh: Slot, d: Duration, op: &str) -> Result<i64> {
     *slot = Some(fresh);
     let left = fresh.alive_until.saturating_duration_since(Instant::now());
     if left < d {
-        return Err(LeaseError { op, source: LeaseFailure::TooSlow(left) });
+        return Err(rpc.too_slow(op, left, d));
     }
     Ok(fresh.id)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+
     use super::*;
+
+    /// A fake etcd: counts requests; leases live while `alive` says so.
+    #[derive(Default)]
+    struct Fake {
+        grants: AtomicU32,
+        keep_alives: AtomicU32,
+        next_id: AtomicI64,
+        gone: AtomicBool,
+    }
+
+    #[async_trait]
+    impl LeaseRpc for Fake {
+        async fn keep_alive(&self, _id: i64) -> Result<bool> {
+            self.keep_alives.fetch_add(1, Ordering::SeqCst);
+            Ok(!self.gone.swap(false, Ordering::SeqCst))
+        }
+        async fn grant(&self, ttl_secs: u64) -> Result<(i64, Duration)> {
+            self.grants.fetch_add(1, Ordering::SeqCst);
+            Ok((self.next_id.fetch_add(1, Ordering::SeqCst) + 1, Duration::from_secs(ttl_secs)))
+        }
+        fn too_slow(&self, op: &str, left: Duration, _: Duration) -> tenure::Error {
+            tenure::Error::store("fake", op, format!("{left:?} left"))
+        }
+    }
 
     #[test]
     fn class_leases_outlive_the_hint_by_half_and_respect_etcds_minimum() {
@@ -148,5 +161,37 @@ mod tests {
             let d = Duration::from_millis(ms);
             assert!(Duration::from_secs(class_ttl_secs(d)) >= d + d / 2, "{d:?}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_is_refreshed_only_when_it_could_not_outlive_the_next_write() {
+        let (pool, etcd) = (LeasePool::default(), Fake::default());
+        let d = Duration::from_secs(10); // class TTL 15 s
+        let id = pool.lease_for(&etcd, d).await.expect("grant");
+        for _ in 0..5 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            assert_eq!(pool.lease_for(&etcd, d).await.expect("reuse"), id);
+        }
+        assert_eq!((etcd.grants.load(Ordering::SeqCst), etcd.keep_alives.load(Ordering::SeqCst)), (1, 0));
+        // 15 s TTL − 5 s elapsed = 10 s left: one more second and it falls short.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(pool.lease_for(&etcd, d).await.expect("refresh"), id);
+        assert_eq!((etcd.grants.load(Ordering::SeqCst), etcd.keep_alives.load(Ordering::SeqCst)), (1, 1));
+        // Another class gets a lease of its own.
+        assert_ne!(pool.lease_for(&etcd, Duration::from_secs(2)).await.expect("grant"), id);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_etcd_no_longer_knows_is_replaced_by_a_fresh_grant() {
+        let (pool, etcd) = (LeasePool::default(), Fake::default());
+        let d = Duration::from_secs(4);
+        let first = pool.lease_for(&etcd, d).await.expect("grant");
+        tokio::time::advance(Duration::from_secs(3)).await;
+        etcd.gone.store(true, Ordering::SeqCst);
+        let second = pool.lease_for(&etcd, d).await.expect("grant again");
+        assert_ne!(first, second);
+        pool.forget(d, second).await;
+        assert_ne!(pool.lease_for(&etcd, d).await.expect("grant after forget"), second);
+        assert_eq!(etcd.grants.load(Ordering::SeqCst), 3);
     }
 }

@@ -1,0 +1,314 @@
+//! What the etcd store does beyond the conformance suite, against a real
+//! single-member etcd (`TENURE_TEST_ETCD`): etcd leases and their expiry, the
+//! token rule across a vanished record, watches, and garbage under our keys.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tenure::record::LeaseRecord;
+use tenure::{
+    AcquireRequest, Attempt, Backend, CasOptions, Client, Error, FencedRecord, Grant, Holder, LeaseName, LeaseOptions,
+    LeaseStore, ManualClock, Mode, OpenOptions, Put, PutOptions, Released,
+};
+use tenure_conformance::{TTL, server_from_env};
+use tenure_etcd::SHADOW_SUFFIX;
+
+use common::{Scratch, open_options};
+
+/// Real time to wait for anything that should happen in a few seconds.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+async fn scratch(what: &str) -> Option<Scratch> {
+    let endpoints = server_from_env("TENURE_TEST_ETCD")?;
+    Some(Scratch::new(&endpoints, what).await)
+}
+
+async fn open(url: &str, opts: &OpenOptions) -> Arc<dyn LeaseStore> {
+    tenure_etcd::open(url, opts).await.expect("open the etcd store")
+}
+
+/// Acquires through the store, with no keep-alive: a holder that dies at once.
+async fn crashed_holder(store: &Arc<dyn LeaseStore>, name: &str) -> Grant {
+    let req = AcquireRequest {
+        name: LeaseName::new(name).expect("name"),
+        mode: Mode::Exclusive,
+        ttl: TTL,
+        holder: Arc::new(Holder::current()),
+        retake: false,
+        meta: None,
+    };
+    match store.try_acquire(&req).await.expect("acquire") {
+        Attempt::Granted(g) => g,
+        Attempt::Busy(b) => panic!("{name} should be free: {}", b.describe()),
+    }
+}
+
+/// The etcd lease a key is attached to (0: none), or `None` if the key is absent.
+async fn lease_of(s: &Scratch, key: &str) -> Option<i64> {
+    let mut raw = s.raw.clone();
+    let resp = raw.get(key, None).await.expect("raw get");
+    resp.kvs().first().map(|kv| kv.lease())
+}
+
+/// A store whose clock never moves: it can only take over a lease when etcd
+/// deletes the record or someone releases it, and only wakes up through a watch.
+fn frozen(clock: &ManualClock) -> OpenOptions {
+    open_options().with_clock(clock.shared()).with_cas(CasOptions::default().with_max_skew(Duration::from_secs(3600)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_deletes_a_crashed_holders_record_and_a_frozen_waiter_takes_over_above_its_token() {
+    let Some(s) = scratch("vanish").await else { return };
+    let started = Instant::now();
+    let holder = open(&s.url, &open_options()).await;
+    let dead = crashed_holder(&holder, "crash").await;
+    let key = s.key("crash");
+    let lease = lease_of(&s, &key).await.expect("the record exists");
+    assert_ne!(lease, 0, "a grant's record is attached to an etcd lease");
+    assert_eq!(lease_of(&s, &format!("{key}{SHADOW_SUFFIX}")).await, Some(0), "its shadow is not");
+    drop(holder);
+
+    // Neither clock rule can fire on a frozen clock: only etcd's expiry frees it.
+    let clock = ManualClock::new();
+    let waiter = Client::new(open(&s.url, &frozen(&clock)).await);
+    let wait = LeaseOptions::exclusive().with_ttl(TTL).with_timeout(Duration::from_secs(3600));
+    let lease = tokio::time::timeout(PATIENCE, waiter.acquire("crash", &wait))
+        .await
+        .expect("etcd must delete the record of a holder that stopped writing, and the watch must wake the waiter")
+        .expect("acquire");
+    assert!(
+        started.elapsed() >= TTL,
+        "etcd deleted the record {:?} after the grant, before the holder's own deadline ({TTL:?})",
+        started.elapsed()
+    );
+    assert!(lease.token() > dead.token, "token {} must exceed the vanished holder's {}", lease.token(), dead.token);
+    assert_eq!(lease.grant().predecessor, None, "a vanished record leaves no predecessor (documented)");
+    assert!(lease_of(&s, &format!("{key}{SHADOW_SUFFIX}")).await.is_some(), "the shadow outlives the record");
+    lease.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_racing_a_vanished_record_cannot_repeat_its_token() {
+    let Some(s) = scratch("race").await else { return };
+    let (slow, fast) = (s.backend().await, s.backend().await);
+    let record = |token: u64| {
+        let mut r = LeaseRecord::empty("r");
+        r.last_token = token;
+        Bytes::from(r.to_bytes())
+    };
+    let expiring = || PutOptions::create().with_expires_after(TTL);
+
+    // The slow creator reads "absent" and its floor...
+    assert_eq!(slow.get("r").await.expect("get"), None);
+    let slow_floor = slow.absent_floor("r").await.expect("floor");
+    // ...then another holder creates the record, and it vanishes (etcd expiry).
+    assert_eq!(fast.get("r").await.expect("get"), None);
+    let fast_token = fast.absent_floor("r").await.expect("floor") + 1;
+    assert!(matches!(fast.put("r", record(fast_token), expiring()).await.expect("put"), Put::Done(_)));
+    let mut raw = s.raw.clone();
+    raw.delete(s.key("r"), None).await.expect("raw delete");
+
+    // The slow creator's token would not exceed the vanished one's: refused.
+    assert!(slow_floor < fast_token);
+    assert_eq!(slow.put("r", record(slow_floor + 1), expiring()).await.expect("put"), Put::Conflict);
+    // Read again, it gets a floor above everything, and succeeds.
+    assert_eq!(slow.get("r").await.expect("get"), None);
+    let floor = slow.absent_floor("r").await.expect("floor");
+    assert!(floor >= fast_token, "the floor {floor} is at least every earlier token ({fast_token})");
+    assert!(matches!(slow.put("r", record(floor + 1), expiring()).await.expect("put"), Put::Done(_)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_a_frozen_clock_wakes_through_the_watch_when_the_holder_releases() {
+    let Some(s) = scratch("watch").await else { return };
+    let holder = Client::new(open(&s.url, &open_options()).await);
+    let held = holder.try_acquire("w", &LeaseOptions::exclusive().with_ttl(TTL)).await.expect("acquire");
+
+    let clock = ManualClock::new();
+    let waiter = Client::new(open(&s.url, &frozen(&clock)).await);
+    let wait = LeaseOptions::exclusive().with_ttl(TTL).with_timeout(Duration::from_secs(3600));
+    let task = tokio::spawn(async move { waiter.acquire("w", &wait).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!task.is_finished(), "the waiter must not get a held lease");
+
+    assert_eq!(held.release().await.expect("release"), Released::Released);
+    // The waiter's clock never moves, so it cannot poll: only the watch wakes it.
+    let lease = tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("the release must wake the waiter through its watch")
+        .expect("join")
+        .expect("acquire after release");
+    assert_eq!(lease.grant().predecessor.map(|p| p.how), Some(tenure::EndedHow::Released));
+    lease.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_detaches_the_record_from_its_etcd_lease_so_its_history_stays() {
+    let Some(s) = scratch("detach").await else { return };
+    let c = Client::new(open(&s.url, &open_options()).await);
+    let lease = c.try_acquire("d", &LeaseOptions::exclusive().with_ttl(TTL)).await.expect("acquire");
+    let attached = lease_of(&s, &s.key("d")).await.expect("exists");
+    assert_ne!(attached, 0);
+    let token = lease.token();
+    lease.release().await.expect("release");
+    assert_eq!(lease_of(&s, &s.key("d")).await, Some(0), "a released record is kept, with no etcd lease");
+    let state = c.inspect("d").await.expect("inspect");
+    assert_eq!((state.last_token, state.holders.len()), (token, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_under_the_prefix_is_reported_naming_store_and_key_never_a_panic() {
+    let Some(s) = scratch("garbage").await else { return };
+    let mut raw = s.raw.clone();
+    let junk: &[u8] = b"\xff\x00 not a record";
+    for (key, value) in [
+        (s.key("junk").into_bytes(), junk),
+        (format!("{}/\u{7f}bad", s.prefix).into_bytes(), junk),
+        ([s.prefix.as_bytes(), b"/\xff\xfe"].concat(), junk),
+        (s.key("a//b").into_bytes(), junk),
+        (s.key(&format!("lonely{SHADOW_SUFFIX}")).into_bytes(), junk),
+        (s.key("newer").into_bytes(), br#"{"tenure": 99, "name": "newer", "last_token": 1}"#),
+        (s.key("f~fence").into_bytes(), junk),
+    ] {
+        raw.put(key, value, None).await.expect("raw put");
+    }
+    let store = open(&s.url, &open_options()).await;
+    let c = Client::new(store.clone());
+    c.try_acquire("ok", &LeaseOptions::exclusive().with_ttl(TTL)).await.expect("acquire").release().await.expect("rel");
+
+    let names: Vec<String> = c.list("").await.expect("list").iter().map(|n| n.to_string()).collect();
+    assert_eq!(names, ["junk", "newer", "ok"], "foreign keys, bad keys and shadows are not lease names");
+
+    let state = c.inspect("junk").await.expect("inspecting garbage is not an error");
+    let detail = state.corrupt.expect("inspect reports the damage");
+    assert!(detail.contains("not a tenure lease record"), "{detail}");
+
+    let busy = c.try_acquire("junk", &LeaseOptions::exclusive().with_ttl(TTL)).await.expect_err("garbage blocks");
+    let text = busy.to_string();
+    assert!(matches!(busy, Error::Busy { .. }) && text.contains(&s.url) && text.contains("\"junk\""), "{text}");
+    assert!(text.contains("unreadable"), "{text}");
+
+    let newer = c.try_acquire("newer", &LeaseOptions::exclusive().with_ttl(TTL)).await.expect_err("refused");
+    let text = newer.to_string();
+    assert!(matches!(newer, Error::Unsupported { .. }) && text.contains(&s.url) && text.contains("newer"), "{text}");
+
+    let fence = FencedRecord::new(s.dyn_backend().await, "f").expect("fence");
+    match fence.read().await {
+        Err(e @ Error::Corrupt { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains(&s.url) && text.contains("f~fence"), "{text}");
+        }
+        other => panic!("a garbage fenced record must be reported corrupt, got {other:?}"),
+    }
+
+    // A garbage shadow is never read: the lease next to it works.
+    c.try_acquire("lonely", &LeaseOptions::exclusive().with_ttl(TTL))
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("r");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_endpoint_next_to_a_live_one_does_not_stop_the_store() {
+    let Some(s) = scratch("dead-endpoint").await else { return };
+    let dead = closed_port().await;
+    let url = s.url.replacen("etcd://", &format!("etcd://127.0.0.1:{dead},"), 1);
+    let c = Client::new(open(&url, &open_options()).await);
+    for _ in 0..10 {
+        let lease = c.try_acquire("e", &LeaseOptions::exclusive().with_ttl(TTL)).await.expect("acquire");
+        lease.release().await.expect("release");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_refused_clearly_when_etcd_does_not_know_them() {
+    let Some(s) = scratch("auth").await else { return };
+    let opts = open_options().with_param("user", "nobody").with_param("password", "wrong");
+    match tenure_etcd::open(&s.url, &opts).await {
+        Err(e @ Error::InvalidStore { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains(&s.url) && text.contains("authentication"), "{text}");
+        }
+        other => panic!("unknown credentials must be refused as a configuration error, got {:?}", other.err()),
+    }
+}
+
+/// A loopback port nothing listens on.
+async fn closed_port() -> u16 {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+#[tokio::test]
+async fn an_unreachable_endpoint_is_reported_naming_the_store_and_endpoint() {
+    let port = closed_port().await;
+    let url = format!("etcd://127.0.0.1:{port}/locks");
+    let opts = OpenOptions::default().with_param("connect_timeout", "1s").with_param("timeout", "1s");
+    let started = Instant::now();
+    let err = tenure_etcd::open(&url, &opts).await.expect_err("nothing listens there");
+    let text = err.to_string();
+    assert!(matches!(err, Error::Store { .. }), "{err:?}");
+    assert!(text.contains(&url) && text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(started.elapsed() < PATIENCE, "open must give up, not hang");
+}
+
+#[tokio::test]
+async fn an_endpoint_that_never_answers_is_given_up_on_after_the_timeout() {
+    // Accepts connections and says nothing, like a wedged server.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            held.push(conn);
+        }
+    });
+    let url = format!("etcd://127.0.0.1:{port}/locks");
+    let opts = OpenOptions::default().with_param("connect_timeout", "1s").with_param("timeout", "1s");
+    let err = tokio::time::timeout(PATIENCE, tenure_etcd::open(&url, &opts))
+        .await
+        .expect("open must give up on a silent endpoint")
+        .expect_err("a silent endpoint is not a store");
+    let text = err.to_string();
+    assert!(matches!(err, Error::Store { .. }) && text.contains(&url) && text.contains("no answer"), "{text}");
+    hold.abort();
+}
+
+#[tokio::test]
+async fn malformed_urls_are_refused_before_connecting() {
+    for url in ["etcd://127.0.0.1:2379", "etcd://127.0.0.1:99999/x", "etcd://h/x?bogus=1", "etcd://h/../x"] {
+        match tenure_etcd::open(url, &OpenOptions::default()).await {
+            Err(Error::InvalidStore { url: u, .. }) => assert_eq!(u, url),
+            other => panic!("{url}: expected InvalidStore, got {:?}", other.err()),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_reads_only_under_the_prefix() {
+    let Some(s) = scratch("list").await else { return };
+    let other = Scratch::new(&server_from_env("TENURE_TEST_ETCD").unwrap_or_default(), "list-other").await;
+    let (mine, theirs) = (Client::new(open(&s.url, &open_options()).await), open(&other.url, &open_options()).await);
+    for name in ["a/x", "a/y", "ab"] {
+        mine.try_acquire(name, &LeaseOptions::exclusive().with_ttl(TTL))
+            .await
+            .expect("acq")
+            .release()
+            .await
+            .expect("r");
+    }
+    Client::new(theirs)
+        .try_acquire("a/z", &LeaseOptions::exclusive().with_ttl(TTL))
+        .await
+        .expect("a")
+        .release()
+        .await
+        .expect("r");
+    let under_a: Vec<String> = mine.list("a").await.expect("list").iter().map(|n| n.to_string()).collect();
+    assert_eq!(under_a, ["a/x", "a/y"], "'a' lists a/… but not ab, nor another prefix's keys");
+}
