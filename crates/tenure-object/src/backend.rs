@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::TryStreamExt;
-use object_store::path::Path;
+use object_store::path::{Path, PathPart};
 use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutMode as OsPutMode, PutOptions as OsPutOptions,
     PutPayload, PutResult, UpdateVersion,
@@ -157,9 +157,19 @@ impl ObjectBackend {
             Some((base, suffix)) => (base, format!("~{suffix}")),
             None => (key, RECORD_OBJECT.to_string()),
         };
+        self.child(base.split('/').chain([object.as_str()]))
+    }
+
+    /// The prefix joined with `parts`, each taken as is (`Path::join` would
+    /// percent-encode `~` into the object name).
+    pub(crate) fn child<'a>(&self, parts: impl IntoIterator<Item = &'a str>) -> Result<Path> {
         let mut path = self.prefix.clone();
-        for part in base.split('/').chain([object.as_str()]) {
-            path = path.clone().join(part);
+        for part in parts {
+            let part = PathPart::parse(part).map_err(|e| Error::InvalidName {
+                name: part.to_string(),
+                reason: format!("cannot be part of an object key: {e}"),
+            })?;
+            path = path.join(part);
         }
         Ok(path)
     }
@@ -333,13 +343,12 @@ impl Backend for ObjectBackend {
     /// (the whole store prefix for `""`); objects that are not tenure's are
     /// skipped.
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        let mut under = self.prefix.clone();
-        if !prefix.is_empty() {
+        let under = if prefix.is_empty() {
+            self.prefix.clone()
+        } else {
             tenure::LeaseName::new(prefix)?;
-            for part in prefix.split('/') {
-                under = under.clone().join(part);
-            }
-        }
+            self.child(prefix.split('/'))?
+        };
         self.counts.list.fetch_add(1, Ordering::Relaxed);
         let metas: Vec<object_store::ObjectMeta> = self
             .store
@@ -382,7 +391,8 @@ mod tests {
     fn objects_that_are_not_tenures_are_not_keys() {
         let b = backend("ci/locks");
         for foreign in ["ci/locks/deploy", "ci/locks/deploy/state.json", "ci/locks/~probe-1234", "other/x/~lease"] {
-            assert_eq!(b.key_of(&Path::from(foreign)), None, "{foreign}");
+            let path = Path::parse(foreign).expect("path");
+            assert_eq!(b.key_of(&path), None, "{foreign}");
         }
     }
 
@@ -398,7 +408,7 @@ mod tests {
     #[test]
     fn etags_lose_their_quotes_and_gcs_versions_are_generations() {
         let s3 = backend("p");
-        let path = Path::from("p/x/~lease");
+        let path = Path::parse("p/x/~lease").expect("path");
         let v = s3.version(&path, Some("\"abc\""), Some("v1")).expect("etag");
         assert_eq!(v, Version { tag: "abc".into(), seq: None });
         assert_eq!(s3.update_version(&v), UpdateVersion { e_tag: Some("abc".into()), version: None });

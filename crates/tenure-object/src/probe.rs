@@ -25,9 +25,11 @@
 //! name. A process killed mid-probe leaves its `~probe-*` object behind; it is no
 //! lease record (listing skips it) and may be deleted by hand.
 //!
-//! A store that refuses the probe's first write for lack of permission (403) is
-//! not refused: read-only credentials can still inspect leases (`tenure status`),
-//! and any attempt to take a lease fails with the same 403.
+//! A store that refuses the probe's first write for lack of permission (403) but
+//! lets it read (404 for the probe object) is not refused: read-only credentials
+//! can still inspect leases (`tenure status`), and any attempt to take a lease
+//! fails with the same 403. If the read is refused too, the credentials are wrong
+//! (or lack list permission, which S3 needs to answer 404): that is an error.
 
 use std::fmt;
 
@@ -95,7 +97,8 @@ fn refuse(url: &str, why: &str) -> Error {
 /// [`Error::Unsupported`] (saying which condition is ignored and how to override)
 /// if the store ignores a condition; [`Error::Store`] if it cannot be reached.
 pub async fn probe(backend: &ObjectBackend) -> Result<Probe> {
-    let path = backend.prefix().clone().join(format!("~probe-{}", tenure::random_nonce()));
+    let name = format!("~probe-{}", tenure::random_nonce());
+    let path = backend.child([name.as_str()])?;
     let mut created = false;
     let outcome = run(backend, &path, &mut created).await;
     if created && let Err(e) = backend.delete_object(&path).await {
@@ -129,7 +132,18 @@ async fn run(backend: &ObjectBackend, path: &Path, created: &mut bool) -> Result
     match backend.put_object(path, body(1), PutMode::Create).await {
         Ok(_) => *created = true,
         Err(object_store::Error::PermissionDenied { source, .. }) => {
-            return Ok(Probe::ReadOnly { detail: source.to_string() });
+            // Read-only credentials, or wrong ones? Only the former may read.
+            return match backend.get_object(path, None).await {
+                Err(object_store::Error::NotFound { .. }) => Ok(Probe::ReadOnly { detail: source.to_string() }),
+                Ok(_) => Err(refuse(url, "a write was refused, yet the object it would have created exists")),
+                Err(e) => Err(Error::store(
+                    url,
+                    format!("probing conditional writes: creating and reading {path}"),
+                    format!(
+                        "both were refused ({e}); check the credentials (for read-only use without permission to list, pass --trust-store to skip the probe)"
+                    ),
+                )),
+            };
         }
         Err(e) => return Err(failed("creating", e)),
     }

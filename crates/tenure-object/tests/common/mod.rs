@@ -192,3 +192,12 @@ impl Harness for Bucket {
         self.settle
     }
 }
+
+/// Every object under the backend's prefix.
+pub async fn objects(backend: &ObjectBackend) -> Vec<String> {
+    use futures::TryStreamExt;
+    use tenure_object::object_store::ObjectStore;
+    let metas: Vec<_> =
+        backend.object_store().list(Some(backend.prefix())).try_collect().await.expect("list the test prefix");
+    metas.into_iter().map(|m| m.location.to_string()).collect()
+}
