@@ -11,6 +11,7 @@ mod serve;
 mod status;
 mod stores;
 mod supervise;
+mod waiting;
 
 use std::io::Write;
 use std::process::ExitCode;
