@@ -1,0 +1,176 @@
+//! The lease-guarded journal and its audit, on a directory with leases from the
+//! in-memory store, all on manual clocks (one of them skewed).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{T0, options};
+use tenure::{Client, LeaseOptions, ManualClock, OpenOptions};
+use tenure_bag::fs::FsStorage;
+use tenure_bag::{
+    Batch, Journal, LeaseStamp, Log, ReadOptions, VerifiedWitness, ViolationKind, WitnessVerifier, audit,
+};
+
+fn journal(dir: &std::path::Path, store: &str, clock: &ManualClock, id: &str) -> Journal {
+    let log = Log::on_fs(FsStorage::new(dir, false), options(clock.shared()));
+    let leases = tenure::open(store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
+    let opts = LeaseOptions::exclusive().with_ttl(Duration::from_secs(5)).with_timeout(Duration::from_secs(1));
+    Journal::new(log.writer(id).expect("writer"), Client::new(leases), opts)
+}
+
+fn unique_store() -> String {
+    format!("memory://journal-{:016x}", rand::random::<u64>())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicting_operations_are_ordered_by_the_shared_lease_even_with_a_slow_clock() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = unique_store();
+    let fast = ManualClock::starting_at(T0);
+    let slow = fast.skewed(-400);
+    let a = journal(dir.path(), &store, &fast, "a");
+    let b = journal(dir.path(), &store, &slow, "b");
+
+    let mut txn = a.begin(&["acct/1"]).await.expect("begin");
+    assert!(txn.append(vec!["a: debit 10".into()]).await.expect("append").accepted);
+    txn.commit().await.expect("commit");
+    // b's clock is 400 ms behind, but the watermark puts its stamp above a's.
+    let mut txn = b.begin(&["acct/1", "acct/2"]).await.expect("begin");
+    assert!(txn.floor_ms() > T0);
+    assert!(txn.append(vec!["b: credit 10".into()]).await.expect("append").accepted);
+    txn.commit().await.expect("commit");
+
+    let read = a.writer().log().read(&ReadOptions::default()).await.expect("read");
+    let order: Vec<_> = read.messages.iter().map(|m| String::from_utf8_lossy(&m.payload).into_owned()).collect();
+    assert_eq!(order, ["a: debit 10", "b: credit 10"]);
+    let leases: Vec<_> = read.messages[1].leases.iter().map(|l| (l.name.as_str(), l.token)).collect();
+    assert_eq!(leases, [("acct/1", 2), ("acct/2", 1)]);
+    let report = audit(&read, None, 1_000);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!((report.messages, report.unguarded), (2, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_expired_predecessor_the_next_holder_first_closes_its_buckets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = unique_store();
+    let clock = ManualClock::starting_at(T0);
+    let a = journal(dir.path(), &store, &clock, "a");
+    let mut txn = a.begin(&["acct/9"]).await.expect("begin");
+    txn.append(vec!["a: before vanishing".into()]).await.expect("append");
+    drop(txn); // dropped, not committed: its deadline becomes the watermark
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let b = journal(dir.path(), &store, &clock, "b");
+    let begin = tokio::spawn(async move { b.begin(&["acct/9"]).await.map(|t| (t, b)) });
+    // Move time until b has waited out the predecessor's buckets (bounded loop).
+    for _ in 0..400 {
+        if begin.is_finished() {
+            break;
+        }
+        clock.advance(Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let (mut txn, b) = begin.await.expect("join").expect("begin");
+    let predecessor = txn.grants()[0].predecessor.clone().expect("predecessor");
+    assert!(!predecessor.how.graceful(), "{:?}", predecessor.how);
+    let watermark = predecessor.watermark_ms.expect("watermark");
+    let log = b.writer().log();
+    // The predecessor's last TTL before its watermark (older buckets are the
+    // metronome's: they were past their grace long ago).
+    let range = ReadOptions { from_ms: Some(watermark - 5_000), to_ms: Some(watermark + 1), ..Default::default() };
+    let settled = log.read(&range).await.expect("read");
+    assert!(settled.exact, "every bucket up to the watermark is closed before b writes: {settled:?}");
+    assert_eq!(settled.messages.len(), 1);
+    let out = txn.append(vec!["b: after".into()]).await.expect("append");
+    assert!(out.max_ts_ms > watermark);
+    txn.commit().await.expect("commit");
+}
+
+fn stamp(token: u64, deadline_ms: u64, watermark_ms: Option<u64>, witness: Option<&[u8]>) -> LeaseStamp {
+    LeaseStamp {
+        name: "acct/1".into(),
+        token,
+        deadline_ms,
+        watermark_ms,
+        holder: format!("h{token}"),
+        witness: witness.map(<[u8]>::to_vec),
+    }
+}
+
+async fn write(log: &Log, writer: &str, ts: u64, lease: LeaseStamp) {
+    let w = log.writer(writer).expect("writer");
+    let batch = Batch { messages: vec![(ts, format!("{writer}@{ts}").into())], leases: vec![lease] };
+    assert!(w.append(batch).await.expect("append").accepted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_drop_messages_after_their_deadline_and_the_audit_names_every_violation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_at(T0);
+    let log = Log::on_fs(FsStorage::new(dir.path(), false), options(clock.shared()));
+    write(&log, "ok", T0 + 100, stamp(1, T0 + 1_000, None, None)).await;
+    write(&log, "late", T0 + 1_200, stamp(1, T0 + 1_000, None, None)).await;
+    write(&log, "next", T0 + 1_100, stamp(2, T0 + 5_000, Some(T0 + 1_000), None)).await;
+    write(&log, "below", T0 + 1_500, stamp(3, T0 + 9_000, Some(T0 + 2_000), None)).await;
+
+    let plain = log.read(&ReadOptions::default()).await.expect("read");
+    assert_eq!(plain.late, 1);
+    assert!(plain.messages.iter().all(|m| &*m.writer != "late"));
+
+    let all = log.read(&ReadOptions { include_late: true, ..Default::default() }).await.expect("read");
+    let report = audit(&all, None, 1_000);
+    let mut kinds: Vec<_> = report.violations.iter().map(|v| (v.kind, v.message.writer.clone())).collect();
+    kinds.sort_by_key(|k| format!("{k:?}"));
+    assert_eq!(
+        kinds,
+        [
+            (ViolationKind::AfterDeadline, "late".to_string()),
+            (ViolationKind::NotAboveWatermark, "below".to_string()),
+            (ViolationKind::Overlap, "late".to_string()),
+        ]
+    );
+    let overlap = report.violations.iter().find(|v| v.kind == ViolationKind::Overlap).expect("overlap");
+    assert_eq!(overlap.other.as_ref().map(|o| o.writer.as_str()), Some("next"));
+    assert_eq!(overlap.grant.token, 1);
+}
+
+/// Accepts witnesses whose bytes are `good:<token>`, as a signature check would.
+#[derive(Debug)]
+struct FakeKey;
+
+impl WitnessVerifier for FakeKey {
+    fn verify(&self, witness: &[u8]) -> Result<VerifiedWitness, String> {
+        let text = std::str::from_utf8(witness).map_err(|_| "not text")?;
+        let token = text.strip_prefix("good:").ok_or("bad signature")?.parse().map_err(|_| "bad token")?;
+        Ok(VerifiedWitness {
+            name: "acct/1".into(),
+            token,
+            deadline_ms: T0 + 1_000,
+            server_time_ms: T0,
+            watermark_ms: None,
+            authorizes_writes: true,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn witnesses_are_verified_when_a_key_is_given_and_counted_otherwise() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::starting_at(T0);
+    let log = Log::on_fs(FsStorage::new(dir.path(), false), options(clock.shared()));
+    write(&log, "signed", T0 + 10, stamp(1, T0 + 1_000, None, Some(b"good:1"))).await;
+    write(&log, "forged", T0 + 20, stamp(1, T0 + 1_000, None, Some(b"forged"))).await;
+    write(&log, "other", T0 + 30, stamp(1, T0 + 1_000, None, Some(b"good:7"))).await;
+    let read = log.read(&ReadOptions { include_late: true, ..Default::default() }).await.expect("read");
+
+    let unverified = audit(&read, None, 1_000);
+    assert_eq!((unverified.witnesses_unverified, unverified.violations.len()), (3, 0));
+
+    let key: Arc<dyn WitnessVerifier> = Arc::new(FakeKey);
+    let verified = audit(&read, Some(key.as_ref()), 1_000);
+    assert_eq!(verified.witnesses_verified, 2);
+    let bad: Vec<_> = verified.violations.iter().map(|v| (v.kind, v.message.writer.as_str())).collect();
+    assert_eq!(bad, [(ViolationKind::Witness, "forged"), (ViolationKind::Witness, "other")]);
+}
