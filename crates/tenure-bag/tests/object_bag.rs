@@ -110,3 +110,88 @@ async fn garbage_and_truncated_batch_objects_are_skipped_and_a_bad_manifest_is_a
     s.put(&format!("b/{T0:016}/manifest"), b"tenure-bag-manifest 1\nbucket 1 1000\nend 00000000\n").await;
     assert!(matches!(log.read(&ReadOptions::default()).await, Err(tenure::Error::Corrupt { .. })));
 }
+
+/// Delegates reads and lists; every write, delete or copy fails loudly.
+#[derive(Debug)]
+struct ReadOnly(Arc<dyn ObjectStore>);
+
+impl std::fmt::Display for ReadOnly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReadOnly({})", self.0)
+    }
+}
+
+fn refused(what: &str) -> object_store::Error {
+    object_store::Error::Generic { store: "ReadOnly", source: format!("a reader tried to {what}").into() }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for ReadOnly {
+    async fn put_opts(
+        &self,
+        _: &Path,
+        _: PutPayload,
+        _: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        Err(refused("put"))
+    }
+    async fn put_multipart_opts(
+        &self,
+        _: &Path,
+        _: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        Err(refused("upload"))
+    }
+    async fn get_opts(&self, p: &Path, o: object_store::GetOptions) -> object_store::Result<object_store::GetResult> {
+        self.0.get_opts(p, o).await
+    }
+    fn delete_stream(
+        &self,
+        _: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+        Box::pin(futures::stream::once(async { Err(refused("delete")) }))
+    }
+    fn list(
+        &self,
+        p: Option<&Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.0.list(p)
+    }
+    fn list_with_offset(
+        &self,
+        p: Option<&Path>,
+        offset: &Path,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.0.list_with_offset(p, offset)
+    }
+    async fn list_with_delimiter(&self, p: Option<&Path>) -> object_store::Result<object_store::ListResult> {
+        self.0.list_with_delimiter(p).await
+    }
+    async fn copy_opts(&self, _: &Path, _: &Path, _: object_store::CopyOptions) -> object_store::Result<()> {
+        Err(refused("copy"))
+    }
+}
+
+#[tokio::test]
+async fn readers_of_an_object_store_log_never_write() {
+    let s = Store::memory();
+    let clock = ManualClock::starting_at(T0);
+    let log = s.log(clock.shared());
+    let nothing =
+        Log::on_object_store(&s.url, Arc::new(ReadOnly(s.store.clone())), s.prefix.clone(), options(clock.shared()));
+    assert!(nothing.read(&ReadOptions::default()).await.expect("a missing log reads as empty").messages.is_empty());
+    let w = log.writer("w").expect("writer");
+    w.append(Batch::one(T0, "closed")).await.expect("append");
+    w.append(Batch::one(T0 + 4_000, "open")).await.expect("append");
+    clock.advance(std::time::Duration::from_secs(4));
+    log.close(T0).await.expect("close");
+    log.compact().await.expect("compact");
+    let reader =
+        Log::on_object_store(&s.url, Arc::new(ReadOnly(s.store.clone())), s.prefix.clone(), options(clock.shared()));
+    for opts in [ReadOptions::default(), ReadOptions { include_late: true, skip_snapshots: true, ..Default::default() }]
+    {
+        let read = reader.read(&opts).await.expect("read through a store that refuses writes");
+        assert_eq!(read.messages.len(), 2);
+        assert_eq!(read.open, [T0 + 4_000]);
+    }
+}
