@@ -133,7 +133,7 @@ impl EtcdBackend {
                     Err(e) if resent < MAX_RESENDS && resend.allows(&e) => {
                         resent += 1;
                         tracing::debug!(store = %self.url, op = %op(), error = %e, "resending an etcd request");
-                        tokio::time::sleep(Duration::from_millis(10) * resent).await;
+                        tokio::time::sleep(Duration::from_millis(10 << resent)).await;
                     }
                     out => return out,
                 }
@@ -242,8 +242,8 @@ const UNAVAILABLE: i32 = 14;
 /// Which errors a request may be sent again after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Resend {
-    /// Only when it certainly never reached etcd: the connection to the chosen
-    /// endpoint could not be made. (The client balances over the endpoints and
+    /// Only when it certainly was not applied: the connection to the chosen
+    /// endpoint could not be made, or the member refused it for want of a leader. (The client balances over the endpoints and
     /// reports a dead member's refused connection as the request's error; a
     /// write whose connection broke mid-flight may have been applied, and is
     /// not resent.)
@@ -258,7 +258,9 @@ impl Resend {
         if s.code() as i32 != UNAVAILABLE {
             return false;
         }
-        self == Resend::Read || never_connected(s.message(), s)
+        // "no leader" is etcd's answer, before proposing anything, to a request
+        // that requires a leader on a member that has none (during an election).
+        self == Resend::Read || s.message().contains("no leader") || never_connected(s.message(), s)
     }
 }
 

@@ -7,6 +7,8 @@
 //! followed by the raw `link(2)` + `unlink(2)` pair on the same directory (and,
 //! when the store fsyncs, the same pair with an fsync of the directory).
 
+#[cfg(feature = "etcd")]
+mod etcd_lock;
 mod fs_raw;
 
 use std::io::Write;
@@ -176,6 +178,8 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
 async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>>> {
     let scheme = url.split_once("://").map_or("file", |(s, _)| s);
     Ok(match scheme {
+        #[cfg(feature = "etcd")]
+        "etcd-lock" => vec![Arc::new(etcd_lock::EtcdLock::connect(url, args.op, args.ttl).await?)],
         "fs-raw" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw://"), false, false)?)],
         "fs-raw+fsync" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw+fsync://"), true, false)?)],
         _ => {
