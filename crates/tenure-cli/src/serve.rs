@@ -1,13 +1,226 @@
-//! `tenure serve` (being written).
+//! `tenure serve`: the lease server, and the benchmark's in-process core target.
+//!
+//! The server keeps every lease in RAM, signs a witness for every grant, and
+//! grants nothing for `--max-lease` + 1 s after it starts (the restart rule, see
+//! the `tenure_server` docs). It prints one line per listener on stdout, e.g.
+//! `tenure serve: listening on tenure://127.0.0.1:7777`, then serves until SIGINT
+//! or SIGTERM, when it stops gracefully.
 
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::{Context, Result, bail};
+use async_trait::async_trait;
 use clap::Args;
+use tenure::{Holder, Mode, SystemClock};
+use tenure_server::core::{Acquired, Ask};
+use tenure_server::{Core, CoreOptions, Server, ServerOptions, Signer};
+
+use crate::args::duration;
+use crate::bench::Target;
 
 /// `tenure serve`.
 #[derive(Debug, Args)]
-pub(crate) struct ServeArgs {}
+pub(crate) struct ServeArgs {
+    /// Address for lease clients (`tenure://` stores).
+    #[arg(long, default_value = "127.0.0.1:7777")]
+    pub(crate) listen: SocketAddr,
+    /// Address for the status page and Prometheus `/metrics` (off if omitted).
+    #[arg(long)]
+    pub(crate) http: Option<SocketAddr>,
+    /// Longest lease granted; also how long a (re)started server grants nothing.
+    #[arg(long, value_parser = duration, default_value = "60s")]
+    pub(crate) max_lease: Duration,
+    /// ed25519 witness key: 64 hex digits in a file, created (mode 0600) if missing.
+    /// Without it, a fresh key is made for this run only.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) key: Option<PathBuf>,
+    /// File holding a shared secret that clients must present
+    /// (`--store-opt auth_token_file=…` or `TENURE_AUTH_TOKEN` on their side).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) auth_token_file: Option<PathBuf>,
+    /// Close connections idle for this long.
+    #[arg(long, value_parser = duration, default_value = "5m")]
+    pub(crate) idle_timeout: Duration,
+    /// Close connections that take longer than this to send a frame or read answers.
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub(crate) io_timeout: Duration,
+    /// Most client connections at once.
+    #[arg(long, default_value_t = 4096)]
+    pub(crate) max_connections: usize,
+    /// Most leases with a live grant at once.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) max_leases: usize,
+    /// Released lease records kept for their watermark and metadata (oldest dropped first).
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) retain: usize,
+}
 
-pub(crate) async fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("tenure serve is not implemented yet")
+/// 2020-01-01: a wall clock before this is unset, and tokens would not grow across restarts.
+const PLAUSIBLE_WALL_MS: u64 = 1_577_836_800_000;
+
+pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
+    if args.max_lease < Duration::from_millis(10) {
+        bail!("--max-lease {:?} is too short (at least 10ms)", args.max_lease);
+    }
+    let clock = SystemClock::shared();
+    if clock.wall_ms() < PLAUSIBLE_WALL_MS {
+        bail!(
+            "the wall clock reads before 2020; fencing tokens would not stay monotonic across restarts. Set the clock first"
+        );
+    }
+    let signer = match &args.key {
+        Some(path) => load_or_create_key(path)?,
+        None => {
+            tracing::warn!("no --key: witnesses are signed with a key made for this run only");
+            Signer::generate()
+        }
+    };
+    let auth_token = match &args.auth_token_file {
+        Some(p) => Some(
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?.trim().as_bytes().to_vec(),
+        )
+        .filter(|t| !t.is_empty()),
+        None => None,
+    };
+    let mut core_opts = CoreOptions::new(args.max_lease);
+    core_opts.max_live = args.max_leases;
+    core_opts.retain = args.retain;
+    let core = Arc::new(Core::new(clock, core_opts));
+    let opts = ServerOptions {
+        auth_token,
+        idle_timeout: args.idle_timeout,
+        io_timeout: args.io_timeout,
+        max_connections: args.max_connections,
+        ..ServerOptions::default()
+    };
+    let public_key = signer.public_key_hex();
+    let server = Server::bind(args.listen, core.clone(), signer, opts)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let http = match args.http {
+        Some(addr) => {
+            Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr} (--http)"))?)
+        }
+        None => None,
+    };
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "tenure serve: listening on tenure://{}", server.local_addr()?)?;
+        if let Some(h) = &http {
+            writeln!(out, "tenure serve: status page on http://{}/", h.local_addr()?)?;
+        }
+        writeln!(out, "tenure serve: witness public key {public_key}")?;
+        writeln!(
+            out,
+            "tenure serve: restart quarantine, no grants for {}",
+            tenure::human_duration(core.quarantine_left())
+        )?;
+        out.flush()?;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let shared = server.shared().clone();
+    let serving = server.run(stopped(stop_rx.clone()));
+    let http_serving = async {
+        if let Some(listener) = http {
+            tenure_server::http::serve(listener, shared, stopped(stop_rx.clone())).await;
+        }
+    };
+    let signals = async {
+        wait_for_signal().await;
+        eprintln!("tenure serve: stopping");
+        let _ = stop_tx.send(true);
+    };
+    tokio::select! {
+        _ = async { tokio::join!(serving, http_serving) } => {}
+        () = async { signals.await; std::future::pending::<()>().await } => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Reads a 64-hex-digit ed25519 seed, or creates one (mode 0600) if the file is absent.
+fn load_or_create_key(path: &Path) -> Result<Signer> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Signer::from_hex_seed(&text)
+            .map_err(|_| anyhow::anyhow!("{}: not a key (64 hex digits expected)", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            use std::os::unix::fs::OpenOptionsExt;
+            let seed = Signer::generate_hex_seed();
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .with_context(|| format!("creating key file {}", path.display()))?;
+            writeln!(f, "{seed}")?;
+            f.sync_all()?;
+            Ok(Signer::from_hex_seed(&seed)?)
+        }
+        Err(e) => Err(e).with_context(|| format!("reading key file {}", path.display())),
+    }
+}
+
+/// The benchmark's `core://` target: the server's lease table in this process,
+/// no network and no witness signature: acquire + release through [`Core`].
+pub(crate) struct CoreTarget {
+    core: Core,
+    workers: Vec<(String, Holder)>,
+    ttl_ms: u64,
+}
+
+impl CoreTarget {
+    pub(crate) fn new(max_clients: usize, ttl: Duration) -> Self {
+        let mut opts = CoreOptions::new(ttl.max(Duration::from_secs(1)));
+        opts.quarantine = Duration::ZERO;
+        let run = tenure::random_nonce();
+        Self {
+            core: Core::new(SystemClock::shared(), opts),
+            workers: (0..max_clients).map(|w| (format!("bench-{}/w{w}", &run[..6]), Holder::current())).collect(),
+            ttl_ms: ttl.as_millis() as u64,
+        }
+    }
+}
+
+#[async_trait]
+impl Target for CoreTarget {
+    fn label(&self) -> String {
+        "in-process core (table only, unsigned) acquire+release".into()
+    }
+
+    async fn op(&self, w: usize) -> Result<()> {
+        let (name, holder) = self.workers.get(w).context("more workers than prepared")?;
+        let ask = Ask { name, mode: Mode::Exclusive, ttl_ms: self.ttl_ms, holder, retake: true, meta: None };
+        let token = match self.core.acquire(std::slice::from_ref(&ask), false) {
+            Ok(Acquired::Granted(g)) => g.first().map_or(0, |g| g.token),
+            Ok(Acquired::Busy { .. }) => bail!("bench lease unexpectedly busy"),
+            Err(r) => bail!("refused: {r:?}"),
+        };
+        match self.core.release(name, token, None, &holder.nonce, false, None, None) {
+            Ok(true) => Ok(()),
+            Ok(false) => bail!("bench lease was not held at release"),
+            Err(r) => bail!("refused: {r:?}"),
+        }
+    }
 }

@@ -432,6 +432,22 @@ impl Signer {
         Self::from_seed(&rand::random::<[u8; 32]>())
     }
 
+    /// A signer from a seed written as 64 hex digits (surrounding whitespace ignored).
+    pub fn from_hex_seed(text: &str) -> Result<Self, WitnessError> {
+        let seed = public_key_from_hex(text).map_err(|_| WitnessError::BadKey("not 64 hex digits".into()))?;
+        Ok(Self::from_seed(&seed))
+    }
+
+    /// A fresh random seed as 64 hex digits, for a key file.
+    pub fn generate_hex_seed() -> String {
+        hex::encode(rand::random::<[u8; 32]>())
+    }
+
+    /// The public key as 64 hex digits.
+    pub fn public_key_hex(&self) -> String {
+        hex::encode(self.public_key())
+    }
+
     /// The 32-byte public key.
     pub fn public_key(&self) -> [u8; 32] {
         self.key.verifying_key().to_bytes()

@@ -9,7 +9,9 @@
 
 #[cfg(feature = "etcd")]
 mod etcd_lock;
+mod etcd_raw;
 mod fs_raw;
+mod redis;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -178,8 +180,14 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
 async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>>> {
     let scheme = url.split_once("://").map_or("file", |(s, _)| s);
     Ok(match scheme {
+        "redis" => vec![Arc::new(redis::RedisLock::connect(url, args.op, args.ttl).await?)],
+        "etcd-raw" => vec![Arc::new(etcd_raw::EtcdRaw::connect(url, args.op, args.ttl).await?)],
         #[cfg(feature = "etcd")]
         "etcd-lock" => vec![Arc::new(etcd_lock::EtcdLock::connect(url, args.op, args.ttl).await?)],
+        #[cfg(feature = "server")]
+        "core" => {
+            vec![Arc::new(crate::serve::CoreTarget::new(args.clients.iter().copied().max().unwrap_or(1), args.ttl))]
+        }
         "fs-raw" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw://"), false, false)?)],
         "fs-raw+fsync" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw+fsync://"), true, false)?)],
         _ => {

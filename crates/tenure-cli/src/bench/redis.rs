@@ -1,0 +1,117 @@
+//! The Redis anchor: the classic Redis lock, through one multiplexed connection
+//! shared by every worker (what a careful client does).
+//!
+//! - acquire: `SET key holder NX PX ttl` (must answer OK);
+//! - release: the compare-and-delete script
+//!   `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`
+//!   sent as `EVALSHA` (loaded on first use);
+//! - renew (`--op renew`): the compare-and-`PEXPIRE` script.
+//!
+//! No fencing token, no witness, no watermark: this is the floor of what a lease
+//! costs on Redis.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use async_trait::async_trait;
+use redis::Script;
+use redis::aio::MultiplexedConnection;
+
+use super::{Op, Target};
+
+const RELEASE: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+const RENEW: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
+
+pub(crate) struct RedisLock {
+    url: String,
+    conn: MultiplexedConnection,
+    release: Script,
+    renew: Script,
+    op: Op,
+    ttl_ms: u64,
+    run: String,
+    holder: String,
+}
+
+impl RedisLock {
+    pub(crate) async fn connect(url: &str, op: Op, ttl: Duration) -> Result<Self> {
+        let client = redis::Client::open(url).with_context(|| format!("redis URL {url}"))?;
+        let conn = client.get_multiplexed_async_connection().await.with_context(|| format!("connecting to {url}"))?;
+        Ok(Self {
+            url: url.to_string(),
+            conn,
+            release: Script::new(RELEASE),
+            renew: Script::new(RENEW),
+            op,
+            ttl_ms: ttl.as_millis() as u64,
+            run: tenure::random_nonce(),
+            holder: tenure::random_nonce(),
+        })
+    }
+
+    fn key(&self, w: usize) -> String {
+        format!("tenure-bench:{}:w{w}", self.run)
+    }
+
+    async fn acquire(&self, key: &str) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let ok: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(&self.holder)
+            .arg("NX")
+            .arg("PX")
+            .arg(self.ttl_ms)
+            .query_async(&mut conn)
+            .await?;
+        if ok.is_none() {
+            bail!("redis lock {key} unexpectedly held");
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Target for RedisLock {
+    fn label(&self) -> String {
+        let what = match self.op {
+            Op::Cycle => "SET NX PX + compare-and-delete",
+            Op::Renew => "compare-and-pexpire",
+        };
+        format!("{} {what} (anchor)", self.url)
+    }
+
+    fn is_anchor(&self) -> bool {
+        true
+    }
+
+    async fn setup(&self, w: usize) -> Result<()> {
+        if self.op == Op::Renew {
+            self.acquire(&self.key(w)).await?;
+        }
+        Ok(())
+    }
+
+    async fn op(&self, w: usize) -> Result<()> {
+        let key = self.key(w);
+        let mut conn = self.conn.clone();
+        match self.op {
+            Op::Cycle => {
+                self.acquire(&key).await?;
+                let deleted: i64 = self.release.key(&key).arg(&self.holder).invoke_async(&mut conn).await?;
+                if deleted != 1 {
+                    bail!("redis lock {key} was not ours at release");
+                }
+            }
+            Op::Renew => {
+                let renewed: i64 =
+                    self.renew.key(&key).arg(&self.holder).arg(self.ttl_ms).invoke_async(&mut conn).await?;
+                if renewed != 1 {
+                    bail!("redis lock {key} was not ours at renewal");
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,132 @@
+//! `tenure serve` as a process: kill -9 and restart on the same port. No grant
+//! comes inside the restart quarantine, and every token after it is above every
+//! token handed out before the crash. Also `tenure lock` over `tenure://`.
+#![cfg(feature = "server")]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tenure::{AcquireRequest, Attempt, Error, Holder, LeaseName, LeaseStore, Mode, OpenOptions};
+
+/// `--max-lease` of the test servers; the quarantine is this plus 1 s.
+const MAX_LEASE: Duration = Duration::from_secs(2);
+const QUARANTINE: Duration = Duration::from_secs(3);
+
+/// A `tenure serve` process, killed (SIGKILL) when dropped.
+struct Serve {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(listen: &str) -> Serve {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["serve", "--listen", listen, "--max-lease", "2s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start tenure serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let addr = loop {
+        let line = lines.next().expect("tenure serve exited before listening").expect("read stdout");
+        if let Some(addr) = line.strip_prefix("tenure serve: listening on tenure://") {
+            break addr.to_string();
+        }
+    };
+    Serve { child, addr }
+}
+
+fn req(name: &str, holder: &Arc<Holder>) -> AcquireRequest {
+    AcquireRequest {
+        name: LeaseName::new(name).expect("name"),
+        mode: Mode::Exclusive,
+        ttl: MAX_LEASE,
+        holder: holder.clone(),
+        retake: false,
+        meta: None,
+    }
+}
+
+/// Asks until granted; asserts every refusal is the quarantine and that no grant
+/// comes before `not_before`.
+async fn first_grant(store: &dyn LeaseStore, r: &AcquireRequest, not_before: Instant) -> tenure::Grant {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match store.try_acquire(r).await {
+            Ok(Attempt::Granted(g)) => {
+                assert!(Instant::now() >= not_before, "granted token {} inside the restart quarantine", g.token);
+                return g;
+            }
+            Ok(Attempt::Busy(b)) => assert_eq!(b.holders[0].holder.nonce, "quarantine", "{}", b.describe()),
+            // The server is still starting: connection refused.
+            Err(e) => assert!(e.is_transient(), "{e}"),
+        }
+        assert!(Instant::now() < deadline, "no grant within a minute");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn kill_9_and_restart_keeps_tokens_above_every_earlier_one() {
+    let started = Instant::now();
+    let first = serve("127.0.0.1:0");
+    let url = format!("tenure://{}", first.addr);
+    let store = tenure_server::TenureStore::new(&url, &OpenOptions::default()).expect("store");
+    let me = Arc::new(Holder::current());
+    first_grant(&store, &req("crash/warmup", &me), started + QUARANTINE).await;
+    let mut before = Vec::new();
+    let mut held = None;
+    for i in 0..30 {
+        match store.try_acquire(&req(&format!("crash/{}", i % 3), &me)).await.expect("acquire") {
+            Attempt::Granted(g) => {
+                before.push(g.token);
+                if i == 29 {
+                    held = Some(g);
+                } else {
+                    store.release(&g, &Default::default()).await.expect("release");
+                }
+            }
+            Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+        }
+    }
+    let addr = first.addr.clone();
+    drop(first); // SIGKILL
+
+    let restarted = Instant::now();
+    let _second = serve(&addr);
+    let top = before.iter().copied().max().expect("tokens");
+    let g = first_grant(&store, &req("crash/0", &Arc::new(Holder::current())), restarted + QUARANTINE).await;
+    assert!(g.token > top, "token {} after the restart must exceed every earlier token ({top})", g.token);
+    for i in 1..3 {
+        let g = first_grant(&store, &req(&format!("crash/{i}"), &me), restarted + QUARANTINE).await;
+        assert!(g.token > top);
+    }
+    match store.renew(&held.expect("held at the crash")).await {
+        Err(Error::Lost { .. }) => {}
+        other => panic!("a grant from before the crash must be lost, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn tenure_lock_runs_a_command_under_a_lease_from_the_server() {
+    let server = serve("127.0.0.1:0");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["lock", &format!("tenure://{}", server.addr), "jobs/nightly", "--ttl", "2s", "--timeout", "60s", "--"])
+        .args(["sh", "-c", "echo token=$TENURE_TOKEN"])
+        .output()
+        .await
+        .expect("run tenure lock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "tenure lock failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let token: u64 = stdout.trim().strip_prefix("token=").and_then(|t| t.parse().ok()).expect("a token");
+    assert!(token > 1_577_836_800_000_000, "tokens embed the server time in µs: {token}");
+}

@@ -1,0 +1,165 @@
+//! The lease table on its own, on a manual clock: limits, retirement, the token
+//! rule and the quarantine.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure::{Holder, LeaseName, ManualClock, Mode};
+use tenure_server::core::{Acquired, Ask, Refusal};
+use tenure_server::{Core, CoreOptions};
+
+fn core(clock: &ManualClock, opts: CoreOptions) -> Core {
+    let core = Core::new(clock.shared(), opts);
+    clock.advance(core.quarantine_left());
+    core
+}
+
+fn ask<'a>(name: &'a str, holder: &'a Holder) -> Ask<'a> {
+    Ask { name, mode: Mode::Exclusive, ttl_ms: 1_000, holder, retake: false, meta: None }
+}
+
+fn acquire(core: &Core, name: &str, holder: &Holder) -> Result<u64, Refusal> {
+    match core.acquire(&[ask(name, holder)], false)? {
+        Acquired::Granted(g) => Ok(g[0].token),
+        Acquired::Busy { .. } => panic!("{name} unexpectedly busy"),
+    }
+}
+
+fn cycle(core: &Core, name: &str, holder: &Holder) -> u64 {
+    let token = acquire(core, name, holder).expect("acquire");
+    assert!(core.release(name, token, None, &holder.nonce, false, None, None).expect("release"));
+    token
+}
+
+#[test]
+fn nothing_is_granted_during_the_start_quarantine() {
+    let clock = ManualClock::new();
+    let core = Core::new(clock.shared(), CoreOptions::new(Duration::from_secs(10)));
+    assert_eq!(core.quarantine_left(), Duration::from_secs(11), "quarantine is max_lease + 1s");
+    let me = Holder::current();
+    clock.advance(Duration::from_millis(10_999));
+    assert!(matches!(acquire(&core, "q", &me), Err(Refusal::Quarantine(left)) if left == Duration::from_millis(1)));
+    clock.advance(Duration::from_millis(1));
+    acquire(&core, "q", &me).expect("granted once the quarantine is over");
+}
+
+#[test]
+fn tokens_carry_the_server_time_in_microseconds() {
+    let clock = ManualClock::starting_at(1_800_000_000_000);
+    let c = core(&clock, CoreOptions::new(Duration::from_secs(10)));
+    let me = Holder::current();
+    let t1 = cycle(&c, "t", &me);
+    assert_eq!(t1, c.now_us() + 1, "first token is just above the server time in µs");
+    let t2 = cycle(&c, "t", &me);
+    assert_eq!(t2, t1 + 1, "a frozen clock still gives strictly growing tokens");
+    clock.advance(Duration::from_secs(3));
+    let t3 = cycle(&c, "t", &me);
+    assert_eq!(t3, c.now_us() + 1, "the token jumps with the clock");
+}
+
+#[test]
+fn grants_that_outrun_the_clock_by_half_the_max_lease_are_refused() {
+    let clock = ManualClock::new();
+    let c = core(&clock, CoreOptions::new(Duration::from_millis(10)));
+    let me = Holder::current();
+    let mut a = ask("hot", &me);
+    a.ttl_ms = 5;
+    let mut refused = None;
+    for i in 0..6_000 {
+        match c.acquire(std::slice::from_ref(&a), false) {
+            Ok(Acquired::Granted(g)) => {
+                assert!(c.release("hot", g[0].token, None, &me.nonce, false, None, None).expect("release"));
+            }
+            Ok(Acquired::Busy { .. }) => panic!("busy"),
+            Err(r) => {
+                refused = Some((i, r));
+                break;
+            }
+        }
+    }
+    let (i, why) = refused.expect("5,000 grants in the same µs must hit the cap");
+    assert_eq!(i, 5_000, "the cap is max_lease/2 = 5000 µs ahead of the clock");
+    assert!(matches!(why, Refusal::Overloaded(m) if m.contains("outran")));
+    clock.advance(Duration::from_millis(1));
+    let again = c.acquire(std::slice::from_ref(&a), false).expect("granted again once the clock catches up");
+    assert!(matches!(again, Acquired::Granted(_)));
+}
+
+#[test]
+fn retired_records_are_dropped_oldest_first_and_tokens_stay_above_them() {
+    let clock = ManualClock::new();
+    let mut opts = CoreOptions::new(Duration::from_secs(10));
+    opts.retain = 64; // one per shard
+    let c = core(&clock, opts);
+    let me = Holder::current();
+    let mut last = 0;
+    for _ in 0..5 {
+        last = cycle(&c, "keep/x", &me);
+    }
+    let x = LeaseName::new("keep/x").expect("name");
+    assert!(c.inspect(&x).version.is_some(), "a released record is kept for the next holder");
+    for i in 0..2_000 {
+        cycle(&c, &format!("churn/{i}"), &me);
+    }
+    assert!(c.list("", usize::MAX).len() <= 64, "retired records are bounded");
+    assert!(c.inspect(&x).version.is_none(), "the oldest retired record was dropped");
+    // The clock has not moved: only the shard's floor keeps the token above.
+    assert!(cycle(&c, "keep/x", &me) > last, "a dropped record's tokens are never reused");
+}
+
+#[test]
+fn live_leases_are_bounded() {
+    let clock = ManualClock::new();
+    let mut opts = CoreOptions::new(Duration::from_secs(10));
+    opts.max_live = 64;
+    let c = core(&clock, opts);
+    let me = Holder::current();
+    let outcomes: Vec<_> = (0..1_000).map(|i| acquire(&c, &format!("live/{i}"), &me)).collect();
+    let granted = outcomes.iter().filter(|o| o.is_ok()).count();
+    assert!(granted <= 64, "{granted} live leases granted past a limit of 64");
+    assert!(outcomes.iter().any(|o| matches!(o, Err(Refusal::Overloaded(_)))));
+}
+
+#[test]
+fn invalid_asks_are_refused_with_a_reason() {
+    let clock = ManualClock::new();
+    let c = core(&clock, CoreOptions::new(Duration::from_secs(10)));
+    let me = Holder::current();
+    let mut long = ask("ok", &me);
+    long.ttl_ms = 10_001;
+    assert!(matches!(c.acquire(&[long], false), Err(Refusal::Invalid(m)) if m.contains("max-lease")));
+    assert!(matches!(acquire(&c, "../escape", &me), Err(Refusal::Invalid(m)) if m.contains("invalid lease name")));
+    let big = "m".repeat(2_000);
+    let mut meta = ask("ok", &me);
+    meta.meta = Some(&big);
+    assert!(matches!(c.acquire(&[meta], false), Err(Refusal::Invalid(_))));
+    assert!(
+        matches!(c.acquire(&[ask("a", &me), ask("a", &me)], false), Err(Refusal::Invalid(m)) if m.contains("twice"))
+    );
+    let token = acquire(&c, "wm", &me).expect("acquire");
+    let past_deadline = c.now_us() / 1000 + 5_000;
+    assert!(matches!(
+        c.release("wm", token, None, &me.nonce, false, Some(past_deadline), None),
+        Err(Refusal::Invalid(m)) if m.contains("deadline")
+    ));
+}
+
+#[test]
+fn a_full_request_breaks_reservations_and_their_upgrade_fails() {
+    let clock = ManualClock::new();
+    let c = Arc::new(core(&clock, CoreOptions::new(Duration::from_secs(10))));
+    let (tentative, full, other) = (Holder::current(), Holder::current(), Holder::current());
+    let reservation = match c.acquire(&[ask("two", &tentative)], true).expect("reserve") {
+        Acquired::Granted(g) => g.into_iter().next().expect("one"),
+        Acquired::Busy { .. } => panic!("busy"),
+    };
+    assert_eq!(reservation.token, 0, "a reservation carries no usable token");
+    assert!(
+        matches!(c.acquire(&[ask("two", &other)], true), Ok(Acquired::Busy { .. })),
+        "a second reservation waits for the first"
+    );
+    let token = acquire(&c, "two", &full).expect("a full request breaks the reservation");
+    assert!(token > 0);
+    assert!(c.upgrade("two", reservation.version, &tentative.nonce).expect("upgrade").is_err());
+    assert_eq!(c.stats.tentative_broken.load(std::sync::atomic::Ordering::Relaxed), 1);
+}

@@ -1,0 +1,134 @@
+//! The HTTP side on loopback: the status page (also in a headless Chromium),
+//! Prometheus metrics and the public key.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure::{AcquireRequest, Attempt, Holder, LeaseName, LeaseStore, ManualClock, Mode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Site {
+    _clock: ManualClock,
+    _server: tenure_server::server::RunningServer,
+    http: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+    token: u64,
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A server holding `status/demo` for a holder whose label tries to inject markup.
+async fn site() -> Site {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let http = listener.local_addr().expect("addr");
+    let task = tokio::spawn(tenure_server::http::serve(listener, server.shared().clone(), std::future::pending()));
+    let store = common::store(&[&server], &clock);
+    let holder = Arc::new(Holder::current().with_label("<script>alert(1)</script> & co"));
+    let req = AcquireRequest {
+        name: LeaseName::new("status/demo").expect("name"),
+        mode: Mode::Exclusive,
+        ttl: common::MAX_LEASE,
+        holder,
+        retake: false,
+        meta: None,
+    };
+    let token = match store.try_acquire(&req).await.expect("acquire") {
+        Attempt::Granted(g) => g.token,
+        Attempt::Busy(_) => panic!("busy"),
+    };
+    let mut other = req.clone();
+    other.holder = Arc::new(Holder::current());
+    assert!(matches!(store.try_acquire(&other).await.expect("ask"), Attempt::Busy(_)));
+    Site { _clock: clock, _server: server, http, task, token }
+}
+
+async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut buf = String::new();
+    tokio::time::timeout(Duration::from_secs(20), s.read_to_string(&mut buf)).await.expect("answer").expect("read");
+    let (head, body) = buf.split_once("\r\n\r\n").expect("an HTTP answer");
+    (head.to_string(), body.to_string())
+}
+
+#[tokio::test]
+async fn status_page_lists_live_leases_with_holders_tokens_and_contention_escaped() {
+    let site = site().await;
+    let (head, body) = get(site.http, "/").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: text/html"), "{head}");
+    assert!(body.contains("status/demo") && body.contains(&site.token.to_string()), "{body}");
+    assert!(body.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; co"), "the label is shown, escaped");
+    assert!(!body.contains("<script>"), "client-supplied text must never become markup");
+    assert!(body.contains("busy (contention)"));
+}
+
+#[tokio::test]
+async fn metrics_are_prometheus_text_with_grant_and_contention_counters() {
+    let site = site().await;
+    let (head, body) = get(site.http, "/metrics").await;
+    assert!(head.contains("text/plain"), "{head}");
+    for line in
+        ["tenure_grants_total 1", "tenure_busy_total 1", "tenure_leases_live 1", "# TYPE tenure_grants_total counter"]
+    {
+        assert!(body.lines().any(|l| l == line), "missing {line:?} in\n{body}");
+    }
+    let (_, key) = get(site.http, "/pubkey").await;
+    assert_eq!(key.trim().len(), 64, "{key}");
+    let (_, json) = get(site.http, "/status.json").await;
+    let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(v["leases"][0]["name"], "status/demo");
+    assert_eq!(v["public_key"], key.trim());
+}
+
+/// The page in a real browser engine: Debian's `chromium`, headless. Skipped (with
+/// a reason) where it is not installed, unless `TENURE_REQUIRE_BROWSER=1`.
+#[tokio::test]
+async fn status_page_renders_in_headless_chromium() {
+    let Some(chromium) = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|b| std::process::Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()))
+    else {
+        if std::env::var("TENURE_REQUIRE_BROWSER").is_ok_and(|v| v == "1") {
+            panic!("chromium is not installed but TENURE_REQUIRE_BROWSER=1 (apt-get install chromium)");
+        }
+        eprintln!("skipped: chromium is not installed (apt-get install chromium)");
+        return;
+    };
+    let site = site().await;
+    let profile = tempfile::tempdir().expect("tempdir");
+    let out = tokio::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(format!("http://{}/", site.http))
+        .kill_on_drop(true)
+        .output();
+    let out =
+        tokio::time::timeout(Duration::from_secs(120), out).await.expect("chromium finishes").expect("run chromium");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(dom.contains("<title>tenure lease server</title>"), "{dom}");
+    assert!(dom.contains("id=\"leases\"") && dom.contains("status/demo"), "{dom}");
+    assert!(dom.contains(&site.token.to_string()), "the token is rendered: {dom}");
+    assert!(!dom.contains("<script>alert"), "the injected label stays text in the DOM");
+}
