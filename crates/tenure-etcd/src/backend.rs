@@ -66,6 +66,7 @@ impl EtcdBackend {
     /// etcd refuses; [`Error::Store`] when no endpoint answers in time.
     pub async fn connect(url: &str, opts: &OpenOptions) -> Result<Self> {
         let parsed = EtcdUrl::parse(url, &opts.params)?;
+        let url = &crate::url::redacted(url);
         let s = &parsed.settings;
         // Requests are timed by this backend (see `timed`), not by tonic, so that
         // a timeout says which request and which endpoints.
@@ -82,17 +83,12 @@ impl EtcdBackend {
         }
         let endpoints = parsed.endpoints_display();
         let op = || format!("connecting to etcd at {endpoints}");
-        let client = match tokio::time::timeout(
-            s.connect_timeout + s.request_timeout,
-            Client::connect(parsed.endpoints.clone(), Some(connect)),
-        )
-        .await
-        {
+        // Only authentication talks to etcd here; the connections are made lazily.
+        let limit = s.connect_timeout + s.request_timeout;
+        let client = match tokio::time::timeout(limit, Client::connect(parsed.endpoints.clone(), Some(connect))).await {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => return Err(fail(url, op(), e)),
-            Err(_) => {
-                return Err(Error::store(url, op(), format!("no answer within {}", human(s.connect_timeout))));
-            }
+            Err(_) => return Err(Error::store(url, op(), format!("no answer within {}", human(limit)))),
         };
         let backend = Self {
             url: url.to_string(),
@@ -243,10 +239,10 @@ const UNAVAILABLE: i32 = 14;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Resend {
     /// Only when it certainly was not applied: the connection to the chosen
-    /// endpoint could not be made, or the member refused it for want of a leader. (The client balances over the endpoints and
-    /// reports a dead member's refused connection as the request's error; a
-    /// write whose connection broke mid-flight may have been applied, and is
-    /// not resent.)
+    /// endpoint could not be made, or the member refused it for want of a
+    /// leader. (The client balances over the endpoints and reports a dead
+    /// member's refused connection as the request's error; a write whose
+    /// connection broke mid-flight may have been applied, and is not resent.)
     Unsent,
     /// On any "unavailable" error: reads are idempotent.
     Read,

@@ -79,7 +79,7 @@ impl EtcdUrl {
         params: &BTreeMap<String, String>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self> {
-        let invalid = |reason: String| Error::InvalidStore { url: url.to_string(), reason };
+        let invalid = |reason: String| Error::InvalidStore { url: redacted(url), reason };
         let rest = url.strip_prefix("etcd://").ok_or_else(|| {
             invalid("expected etcd://host:port[,host:port…]/prefix, e.g. etcd://127.0.0.1:2379/locks".into())
         })?;
@@ -124,6 +124,20 @@ impl EtcdUrl {
     pub fn endpoints_display(&self) -> String {
         self.endpoints.iter().map(|e| e.trim_start_matches("http://")).collect::<Vec<_>>().join(",")
     }
+}
+
+/// `url` as it may be shown: with the value of any `password=` in its query
+/// replaced by `***`.
+pub fn redacted(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else { return url.to_string() };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some(("password", _)) => "password=***".to_string(),
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{base}?{}", query.join("&"))
 }
 
 /// `host[:port]` → `http://host:port`.
@@ -213,7 +227,7 @@ mod tests {
     fn reason(url: &str) -> String {
         match parse(url) {
             Err(Error::InvalidStore { url: u, reason }) => {
-                assert_eq!(u, url, "the error names the URL as given");
+                assert_eq!(u, redacted(url), "the error names the URL as given, without a password");
                 reason
             }
             other => panic!("{url}: expected InvalidStore, got {other:?}"),
@@ -257,6 +271,19 @@ mod tests {
         for (url, want) in cases {
             let r = reason(url);
             assert!(r.contains(want), "{url}: reason {r:?} should mention {want:?}");
+        }
+    }
+
+    #[test]
+    fn passwords_in_a_query_never_show_in_messages() {
+        assert_eq!(
+            redacted("etcd://h/p?user=a&password=s3cret&timeout=1s"),
+            "etcd://h/p?user=a&password=***&timeout=1s"
+        );
+        assert_eq!(redacted("etcd://h/p"), "etcd://h/p");
+        match parse("etcd://h/p?password=s3cret") {
+            Err(e) => assert!(!e.to_string().contains("s3cret"), "{e}"),
+            Ok(u) => panic!("password without user must be refused: {u:?}"),
         }
     }
 

@@ -146,6 +146,28 @@ async fn a_waiter_on_a_frozen_clock_wakes_through_the_watch_when_the_holder_rele
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_etcd_lease_is_revoked_learns_it_lost_and_the_store_recovers_with_a_new_one() {
+    let Some(s) = scratch("revoked").await else { return };
+    let c = Client::new(open(&s.url, &open_options()).await);
+    let lease = c.try_acquire("r", &LeaseOptions::exclusive().with_ttl(TTL)).await.expect("acquire");
+    let etcd_lease = lease_of(&s, &s.key("r")).await.expect("exists");
+    // As if etcd had expired it while we were cut off: the record goes with it.
+    let mut raw = s.raw.clone();
+    raw.lease_revoke(etcd_lease).await.expect("revoke");
+    let reason = tokio::time::timeout(PATIENCE, lease.lost()).await.expect("the holder must learn it lost the lease");
+    match &reason {
+        tenure::LossReason::Stolen { detail } => assert!(detail.contains("disappeared"), "{detail}"),
+        other => panic!("expected Stolen, got {other:?}"),
+    }
+    assert_eq!(lease.release().await.expect("release after loss"), Released::NotHeld);
+    // The store's next write finds its etcd lease gone and gets a new one.
+    let again = c.try_acquire("r", &LeaseOptions::exclusive().with_ttl(TTL)).await.expect("acquire again");
+    let fresh = lease_of(&s, &s.key("r")).await.expect("exists");
+    assert!(fresh != 0 && fresh != etcd_lease, "a new etcd lease: {fresh:x} vs revoked {etcd_lease:x}");
+    again.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_detaches_the_record_from_its_etcd_lease_so_its_history_stays() {
     let Some(s) = scratch("detach").await else { return };
     let c = Client::new(open(&s.url, &open_options()).await);
