@@ -142,15 +142,23 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     }
     let client = Client::with_holder(store.clone(), holder);
 
-    let mut line = WaitLine::new(store.url(), name.as_str());
-    let acquired = tokio::select! {
-        lease = client.acquire_watching(name.as_str(), &opts, |busy| line.update(busy)) => Ok(lease),
-        sig = signals.recv() => Err(sig),
-    };
-    line.clear();
-    let lease = match acquired {
-        Ok(lease) => lease?,
-        Err(sig) => return Ok(exit::code(Status::Signal(sig).exit_code())),
+    // The first attempt does not wait: a store that fails on first contact is
+    // misconfigured (exit 69), whereas one that fails while we wait is waited out.
+    let lease = match client.try_acquire(name.as_str(), &opts).await {
+        Ok(lease) => lease,
+        Err(tenure::Error::Busy { .. }) if !args.no_wait => {
+            let mut line = WaitLine::new(store.url(), name.as_str());
+            let acquired = tokio::select! {
+                lease = client.acquire_watching(name.as_str(), &opts, |busy| line.update(busy)) => Ok(lease),
+                sig = signals.recv() => Err(sig),
+            };
+            line.clear();
+            match acquired {
+                Ok(lease) => lease?,
+                Err(sig) => return Ok(exit::code(Status::Signal(sig).exit_code())),
+            }
+        }
+        Err(e) => return Err(e.into()),
     };
     let grant = lease.grant();
     tracing::info!(token = grant.token, "acquired lease {name} in {}", store.url());

@@ -1,0 +1,175 @@
+//! Helpers shared by the CLI tests: the real `tenure` binary, stores in temp
+//! directories, and process checks. Every test runs real processes.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `tenure` binary under test.
+pub const TENURE: &str = env!("CARGO_BIN_EXE_tenure");
+
+/// `tenure` with no ambient configuration from the developer's environment.
+pub fn tenure() -> Command {
+    let mut cmd = Command::new(TENURE);
+    for var in ["TENURE_LOG", "TENURE_MAX_SKEW", "TENURE_CORRUPT_TTL"] {
+        cmd.env_remove(var);
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// A file store in a fresh temporary directory.
+pub struct FileStore {
+    pub dir: tempfile::TempDir,
+}
+
+impl FileStore {
+    pub fn new() -> Self {
+        Self { dir: tempfile::tempdir().expect("temp dir") }
+    }
+
+    /// The store URL (a plain path).
+    pub fn url(&self) -> String {
+        self.dir.path().join("leases").display().to_string()
+    }
+
+    /// A scratch path next to the store, for the commands' files.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// `tenure lock <store> <name> <flags…> -- <command…>`, not yet started.
+pub fn lock(store: &str, name: &str, flags: &[&str], command: &[&str]) -> Command {
+    let mut cmd = tenure();
+    cmd.args(["lock", store, name]).args(flags).arg("--").args(command);
+    cmd
+}
+
+/// Runs `cmd` to completion, killing it and failing the test if it takes longer than `limit`.
+pub fn run(cmd: &mut Command, limit: Duration) -> Output {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn tenure");
+    wait_output(child, limit)
+}
+
+/// Waits for `child` (with piped output), killing it and failing if it exceeds `limit`.
+pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "process did not finish within {limit:?}; stdout: {} stderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits for `child` (output not captured) for at most `limit`.
+pub fn wait_status(child: &mut Child, limit: Duration) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            return st;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process {} did not finish within {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Polls `f` every 10 ms until it holds or `limit` passes; returns whether it held.
+pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether process `pid` exists and is not a zombie (a zombie runs no code).
+pub fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may contain spaces.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Sends `sig` to process `pid`.
+pub fn signal(pid: u32, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).expect("pid");
+    rustix::process::kill_process(pid, sig).expect("kill");
+}
+
+/// Reads the non-empty lines of `path`, or none if it does not exist yet.
+pub fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter(|l| !l.is_empty()).map(str::to_string).collect()
+}
+
+/// Waits until `path` has at least `n` lines.
+pub fn wait_lines(path: &Path, n: usize, limit: Duration) -> Vec<String> {
+    assert!(eventually(limit, || lines(path).len() >= n), "{} never got {n} lines", path.display());
+    lines(path)
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts that a failure was reported as one line starting with `tenure:`, no panic.
+pub fn assert_one_line_error(out: &Output) {
+    let err = stderr(out);
+    assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "a panic: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        lines.len() == 1 || lines[0].starts_with("error:"),
+        "expected one line (or clap's usage message), got: {err}"
+    );
+}
+
+/// `tenure status <store> <name> --json`, parsed.
+pub fn status_json(store: &str, name: &str) -> serde_json::Value {
+    status_json_with(store, name, &[])
+}
+
+/// `tenure status <store> <name> --json <extra…>` (e.g. `--store-opt`s), parsed.
+pub fn status_json_with(store: &str, name: &str, extra: &[String]) -> serde_json::Value {
+    let out = run(tenure().args(["status", store, name, "--json"]).args(extra), Duration::from_secs(20));
+    assert!(out.status.success(), "status failed: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
+}
+
+/// The live holders of `name` as `(pid, token)`.
+pub fn holders(store: &str, name: &str) -> Vec<(u64, u64)> {
+    holders_with(store, name, &[])
+}
+
+/// The live holders of `name` as `(pid, token)`, with extra store options.
+pub fn holders_with(store: &str, name: &str, extra: &[String]) -> Vec<(u64, u64)> {
+    let json = status_json_with(store, name, extra);
+    json[0]["holders"]
+        .as_array()
+        .map(|hs| hs.iter().filter_map(|h| Some((h["holder"]["pid"].as_u64()?, h["token"].as_u64()?))).collect())
+        .unwrap_or_default()
+}

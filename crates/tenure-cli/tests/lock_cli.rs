@@ -1,0 +1,222 @@
+//! `tenure lock` as a user sees it: environment, exit codes, waiting, signals,
+//! errors; and `tenure status` / `tenure break` end to end. Real processes on a
+//! file store in a temporary directory.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rustix::process::Signal;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// Starts a holder of `name` that runs until killed, and waits until it holds.
+fn hold(store: &FileStore, name: &str, flags: &[&str]) -> std::process::Child {
+    let ready = store.path(&format!("{}.ready", name.replace('/', "_")));
+    let script = format!("echo $TENURE_TOKEN > '{}'; exec sleep 60", ready.display());
+    let child = lock(&store.url(), name, flags, &["sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn holder");
+    wait_lines(&ready, 1, LIMIT);
+    child
+}
+
+#[test]
+fn command_sees_lease_token_deadline_and_store_in_its_environment() {
+    let store = FileStore::new();
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis();
+    let out =
+        run(&mut lock(&store.url(), "env/demo", &["--ttl", "10s"], &["sh", "-c", "env | grep ^TENURE_ | sort"]), LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let env = stdout(&out);
+    let get = |k: &str| {
+        env.lines().find_map(|l| l.strip_prefix(&format!("{k}="))).unwrap_or_else(|| panic!("{k} missing in {env}"))
+    };
+    assert_eq!(get("TENURE_LEASE"), "env/demo");
+    assert_eq!(get("TENURE_TOKEN"), "1");
+    assert_eq!(get("TENURE_STORE"), store.url());
+    let deadline: u128 = get("TENURE_DEADLINE").parse().expect("unix ms");
+    assert!(deadline >= before + 9_000 && deadline <= before + 10_000 + 60_000, "deadline {deadline} vs {before}");
+
+    // The next grant's token is higher.
+    let out = run(&mut lock(&store.url(), "env/demo", &[], &["sh", "-c", "echo $TENURE_TOKEN"]), LIMIT);
+    assert_eq!(stdout(&out).trim(), "2");
+}
+
+#[test]
+fn the_commands_exit_status_is_tenures() {
+    let store = FileStore::new();
+    let out = run(&mut lock(&store.url(), "x", &[], &["sh", "-c", "exit 3"]), LIMIT);
+    assert_eq!(out.status.code(), Some(3));
+    let out = run(&mut lock(&store.url(), "x", &[], &["true"]), LIMIT);
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn a_command_killed_by_a_signal_exits_128_plus_the_signal() {
+    let store = FileStore::new();
+    let out = run(&mut lock(&store.url(), "x", &[], &["sh", "-c", "kill -9 $$"]), LIMIT);
+    assert_eq!(out.status.code(), Some(128 + 9));
+    let out = run(&mut lock(&store.url(), "x", &[], &["sh", "-c", "kill -TERM $$"]), LIMIT);
+    assert_eq!(out.status.code(), Some(128 + 15));
+}
+
+#[test]
+fn a_missing_command_exits_127_without_taking_the_lease() {
+    let store = FileStore::new();
+    let out = run(&mut lock(&store.url(), "x", &[], &["no-such-command-for-tenure"]), LIMIT);
+    assert_eq!(out.status.code(), Some(127));
+    assert_one_line_error(&out);
+    assert!(stderr(&out).contains("no-such-command-for-tenure"), "{}", stderr(&out));
+    // Not even created: nothing was acquired.
+    let out = run(tenure().args(["status", &store.url()]), LIMIT);
+    assert!(stdout(&out).contains("no leases"), "{}", stdout(&out));
+}
+
+#[test]
+fn a_command_that_is_not_executable_exits_126() {
+    let store = FileStore::new();
+    let script = store.path("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").expect("write");
+    let out = run(&mut lock(&store.url(), "x", &[], &[script.to_str().expect("utf-8")]), LIMIT);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert_one_line_error(&out);
+}
+
+#[test]
+fn no_wait_on_a_held_lease_exits_75_naming_store_lease_and_holder() {
+    let store = FileStore::new();
+    let mut holder = hold(&store, "busy", &["--label", "nightly-build"]);
+    let out = run(&mut lock(&store.url(), "busy", &["--no-wait"], &["true"]), LIMIT);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert_one_line_error(&out);
+    let err = stderr(&out);
+    assert!(err.contains("busy") && err.contains(&store.url()), "{err}");
+    assert!(err.contains("nightly-build") && err.contains(&format!("pid {}", holder.id())), "{err}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[test]
+fn waiting_longer_than_the_timeout_exits_75() {
+    let store = FileStore::new();
+    let mut holder = hold(&store, "busy", &[]);
+    let start = Instant::now();
+    let out = run(&mut lock(&store.url(), "busy", &["--timeout", "300ms"], &["true"]), LIMIT);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert!(stderr(&out).contains("timed out"), "{}", stderr(&out));
+    assert_one_line_error(&out);
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[test]
+fn bad_input_is_a_usage_error_in_one_line() {
+    let store = FileStore::new();
+    let url = store.url();
+    let cases: [&[&str]; 5] = [
+        &["lock", &url, "../escape", "--", "true"],
+        &["lock", &url, "a//b", "--", "true"],
+        &["lock", &url, "x", "--ttl", "soon", "--", "true"],
+        &["lock", &url, "x"],
+        &["lock", &url, "x", "--ttl", "1ms", "--", "true"],
+    ];
+    for args in cases {
+        let out = run(tenure().args(args), LIMIT);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
+        assert_one_line_error(&out);
+    }
+}
+
+#[test]
+fn a_store_that_cannot_be_written_exits_69() {
+    let store = FileStore::new();
+    // Root ignores permission bits, so use a path through a regular file.
+    let file = store.path("a-file");
+    std::fs::write(&file, "not a directory").expect("write");
+    let url = file.join("leases").display().to_string();
+    let out = run(&mut lock(&url, "x", &[], &["true"]), LIMIT);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert_one_line_error(&out);
+    assert!(stderr(&out).contains(&url) && stderr(&out).contains('x'), "{}", stderr(&out));
+}
+
+#[test]
+fn sigterm_to_tenure_reaches_the_command_and_the_lease_is_released_after_it() {
+    let store = FileStore::new();
+    let ready = store.path("ready");
+    let script =
+        format!("trap 'echo got-term; exit 42' TERM; echo up > '{}'; while :; do sleep 0.05; done", ready.display());
+    let child = lock(&store.url(), "sig", &["--ttl", "20s"], &["sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_lines(&ready, 1, LIMIT);
+    signal(child.id(), Signal::TERM);
+    let out = wait_output(child, LIMIT);
+    assert_eq!(out.status.code(), Some(42), "the command's own status: {}", stderr(&out));
+    assert!(stdout(&out).contains("got-term"));
+    // Released, not left to expire: the next holder gets it at once.
+    let start = Instant::now();
+    let out = run(&mut lock(&store.url(), "sig", &["--no-wait"], &["true"]), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(start.elapsed() < Duration::from_secs(20), "it did not wait for the 20s TTL");
+}
+
+#[test]
+fn sigint_to_tenure_ends_a_default_command_with_130() {
+    let store = FileStore::new();
+    let ready = store.path("ready");
+    let script = format!("echo up > '{}'; exec sleep 30", ready.display());
+    let child = lock(&store.url(), "int", &[], &["sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_lines(&ready, 1, LIMIT);
+    signal(child.id(), Signal::INT);
+    let out = wait_output(child, LIMIT);
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(holders(&store.url(), "int").is_empty(), "released");
+}
+
+#[test]
+fn status_shows_the_holder_and_break_is_conditional() {
+    let store = FileStore::new();
+    let url = store.url();
+    let mut holder = hold(&store, "jobs/nightly", &["--ttl", "30s", "--label", "ci-42"]);
+
+    let out = run(tenure().args(["status", &url]), LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    let row = table.lines().find(|l| l.starts_with("jobs/nightly")).unwrap_or_else(|| panic!("no row: {table}"));
+    assert!(row.contains("held") && row.contains("exclusive") && row.contains("ci-42"), "{row}");
+    assert!(row.contains(&format!("pid {}", holder.id())) && row.contains(" in "), "{row}");
+
+    let json = status_json(&url, "jobs/nightly");
+    assert_eq!(json[0]["state"], "held");
+    let token = json[0]["holders"][0]["token"].as_u64().expect("token");
+    assert_eq!(json[0]["holders"][0]["holder"]["pid"].as_u64(), Some(u64::from(holder.id())));
+    assert!(json[0]["holders"][0]["deadline_ms"].as_u64().is_some());
+
+    // A break aimed at another grant changes nothing.
+    let out = run(tenure().args(["break", &url, "jobs/nightly", "--token", &(token + 7).to_string()]), LIMIT);
+    assert!(!out.status.success());
+    assert_one_line_error(&out);
+    assert_eq!(holders(&url, "jobs/nightly").len(), 1);
+
+    // The right one ends it; the holder stops its command and reports the loss.
+    let out = run(tenure().args(["break", &url, "jobs/nightly", "--token", &token.to_string()]), LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(&format!("token {token}")), "{}", stdout(&out));
+    let status = wait_status(&mut holder, LIMIT);
+    assert_eq!(status.code(), Some(76));
+    let json = status_json(&url, "jobs/nightly");
+    assert_ne!(json[0]["state"], "held", "{json}");
+}

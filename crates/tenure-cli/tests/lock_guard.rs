@@ -1,0 +1,151 @@
+//! The command's whole process group is stopped before its lease can be taken
+//! over: when `tenure` is killed with SIGKILL, when it is frozen, when the lease is
+//! broken, and when the command leaves processes behind. Each check is an
+//! ordering: the next holder's own command verifies that nothing of the previous
+//! command still runs when it gets the lease.
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rustix::process::Signal;
+
+const LIMIT: Duration = Duration::from_secs(30);
+const SKEW: &str = "200ms";
+
+/// A command that starts two background sleeps in its group, records their pids
+/// in `pids`, and waits.
+fn sleepers(pids: &std::path::Path) -> String {
+    format!("sleep 300 & echo $! >> '{p}'; sleep 301 & echo $! >> '{p}'; echo $$ >> '{p}'; wait", p = pids.display())
+}
+
+fn start(store: &FileStore, name: &str, flags: &[&str], script: &str) -> Child {
+    lock(&store.url(), name, flags, &["sh", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tenure lock")
+}
+
+/// Takes the lease as the next holder, whose command exits 99 if any of `pids`
+/// still runs. Returns how long after `since` the next holder got in, and its status.
+fn next_holder_sees_none_running(store: &FileStore, name: &str, pids: &[u32], since: Instant) -> (Duration, i32) {
+    let stamp = store.path("next-holder-started");
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let check = format!(
+        "echo >> '{}'; for p in {}; do if [ -d /proc/$p ] && ! grep -q '^[0-9]* ([^)]*) Z' /proc/$p/stat; then exit 99; fi; done",
+        stamp.display(),
+        pids.join(" ")
+    );
+    let mut contender = lock(&store.url(), name, &["--max-skew", SKEW, "--poll", "50ms"], &["sh", "-c", &check])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn contender");
+    assert!(eventually(LIMIT, || stamp.exists()), "the next holder never got the lease");
+    let got_in = since.elapsed();
+    let status = wait_status(&mut contender, LIMIT);
+    (got_in, status.code().unwrap_or(-1))
+}
+
+fn pids_of(path: &std::path::Path, n: usize) -> Vec<u32> {
+    wait_lines(path, n, LIMIT).iter().map(|l| l.trim().parse().expect("pid")).collect()
+}
+
+#[test]
+fn sigkill_of_tenure_kills_the_commands_whole_group_before_the_lease_is_taken_over() {
+    let store = FileStore::new();
+    let pids_file = store.path("pids");
+    let mut holder = start(&store, "crash", &["--ttl", "3s", "--max-skew", SKEW], &sleepers(&pids_file));
+    let pids = pids_of(&pids_file, 3);
+    assert!(pids.iter().all(|&p| running(p)));
+
+    signal(holder.id(), Signal::KILL);
+    let killed_at = Instant::now();
+    let _ = holder.wait();
+    // The guard stops the group at once (it does not wait for the TTL)…
+    assert!(eventually(LIMIT, || pids.iter().all(|&p| !running(p))), "the command's group outlived tenure");
+    // …while the lease itself stays held until it expires: nobody broke it.
+    assert_eq!(holders(&store.url(), "crash").len(), 1, "the dead holder's grant is still in the record");
+
+    let (got_in, code) = next_holder_sees_none_running(&store, "crash", &pids, killed_at);
+    assert_eq!(code, 0, "a process of the killed holder's command still ran when the next holder got the lease");
+    assert!(got_in >= Duration::from_millis(1500), "taken over {got_in:?} after the kill, before the 3s TTL");
+}
+
+#[test]
+fn a_frozen_tenure_cannot_keep_its_command_running_past_the_lease() {
+    let store = FileStore::new();
+    let pids_file = store.path("pids");
+    // A grace longer than the TTL is capped so that SIGKILL still lands in time.
+    let flags = ["--ttl", "2s", "--max-skew", SKEW, "--kill-grace", "30s"];
+    let mut holder = start(&store, "frozen", &flags, &sleepers(&pids_file));
+    let pids = pids_of(&pids_file, 3);
+
+    signal(holder.id(), Signal::STOP);
+    let frozen_at = Instant::now();
+    // Nobody renews the lease now, and nobody tells the guard: it acts on the deadline.
+    let (got_in, code) = next_holder_sees_none_running(&store, "frozen", &pids, frozen_at);
+    assert_eq!(code, 0, "the frozen holder's command still ran when the next holder got the lease");
+    assert!(got_in >= Duration::from_millis(1000), "taken over {got_in:?} after the freeze, before the 2s TTL");
+
+    signal(holder.id(), Signal::CONT);
+    let status = wait_status(&mut holder, LIMIT);
+    assert_eq!(status.code(), Some(76), "the lease was lost while the command ran");
+}
+
+#[test]
+fn breaking_the_lease_stops_the_command_and_exits_76() {
+    let store = FileStore::new();
+    let pids_file = store.path("pids");
+    let mut holder = start(&store, "broken", &["--ttl", "4s"], &sleepers(&pids_file));
+    let pids = pids_of(&pids_file, 3);
+
+    let out = run(tenure().args(["break", &store.url(), "broken"]), LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status = wait_status(&mut holder, LIMIT);
+    assert_eq!(status.code(), Some(76));
+    assert!(pids.iter().all(|&p| !running(p)), "tenure exited before its command's group was gone");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut err).expect("read");
+    assert!(err.contains("broken") && err.contains("lost") && err.contains(&store.url()), "{err}");
+    // One report line (the keep-alive's own timestamped WARN log may precede it).
+    assert_eq!(err.lines().filter(|l| l.starts_with("tenure:")).count(), 1, "one line: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
+    let store = FileStore::new();
+    let marks = store.path("marks");
+    // The shell notes SIGTERM and carries on; its sleeps ignore nothing and die.
+    let script = format!(
+        "trap 'echo term >> \"{m}\"' TERM; echo $$ >> \"{m}\"; while :; do sleep 0.05; done",
+        m = marks.display()
+    );
+    let mut holder = start(&store, "stubborn", &["--ttl", "10s", "--kill-grace", "1s"], &script);
+    let shell: u32 = wait_lines(&marks, 1, LIMIT)[0].parse().expect("pid");
+
+    let broke_at = Instant::now();
+    let out = run(tenure().args(["break", &store.url(), "stubborn"]), LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status = wait_status(&mut holder, LIMIT);
+    assert_eq!(status.code(), Some(76));
+    assert!(lines(&marks).iter().any(|l| l == "term"), "SIGTERM came first");
+    assert!(broke_at.elapsed() >= Duration::from_secs(1), "SIGKILL came only after the grace");
+    assert!(!running(shell));
+}
+
+#[test]
+fn processes_the_command_leaves_in_its_group_are_stopped_before_release() {
+    let store = FileStore::new();
+    let bg = store.path("bg");
+    let script = format!("sleep 300 & echo $! > '{}'", bg.display());
+    let out = run(&mut lock(&store.url(), "leftovers", &[], &["sh", "-c", &script]), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "the command's own status: {}", stderr(&out));
+    let pid: u32 = lines(&bg)[0].parse().expect("pid");
+    assert!(!running(pid), "a process of the command outlived the lease");
+    assert!(stderr(&out).contains("left processes"), "{}", stderr(&out));
+}
