@@ -205,3 +205,48 @@ fn eight_workers_increment_exactly_once_each_while_holders_are_killed_on_the_fil
     let store = FileStore::new();
     race(&Race { url: store.url(), args: Vec::new(), workers: 8, runs: 50, kills: 4, ttl: Duration::from_secs(2) });
 }
+
+/// The same race on S3 at `$var` (moto or Ceph RGW), under a fresh prefix.
+#[cfg(feature = "object")]
+fn s3_race(var: &str) {
+    let Ok(endpoint) = std::env::var(var) else {
+        assert_ne!(
+            std::env::var("TENURE_REQUIRE_SERVERS").as_deref(),
+            Ok("1"),
+            "{var} is not set and TENURE_REQUIRE_SERVERS=1"
+        );
+        eprintln!("skipped: {var} is not set (start the servers: eval \"$(scripts/servers.sh env)\")");
+        return;
+    };
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let args = [
+        format!("aws_endpoint={endpoint}"),
+        "aws_allow_http=true".into(),
+        "aws_access_key_id=test".into(),
+        "aws_secret_access_key=test".into(),
+        "aws_region=us-east-1".into(),
+    ]
+    .into_iter()
+    .flat_map(|kv| ["--store-opt".to_string(), kv])
+    .collect();
+    race(&Race {
+        url: format!("s3://tenure/lock-counter-{}-{nanos}", std::process::id()),
+        args,
+        workers: 8,
+        runs: 50,
+        kills: 3,
+        ttl: Duration::from_secs(3),
+    });
+}
+
+#[cfg(feature = "object")]
+#[test]
+fn eight_workers_increment_exactly_once_each_while_holders_are_killed_on_s3_moto() {
+    s3_race("TENURE_TEST_S3_MOTO");
+}
+
+#[cfg(feature = "object")]
+#[test]
+fn eight_workers_increment_exactly_once_each_while_holders_are_killed_on_s3_ceph_rgw() {
+    s3_race("TENURE_TEST_S3_RGW");
+}

@@ -149,3 +149,21 @@ fn processes_the_command_leaves_in_its_group_are_stopped_before_release() {
     assert!(!running(pid), "a process of the command outlived the lease");
     assert!(stderr(&out).contains("left processes"), "{}", stderr(&out));
 }
+
+#[test]
+fn the_guard_ignores_signals_meant_for_the_command() {
+    let store = FileStore::new();
+    let (ready, go) = (store.path("ready"), store.path("go"));
+    let script =
+        format!("echo up > '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; exit 4", ready.display(), go.display());
+    let mut holder = start(&store, "calm", &[], &script);
+    wait_lines(&ready, 1, LIMIT);
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", holder.id())).expect("children");
+    let guard: u32 = children.split_whitespace().next().expect("the guard").parse().expect("pid");
+    for sig in [Signal::INT, Signal::TERM, Signal::HUP, Signal::QUIT, Signal::TSTP] {
+        signal(guard, sig);
+    }
+    std::fs::write(&go, "").expect("go");
+    // Had the guard died, tenure would have killed the group and exited 70.
+    assert_eq!(wait_status(&mut holder, LIMIT).code(), Some(4));
+}
