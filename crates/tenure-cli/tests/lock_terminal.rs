@@ -70,6 +70,8 @@ fn on_a_terminal_the_command_owns_the_foreground_gets_ctrl_c_and_hands_the_termi
 #[test]
 fn on_a_terminal_the_waiting_line_names_the_holder_and_is_erased() {
     let store = FileStore::new();
+    let shell = format!("{TENURE} lock '{}' busy --timeout 1500ms -- true; echo status=$?", store.url());
+    let Some(mut cmd) = under_a_terminal(&shell) else { return };
     let ready = store.path("ready");
     let script = format!("echo up > '{}'; exec sleep 60", ready.display());
     let mut holder = lock(&store.url(), "busy", &["--label", "the-nightly-job"], &["sh", "-c", &script])
@@ -79,11 +81,6 @@ fn on_a_terminal_the_waiting_line_names_the_holder_and_is_erased() {
         .expect("holder");
     wait_lines(&ready, 1, LIMIT);
 
-    let shell = format!("{TENURE} lock '{}' busy --timeout 1500ms -- true; echo status=$?", store.url());
-    let Some(mut cmd) = under_a_terminal(&shell) else {
-        let _ = holder.kill();
-        return;
-    };
     let out = run(cmd.stdin(Stdio::piped()), LIMIT);
     let _ = holder.kill();
     let _ = holder.wait();
