@@ -167,3 +167,59 @@ fn the_guard_ignores_signals_meant_for_the_command() {
     // Had the guard died, tenure would have killed the group and exited 70.
     assert_eq!(wait_status(&mut holder, LIMIT).code(), Some(4));
 }
+
+/// Makes a directory immutable (`chattr +i`, which binds root too) until dropped.
+struct Immutable(std::path::PathBuf);
+
+impl Immutable {
+    fn new(dir: &std::path::Path) -> Option<Self> {
+        let ok = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Self(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn failing_renewals_stop_the_command_and_exit_76() {
+    let store = FileStore::new();
+    let pids_file = store.path("pids");
+    let mut holder = start(&store, "outage", &["--ttl", "3s"], &sleepers(&pids_file));
+    let pids = pids_of(&pids_file, 3);
+    // Every renewal now fails to write the record: an outage of the store.
+    let Some(frozen) = Immutable::new(&std::path::Path::new(&store.url()).join("outage")) else {
+        eprintln!("skipped: chattr +i is not supported here");
+        let _ = holder.kill();
+        let _ = holder.wait();
+        return;
+    };
+    let status = wait_status(&mut holder, LIMIT);
+    drop(frozen);
+    assert_eq!(status.code(), Some(76));
+    assert!(pids.iter().all(|&p| !running(p)), "tenure exited before its command's group was gone");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut err).expect("read");
+    assert!(err.contains("renewals kept failing") && err.contains("outage"), "{err}");
+}
+
+#[test]
+fn if_the_guard_is_killed_the_command_dies_too_and_tenure_exits_70() {
+    let store = FileStore::new();
+    let pids_file = store.path("pids");
+    let mut holder = start(&store, "guardless", &[], &sleepers(&pids_file));
+    let pids = pids_of(&pids_file, 3);
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", holder.id())).expect("children");
+    let guard: u32 = children.split_whitespace().next().expect("the guard").parse().expect("pid");
+    signal(guard, Signal::KILL);
+    assert_eq!(wait_status(&mut holder, LIMIT).code(), Some(70));
+    assert!(eventually(LIMIT, || pids.iter().all(|&p| !running(p))), "the command outlived its guard");
+}
