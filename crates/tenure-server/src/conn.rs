@@ -1,9 +1,12 @@
 //! One multiplexed, pipelined client connection to a lease server.
 //!
 //! Callers encode their request straight into a shared write buffer and wait on a
-//! oneshot for the answer; a writer task sends whatever has piled up in one write
-//! (so 64 concurrent callers cost a handful of syscalls, not 64), and a reader task
-//! routes answers back by request id. Both tasks belong to the [`Conn`]: they end
+//! oneshot for the answer. The first caller to find no write under way becomes the
+//! *leader* (flat combining): it yields once, so the other callers ready on its
+//! thread add their requests, then sends everything with one non-blocking write.
+//! Only if the socket is full does the writer task take over, with async writes.
+//! So 64 concurrent callers cost a handful of syscalls and no extra task wake-ups.
+//! A reader task routes answers back by request id. Both tasks belong to the [`Conn`]: they end
 //! when it is dropped, and when the socket fails every waiting caller gets the
 //! error at once (the endpoint then reconnects on the next call).
 
@@ -13,9 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
@@ -27,12 +28,15 @@ pub(crate) type Reply = Result<(u64, Bytes), String>;
 #[derive(Default)]
 struct State {
     out: Vec<u8>,
+    /// A leader or the writer task is sending: others only append to `out`.
+    writing: bool,
     pending: HashMap<u32, oneshot::Sender<Reply>>,
     next_id: u32,
     closed: Option<String>,
 }
 
 struct Inner {
+    stream: Arc<TcpStream>,
     state: Mutex<State>,
     wake_writer: Notify,
     dead: AtomicBool,
@@ -84,15 +88,16 @@ impl Conn {
     /// Wraps a connected socket.
     pub(crate) fn start(stream: TcpStream) -> Self {
         let _ = stream.set_nodelay(true);
-        let (rd, wr) = stream.into_split();
+        let stream = Arc::new(stream);
         let inner = Arc::new(Inner {
+            stream,
             state: Mutex::new(State::default()),
             wake_writer: Notify::new(),
             dead: AtomicBool::new(false),
             skew_us: AtomicI64::new(0),
         });
-        let reader = tokio::spawn(read_loop(rd, inner.clone()));
-        let writer = tokio::spawn(write_loop(wr, inner.clone()));
+        let reader = tokio::spawn(read_loop(inner.clone()));
+        let writer = tokio::spawn(write_loop(inner.clone()));
         Self { inner, reader, writer }
     }
 
@@ -108,7 +113,7 @@ impl Conn {
     /// Sends `req` and waits up to `timeout` for its answer.
     pub(crate) async fn call(&self, req: &Request<'_>, timeout: Duration) -> Result<(u64, Response), String> {
         let (tx, rx) = oneshot::channel();
-        let id = {
+        let (id, lead) = {
             let mut st = self.inner.lock();
             if let Some(why) = &st.closed {
                 return Err(why.clone());
@@ -118,9 +123,15 @@ impl Conn {
             let id = st.next_id;
             wire::encode_request(&mut st.out, id, req);
             st.pending.insert(id, tx);
-            id
+            let lead = !std::mem::replace(&mut st.writing, true);
+            (id, lead)
         };
-        self.inner.wake_writer.notify_one();
+        if lead {
+            let handover = Handover(&self.inner);
+            tokio::task::yield_now().await;
+            std::mem::forget(handover);
+            send_now(&self.inner);
+        }
         let reply = match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => Err("the connection was closed".to_string()),
@@ -135,28 +146,88 @@ impl Conn {
     }
 }
 
-async fn write_loop(mut wr: OwnedWriteHalf, inner: Arc<Inner>) {
-    let mut spare = Vec::with_capacity(16 * 1024);
+/// If a leader is cancelled before it sent, the writer task sends for it.
+struct Handover<'a>(&'a Inner);
+
+impl Drop for Handover<'_> {
+    fn drop(&mut self) {
+        self.0.wake_writer.notify_one();
+    }
+}
+
+/// The leader's send: non-blocking writes until `out` is empty, or the socket is
+/// full (then the writer task finishes, with `writing` still set).
+fn send_now(inner: &Inner) {
     loop {
-        inner.wake_writer.notified().await;
-        loop {
-            {
-                let mut st = inner.lock();
-                if st.out.is_empty() {
-                    break;
-                }
-                std::mem::swap(&mut st.out, &mut spare);
-            }
-            if let Err(e) = wr.write_all(&spare).await {
-                inner.close(format!("sending to the server failed: {e}"));
+        let mut buf = {
+            let mut st = inner.lock();
+            if st.out.is_empty() {
+                st.writing = false;
                 return;
             }
-            spare.clear();
+            std::mem::take(&mut st.out)
+        };
+        let mut sent = 0;
+        while sent < buf.len() {
+            match inner.stream.try_write(&buf[sent..]) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    inner.close(format!("sending to the server failed: {e}"));
+                    return;
+                }
+            }
+        }
+        let mut st = inner.lock();
+        if sent < buf.len() {
+            // Put the rest back in front of what others appended meanwhile.
+            buf.drain(..sent);
+            buf.extend_from_slice(&st.out);
+            st.out = buf;
+            drop(st);
+            inner.wake_writer.notify_one();
+            return;
+        }
+        if st.out.is_empty() {
+            buf.clear();
+            st.out = buf;
         }
     }
 }
 
-async fn read_loop(mut rd: OwnedReadHalf, inner: Arc<Inner>) {
+/// Sends what leaders could not: async writes until `out` is empty.
+async fn write_loop(inner: Arc<Inner>) {
+    loop {
+        inner.wake_writer.notified().await;
+        loop {
+            let buf = {
+                let mut st = inner.lock();
+                if st.out.is_empty() {
+                    st.writing = false;
+                    break;
+                }
+                std::mem::take(&mut st.out)
+            };
+            let mut sent = 0;
+            while sent < buf.len() {
+                if let Err(e) = inner.stream.writable().await {
+                    inner.close(format!("sending to the server failed: {e}"));
+                    return;
+                }
+                match inner.stream.try_write(&buf[sent..]) {
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => {
+                        inner.close(format!("sending to the server failed: {e}"));
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn read_loop(inner: Arc<Inner>) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let why = loop {
         loop {
@@ -188,9 +259,13 @@ async fn read_loop(mut rd: OwnedReadHalf, inner: Arc<Inner>) {
             }
         }
         buf.reserve(16 * 1024);
-        match rd.read_buf(&mut buf).await {
+        if let Err(e) = inner.stream.readable().await {
+            break format!("reading from the server failed: {e}");
+        }
+        match inner.stream.try_read_buf(&mut buf) {
             Ok(0) => break "the server closed the connection".to_string(),
             Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => break format!("reading from the server failed: {e}"),
         }
     };

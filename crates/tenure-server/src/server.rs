@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tenure::LeaseName;
+use tenure::{Holder, LeaseName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
@@ -29,8 +29,8 @@ use tokio::task::JoinSet;
 
 use crate::core::{Acquired, Ask, Core, Granted, Refusal};
 use crate::wire::{
-    self, AcquireReply, ErrorCode, GrantWire, HolderViewWire, MAGIC, MAX_BATCH, MAX_REQUEST, Outcome, PROTOCOL_VERSION,
-    PredecessorWire, Request, Response, StateWire,
+    self, AcquireReply, ErrorCode, GrantWire, HolderViewWire, HolderWire, MAGIC, MAX_BATCH, MAX_REQUEST, Outcome,
+    PROTOCOL_VERSION, PredecessorWire, Request, Response, StateWire,
 };
 use crate::witness::Signer;
 
@@ -77,6 +77,8 @@ pub struct ConnStats {
     pub rejected: AtomicU64,
     /// Requests handled.
     pub requests: AtomicU64,
+    /// Batches: reads whose complete frames were handled and answered with one write.
+    pub batches: AtomicU64,
     /// Signatures made (one per batch of witnesses).
     pub signatures: AtomicU64,
     /// Witnesses signed.
@@ -253,6 +255,11 @@ struct Connection {
     stop: watch::Receiver<bool>,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
+    /// Answers of the batch under way (kept to reuse its allocation).
+    answers: Vec<Answer>,
+    /// Holders seen recently on this connection: a client usually sends the same
+    /// identity again and again, and a hit saves decoding it into five strings.
+    holders: Vec<Arc<Holder>>,
 }
 
 /// A handled request whose witnesses may still need signing.
@@ -265,14 +272,23 @@ struct Answer {
 impl Connection {
     fn new(stream: TcpStream, shared: Arc<Shared>, stop: watch::Receiver<bool>) -> Self {
         let _ = stream.set_nodelay(true);
-        Self { stream, shared, stop, rbuf: BytesMut::with_capacity(16 * 1024), wbuf: Vec::with_capacity(16 * 1024) }
+        Self {
+            stream,
+            shared,
+            stop,
+            rbuf: BytesMut::with_capacity(16 * 1024),
+            wbuf: Vec::with_capacity(16 * 1024),
+            answers: Vec::new(),
+            holders: Vec::new(),
+        }
     }
 
     /// Serves the connection until the client leaves, errs, or shutdown.
     async fn serve(mut self) -> Result<(), String> {
         let mut greeted = false;
         loop {
-            let mut answers = Vec::new();
+            let mut answers = std::mem::take(&mut self.answers);
+            answers.clear();
             loop {
                 let frame = match wire::frame_len(&self.rbuf, 4, MAX_REQUEST) {
                     Ok(Some(n)) => self.rbuf.split_to(n),
@@ -290,6 +306,7 @@ impl Connection {
                 }
             }
             if !answers.is_empty() {
+                self.shared.conns.batches.fetch_add(1, Ordering::Relaxed);
                 let close = answers.iter().any(|a| a.close);
                 self.sign(&mut answers);
                 let now = self.shared.core.now_us();
@@ -300,7 +317,9 @@ impl Connection {
                 if close {
                     return Err("closed after an error answer".into());
                 }
-                if answers.len() >= MAX_FRAMES_PER_BATCH {
+                let full = answers.len() >= MAX_FRAMES_PER_BATCH;
+                self.answers = answers;
+                if full {
                     continue;
                 }
             }
@@ -359,7 +378,7 @@ impl Connection {
         }
     }
 
-    fn handle_frame(&self, frame: &[u8], greeted: &mut bool) -> Answer {
+    fn handle_frame(&mut self, frame: &[u8], greeted: &mut bool) -> Answer {
         self.shared.conns.requests.fetch_add(1, Ordering::Relaxed);
         let Some((id, body)) = wire::split_request(frame) else {
             return error(0, ErrorCode::Protocol, "a frame shorter than its header".into(), true);
@@ -408,8 +427,9 @@ impl Connection {
         Answer { id, resp, close: false }
     }
 
-    fn dispatch(&self, req: Request<'_>) -> Result<Response, (ErrorCode, String)> {
-        let core = &self.shared.core;
+    fn dispatch(&mut self, req: Request<'_>) -> Result<Response, (ErrorCode, String)> {
+        let shared = self.shared.clone();
+        let core = &shared.core;
         let batch = |n: usize| {
             if n == 0 || n > MAX_BATCH {
                 Err((ErrorCode::Invalid, format!("a batch of {n} leases (1..={MAX_BATCH})")))
@@ -423,7 +443,7 @@ impl Connection {
                 batch(asks.len())?;
                 let holders = asks
                     .iter()
-                    .map(|a| a.holder.to_holder())
+                    .map(|a| self.holder(&a.holder))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| (ErrorCode::Invalid, e))?;
                 let asks: Vec<Ask<'_>> = asks
@@ -505,33 +525,49 @@ impl Connection {
         })
     }
 
-    /// Signs every witness body of the batch with one signature.
-    fn sign(&self, answers: &mut [Answer]) {
-        let mut bodies = Vec::new();
-        for a in answers.iter_mut() {
-            for_each_witness(&mut a.resp, |w| bodies.push(std::mem::take(w)));
+    fn holder(&mut self, w: &HolderWire<'_>) -> Result<Arc<Holder>, String> {
+        let same = |h: &Holder| {
+            h.nonce == w.nonce
+                && h.pid == w.pid
+                && h.host == w.host
+                && h.user == w.user
+                && h.version == w.version
+                && h.label.as_deref() == w.label
+        };
+        if let Some(h) = self.holders.iter().find(|h| same(h)) {
+            return Ok(h.clone());
         }
-        if bodies.is_empty() {
+        let h = Arc::new(w.to_holder()?);
+        if self.holders.len() >= 16 {
+            self.holders.remove(0);
+        }
+        self.holders.push(h.clone());
+        Ok(h)
+    }
+
+    /// Signs every witness of the batch with one signature.
+    fn sign(&self, answers: &mut [Answer]) {
+        let mut witnesses: Vec<&mut Vec<u8>> = Vec::new();
+        for a in answers.iter_mut() {
+            collect_witnesses(&mut a.resp, &mut witnesses);
+        }
+        if witnesses.is_empty() {
             return;
         }
         let stats = &self.shared.conns;
         stats.signatures.fetch_add(1, Ordering::Relaxed);
-        stats.witnesses.fetch_add(bodies.len() as u64, Ordering::Relaxed);
-        let mut signed = self.shared.signer.sign_batch(&bodies).into_iter();
-        for a in answers.iter_mut() {
-            for_each_witness(&mut a.resp, |w| *w = signed.next().unwrap_or_default());
-        }
+        stats.witnesses.fetch_add(witnesses.len() as u64, Ordering::Relaxed);
+        self.shared.signer.sign_in_place(&mut witnesses);
     }
 }
 
-fn for_each_witness(resp: &mut Response, mut f: impl FnMut(&mut Vec<u8>)) {
+fn collect_witnesses<'a>(resp: &'a mut Response, out: &mut Vec<&'a mut Vec<u8>>) {
     match resp {
-        Response::Acquired(AcquireReply::Granted(gs)) => gs.iter_mut().for_each(|g| f(&mut g.witness)),
-        Response::Granted(outs) => outs.iter_mut().for_each(|o| {
-            if let Outcome::Ok(g) = o {
-                f(&mut g.witness)
-            }
-        }),
+        Response::Acquired(AcquireReply::Granted(gs)) => out.extend(gs.iter_mut().map(|g| &mut g.witness)),
+        Response::Granted(outs) => out.extend(outs.iter_mut().filter_map(|o| match o {
+            Outcome::Ok(g) => Some(&mut g.witness),
+            Outcome::Lost(_) => None,
+        })),
         _ => {}
     }
 }
@@ -541,7 +577,7 @@ fn grant_wire(g: Granted) -> GrantWire {
         token: g.token,
         deadline_ms: g.deadline_ms,
         version: g.version,
-        predecessor: g.predecessor.as_ref().map(PredecessorWire::from),
+        predecessor: g.predecessor.map(PredecessorWire::from),
         witness: g.witness,
     }
 }

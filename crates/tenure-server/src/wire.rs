@@ -343,6 +343,26 @@ impl From<&Predecessor> for PredecessorWire {
     }
 }
 
+impl From<Predecessor> for PredecessorWire {
+    fn from(p: Predecessor) -> Self {
+        Self {
+            token: p.token,
+            holder: p.holder.map(|h| HolderOwned {
+                nonce: h.nonce,
+                pid: h.pid,
+                host: h.host,
+                user: h.user,
+                version: h.version,
+                label: h.label,
+            }),
+            how: p.how,
+            at_ms: p.at_ms,
+            watermark_ms: p.watermark_ms,
+            meta: p.meta,
+        }
+    }
+}
+
 impl From<PredecessorWire> for Predecessor {
     fn from(p: PredecessorWire) -> Self {
         Predecessor {

@@ -456,12 +456,29 @@ impl Signer {
     /// Signs a batch of witness bodies (as written by [`Witness::encode_body`]) with
     /// one signature; returns each body's complete witness, in order.
     pub fn sign_batch(&self, bodies: &[Vec<u8>]) -> Vec<Vec<u8>> {
-        if bodies.is_empty() {
-            return Vec::new();
+        let mut out: Vec<Vec<u8>> = bodies
+            .iter()
+            .map(|b| {
+                let mut w = witness_buf(b.len());
+                w.extend_from_slice(b);
+                w
+            })
+            .collect();
+        let mut refs: Vec<&mut Vec<u8>> = out.iter_mut().collect();
+        self.sign_in_place(&mut refs);
+        out
+    }
+
+    /// Completes witnesses started by [`witness_buf`] and filled with a body: fills
+    /// in the length, appends each one's Merkle path and the batch's signature.
+    pub(crate) fn sign_in_place(&self, witnesses: &mut [&mut Vec<u8>]) {
+        if witnesses.is_empty() {
+            return;
         }
         // levels[0] = leaves; each next level pairs neighbours, a lone last node
         // moves up unchanged (so it gets no path entry at that level).
-        let mut levels: Vec<Vec<[u8; 32]>> = vec![bodies.iter().map(|b| leaf_hash(b)).collect()];
+        let mut levels: Vec<Vec<[u8; 32]>> =
+            vec![witnesses.iter().map(|w| leaf_hash(w.get(2..).unwrap_or_default())).collect()];
         while levels.last().is_some_and(|l| l.len() > 1) {
             let below = levels.last().map(Vec::as_slice).unwrap_or_default();
             let up = below.chunks(2).map(|pair| if let [l, r] = pair { node_hash(l, r) } else { pair[0] }).collect();
@@ -469,32 +486,36 @@ impl Signer {
         }
         let root = levels.last().and_then(|l| l.first()).copied().unwrap_or_default();
         let signature = self.key.sign(&signed_message(&root)).to_bytes();
-        bodies
-            .iter()
-            .enumerate()
-            .map(|(leaf, body)| {
-                let mut out = Vec::with_capacity(2 + body.len() + 1 + 33 * levels.len() + 64);
-                out.extend_from_slice(&(body.len() as u16).to_le_bytes());
-                out.extend_from_slice(body);
-                let mut path = Vec::new();
-                let mut i = leaf;
-                for level in &levels[..levels.len() - 1] {
-                    let sibling = i ^ 1;
-                    if let Some(h) = level.get(sibling) {
-                        path.push((u8::from(sibling > i), *h));
-                    }
-                    i /= 2;
+        for (leaf, w) in witnesses.iter_mut().enumerate() {
+            let body_len = (w.len().saturating_sub(2)) as u16;
+            if let Some(head) = w.get_mut(..2) {
+                head.copy_from_slice(&body_len.to_le_bytes());
+            }
+            let at = w.len();
+            w.push(0);
+            let mut i = leaf;
+            let mut n = 0u8;
+            for level in &levels[..levels.len() - 1] {
+                let sibling = i ^ 1;
+                if let Some(h) = level.get(sibling) {
+                    w.push(u8::from(sibling > i));
+                    w.extend_from_slice(h);
+                    n += 1;
                 }
-                out.push(path.len() as u8);
-                for (side, h) in path {
-                    out.push(side);
-                    out.extend_from_slice(&h);
-                }
-                out.extend_from_slice(&signature);
-                out
-            })
-            .collect()
+                i /= 2;
+            }
+            w[at] = n;
+            w.extend_from_slice(&signature);
+        }
     }
+}
+
+/// A buffer for a witness whose body is `name_len`-ish: two bytes for the length,
+/// then room for the body, a path for batches up to 64 and the signature.
+pub(crate) fn witness_buf(name_len: usize) -> Vec<u8> {
+    let mut w = Vec::with_capacity(2 + 96 + 2 * name_len + 1 + 6 * 33 + 64);
+    w.extend_from_slice(&[0, 0]);
+    w
 }
 
 #[cfg(test)]

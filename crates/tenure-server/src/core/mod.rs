@@ -23,16 +23,27 @@
 //!   `retain` of them exist; then the oldest are dropped first, and the shard
 //!   remembers the highest token it dropped as a floor for new records.
 
-use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tenure::record::{self, ClockJudge, Decision, LeaseRecord};
-use tenure::{Clock, EndedHow, Holder, HolderView, LeaseName, LeaseState, Mode, Mono, Predecessor, Version};
+use tenure::{Clock, EndedHow, Holder, HolderView, LeaseName, Mode, Mono, Predecessor};
 
-use crate::witness::{BodyRef, PredRef, WitnessKind};
+use crate::witness::{BodyRef, PredRef, WitnessKind, witness_buf};
+
+mod table;
+
+pub use table::{LeaseRow, Snapshot};
+use table::{Reservation, Shard, Slot, retire_if_idle};
+
+/// A decision not yet applied.
+struct Decided {
+    record: LeaseRecord,
+    token: u64,
+    predecessor: Option<Predecessor>,
+}
 
 /// Number of shards of the table.
 pub const SHARDS: usize = 64;
@@ -157,47 +168,6 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-#[derive(Clone, Debug)]
-struct Reservation {
-    id: u64,
-    mode: Mode,
-    holder: Holder,
-    ttl_ms: u64,
-    deadline_ms: u64,
-    meta: Option<String>,
-}
-
-#[derive(Debug)]
-struct Slot {
-    record: LeaseRecord,
-    version: u64,
-    modified_ms: u64,
-    reservations: Vec<Reservation>,
-    /// Contention: asks refused because the lease was held.
-    busy: u64,
-    /// Position in the shard's retire queue, 0 while live.
-    retired: u64,
-}
-
-impl Slot {
-    fn is_live(&self, now_ms: u64) -> bool {
-        self.record.entries().any(|(e, _)| e.deadline_ms > now_ms)
-            || self.reservations.iter().any(|r| r.deadline_ms > now_ms)
-    }
-}
-
-#[derive(Debug, Default)]
-struct Shard {
-    slots: HashMap<String, Slot>,
-    /// (retire sequence, name), oldest first; entries whose slot moved on are stale.
-    retire_queue: VecDeque<(u64, String)>,
-    retired: usize,
-    next_retire: u64,
-    next_reservation: u64,
-    /// Highest token of a dropped record: new records start above it.
-    dropped_floor: u64,
-}
-
 /// The lease table. Cheap to share (`Arc<Core>`).
 #[derive(Debug)]
 pub struct Core {
@@ -207,6 +177,8 @@ pub struct Core {
     start: Mono,
     start_wall_us: u64,
     opts: CoreOptions,
+    /// The quarantine is over.
+    open: std::sync::atomic::AtomicBool,
     /// Counters.
     pub stats: Stats,
 }
@@ -227,6 +199,7 @@ impl Core {
             start,
             start_wall_us,
             opts,
+            open: std::sync::atomic::AtomicBool::new(false),
             stats: Stats::default(),
         }
     }
@@ -263,8 +236,13 @@ impl Core {
     }
 
     fn check_open(&self) -> Result<(), Refusal> {
+        // Once over, the quarantine never comes back: skip the clock read.
+        if self.open.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         let left = self.quarantine_left();
         if left.is_zero() {
+            self.open.store(true, Ordering::Relaxed);
             Ok(())
         } else {
             bump(&self.stats.quarantined);
@@ -294,6 +272,17 @@ impl Core {
                 return Err(Refusal::Invalid(format!("lease {:?} asked twice in one batch", a.name)));
             }
         }
+        // One lease (the common case): one shard, no bookkeeping.
+        if let [ask] = asks {
+            let mut shard = lock(&self.shards[self.shard_of(ask.name)]);
+            let now_us = self.now_us();
+            return Ok(match self.decide(&shard, ask, now_us, tentative)? {
+                Err(holders) => self.busy(&mut shard, ask.name, 0, holders),
+                Ok(d) => Acquired::Granted(vec![self.commit(&mut shard, ask, d, now_us, tentative)]),
+            });
+        }
+        // Several: lock their shards in index order, decide all, commit only if
+        // all are granted.
         let shard_ids: Vec<usize> = asks.iter().map(|a| self.shard_of(a.name)).collect();
         let mut order = shard_ids.clone();
         order.sort_unstable();
@@ -301,138 +290,135 @@ impl Core {
         let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
             order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
         let now_us = self.now_us();
-        let now_ms = now_us / 1000;
-        let judge = ClockJudge { now_ms };
-        // Decide everything first on copies; commit only if all are granted.
         let mut decided = Vec::with_capacity(asks.len());
         for (index, (ask, &sid)) in asks.iter().zip(&shard_ids).enumerate() {
-            let shard = guard(&mut guards, sid);
-            let slot = shard.slots.get(ask.name);
-            if slot.is_none() {
-                LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
-                if shard.slots.len() - shard.retired >= (self.opts.max_live / SHARDS).max(1) {
-                    return Err(Refusal::Overloaded(format!(
-                        "the server holds its limit of {} live leases",
-                        self.opts.max_live
-                    )));
-                }
-            }
-            let empty;
-            let current = match slot {
-                Some(s) => &s.record,
-                None => {
-                    empty = LeaseRecord::empty(ask.name);
-                    &empty
-                }
-            };
-            let reservations = slot.map_or(&[][..], |s| &s.reservations[..]);
-            let blocked_by_reservation = reservations.iter().any(|r| {
-                r.deadline_ms > now_ms
-                    && r.holder.nonce != ask.holder.nonce
-                    && (ask.mode == Mode::Exclusive || r.mode == Mode::Exclusive)
-            });
-            let floor = now_us.max(shard.dropped_floor);
-            let rask = record::Ask {
-                mode: ask.mode,
-                ttl_ms: ask.ttl_ms,
-                holder: ask.holder,
-                retake: ask.retake,
-                now_ms,
-                token_floor: floor,
-                meta: ask.meta.map(str::to_string),
-            };
-            match record::decide_acquire(ask.name, Some(current), &rask, &judge) {
-                Decision::Busy(holders) => {
-                    return Ok(self.busy(&mut guards, sid, ask.name, index, holders));
-                }
-                Decision::Grant { .. } if tentative && blocked_by_reservation => {
-                    return Ok(self.busy(&mut guards, sid, ask.name, index, Vec::new()));
-                }
-                Decision::Grant { record, token, predecessor } => {
-                    if token > now_us.saturating_add(self.opts.max_lease.as_micros() as u64 / 2) {
-                        return Err(Refusal::Overloaded(format!(
-                            "grants of {:?} outran the server clock (token {token}); slow down",
-                            ask.name
-                        )));
-                    }
-                    decided.push((sid, record, token, predecessor));
-                }
+            match self.decide(guard(&mut guards, sid), ask, now_us, tentative)? {
+                Err(holders) => return Ok(self.busy(guard(&mut guards, sid), ask.name, index, holders)),
+                Ok(d) => decided.push(d),
             }
         }
-        let mut out = Vec::with_capacity(asks.len());
-        for (ask, (sid, rec, token, predecessor)) in asks.iter().zip(decided) {
-            let shard = guard(&mut guards, sid);
-            let deadline_ms = now_ms.saturating_add(ask.ttl_ms);
-            let res_id = shard.next_reservation + 1;
-            let slot = shard.slots.entry(ask.name.to_string()).or_insert_with(|| Slot {
-                record: LeaseRecord::empty(ask.name),
-                version: 0,
-                modified_ms: now_ms,
-                reservations: Vec::new(),
-                busy: 0,
-                retired: 0,
-            });
-            let was_retired = std::mem::take(&mut slot.retired) != 0;
-            let (kind, token, version) = if tentative {
-                slot.reservations.retain(|r| r.deadline_ms > now_ms && r.holder.nonce != ask.holder.nonce);
-                slot.reservations.push(Reservation {
-                    id: res_id,
-                    mode: ask.mode,
-                    holder: ask.holder.clone(),
-                    ttl_ms: ask.ttl_ms,
-                    deadline_ms,
-                    meta: ask.meta.map(str::to_string),
-                });
-                bump(&self.stats.tentative);
-                (WitnessKind::Tentative, 0, res_id)
-            } else {
-                // A full ask breaks every live reservation it conflicts with.
-                let conflicts = |r: &Reservation| ask.mode == Mode::Exclusive || r.mode == Mode::Exclusive;
-                let broken = slot.reservations.iter().filter(|r| r.deadline_ms > now_ms && conflicts(r)).count();
-                slot.reservations.retain(|r| r.deadline_ms > now_ms && !conflicts(r));
-                self.stats.tentative_broken.fetch_add(broken as u64, Ordering::Relaxed);
-                slot.record = rec;
-                slot.version += 1;
-                bump(&self.stats.grants);
-                if predecessor.as_ref().is_some_and(|p| p.how == EndedHow::Expired && p.at_ms == now_ms) {
-                    bump(&self.stats.expired_takeovers);
-                }
-                (WitnessKind::Grant, token, slot.version)
-            };
-            slot.modified_ms = now_ms;
-            if was_retired {
-                shard.retired -= 1;
-            }
-            if tentative {
-                shard.next_reservation = res_id;
-            }
-            let mut witness = Vec::with_capacity(96 + ask.name.len());
-            BodyRef {
-                kind,
-                name: ask.name,
-                mode: ask.mode,
-                token,
-                deadline_ms,
-                server_time_us: now_us,
-                holder_nonce: &ask.holder.nonce,
-                predecessor: predecessor.as_ref().map(PredRef::of),
-            }
-            .encode(&mut witness);
-            out.push(Granted { token, deadline_ms, version, predecessor, witness });
-        }
+        let out = asks
+            .iter()
+            .zip(&shard_ids)
+            .zip(decided)
+            .map(|((ask, &sid), d)| self.commit(guard(&mut guards, sid), ask, d, now_us, tentative))
+            .collect();
         Ok(Acquired::Granted(out))
     }
 
-    fn busy(
+    /// Decides one ask against its shard: `Ok(Err(holders))` if busy.
+    fn decide(
         &self,
-        guards: &mut [(usize, MutexGuard<'_, Shard>)],
-        sid: usize,
-        name: &str,
-        index: usize,
-        holders: Vec<HolderView>,
-    ) -> Acquired {
+        shard: &Shard,
+        ask: &Ask<'_>,
+        now_us: u64,
+        tentative: bool,
+    ) -> Result<Result<Decided, Vec<HolderView>>, Refusal> {
+        let now_ms = now_us / 1000;
+        let slot = shard.slots.get(ask.name);
+        if slot.is_none() {
+            LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
+            if shard.slots.len() - shard.retired >= (self.opts.max_live / SHARDS).max(1) {
+                return Err(Refusal::Overloaded(format!(
+                    "the server holds its limit of {} live leases",
+                    self.opts.max_live
+                )));
+            }
+        }
+        let blocked_by_reservation = slot.is_some_and(|s| {
+            s.reservations.iter().any(|r| {
+                r.deadline_ms > now_ms
+                    && r.holder.nonce != ask.holder.nonce
+                    && (ask.mode == Mode::Exclusive || r.mode == Mode::Exclusive)
+            })
+        });
+        let rask = record::Ask {
+            mode: ask.mode,
+            ttl_ms: ask.ttl_ms,
+            holder: ask.holder,
+            retake: ask.retake,
+            now_ms,
+            token_floor: now_us.max(shard.dropped_floor),
+            meta: ask.meta.map(str::to_string),
+        };
+        let judge = ClockJudge { now_ms };
+        match record::decide_acquire(ask.name, slot.map(|s| &s.record), &rask, &judge) {
+            Decision::Busy(holders) => Ok(Err(holders)),
+            Decision::Grant { .. } if tentative && blocked_by_reservation => Ok(Err(Vec::new())),
+            Decision::Grant { record, token, predecessor } => {
+                if token > now_us.saturating_add(self.opts.max_lease.as_micros() as u64 / 2) {
+                    return Err(Refusal::Overloaded(format!(
+                        "grants of {:?} outran the server clock (token {token}); slow down",
+                        ask.name
+                    )));
+                }
+                Ok(Ok(Decided { record, token, predecessor }))
+            }
+        }
+    }
+
+    /// Applies a decision to its shard.
+    fn commit(&self, shard: &mut Shard, ask: &Ask<'_>, d: Decided, now_us: u64, tentative: bool) -> Granted {
+        let now_ms = now_us / 1000;
+        let deadline_ms = now_ms.saturating_add(ask.ttl_ms);
+        let res_id = shard.next_reservation + 1;
+        // Reuse the map's own key when the record exists: no allocation.
+        let key: Arc<str> = shard.slots.get_key_value(ask.name).map_or_else(|| Arc::from(ask.name), |(k, _)| k.clone());
+        let slot = shard.slots.entry(key.clone()).or_insert_with(|| Slot::new(key, now_ms));
+        let was_retired = std::mem::take(&mut slot.retired) != 0;
+        let Decided { record, token, predecessor } = d;
+        let (kind, token, version) = if tentative {
+            slot.reservations.retain(|r| r.deadline_ms > now_ms && r.holder.nonce != ask.holder.nonce);
+            slot.reservations.push(Reservation {
+                id: res_id,
+                mode: ask.mode,
+                holder: ask.holder.clone(),
+                ttl_ms: ask.ttl_ms,
+                deadline_ms,
+                meta: ask.meta.map(str::to_string),
+            });
+            bump(&self.stats.tentative);
+            (WitnessKind::Tentative, 0, res_id)
+        } else {
+            // A full ask breaks every live reservation it conflicts with.
+            let conflicts = |r: &Reservation| ask.mode == Mode::Exclusive || r.mode == Mode::Exclusive;
+            if !slot.reservations.is_empty() {
+                let broken = slot.reservations.iter().filter(|r| r.deadline_ms > now_ms && conflicts(r)).count();
+                slot.reservations.retain(|r| r.deadline_ms > now_ms && !conflicts(r));
+                self.stats.tentative_broken.fetch_add(broken as u64, Ordering::Relaxed);
+            }
+            slot.record = record;
+            slot.version += 1;
+            bump(&self.stats.grants);
+            if predecessor.as_ref().is_some_and(|p| p.how == EndedHow::Expired && p.at_ms == now_ms) {
+                bump(&self.stats.expired_takeovers);
+            }
+            (WitnessKind::Grant, token, slot.version)
+        };
+        slot.modified_ms = now_ms;
+        if was_retired {
+            shard.retired -= 1;
+        }
+        if tentative {
+            shard.next_reservation = res_id;
+        }
+        let mut witness = witness_buf(ask.name.len());
+        BodyRef {
+            kind,
+            name: ask.name,
+            mode: ask.mode,
+            token,
+            deadline_ms,
+            server_time_us: now_us,
+            holder_nonce: &ask.holder.nonce,
+            predecessor: predecessor.as_ref().map(PredRef::of),
+        }
+        .encode(&mut witness);
+        Granted { token, deadline_ms, version, predecessor, witness }
+    }
+
+    fn busy(&self, shard: &mut Shard, name: &str, index: usize, holders: Vec<HolderView>) -> Acquired {
         bump(&self.stats.busy);
-        let shard = guard(guards, sid);
         let version = match shard.slots.get_mut(name) {
             Some(slot) => {
                 slot.busy += 1;
@@ -484,7 +470,7 @@ impl Core {
                 slot.modified_ms = now_ms;
                 bump(&self.stats.grants);
                 let deadline_ms = now_ms.saturating_add(r.ttl_ms);
-                let mut witness = Vec::with_capacity(96 + name.len());
+                let mut witness = witness_buf(name.len());
                 BodyRef {
                     kind: WitnessKind::Upgrade,
                     name,
@@ -606,151 +592,6 @@ impl Core {
     fn per_shard_retain(&self) -> usize {
         (self.opts.retain / SHARDS).max(1)
     }
-
-    /// Reads a lease's state.
-    pub fn inspect(&self, name: &LeaseName) -> LeaseState {
-        let shard = lock(&self.shards[self.shard_of(name.as_str())]);
-        let judge = ClockJudge { now_ms: self.now_us() / 1000 };
-        let mut state = LeaseState {
-            name: name.clone(),
-            version: None,
-            modified_ms: None,
-            holders: Vec::new(),
-            expired: Vec::new(),
-            last_token: shard.dropped_floor,
-            watermark_ms: None,
-            last: None,
-            corrupt: None,
-        };
-        if let Some(slot) = shard.slots.get(name.as_str()) {
-            state.version = Some(Version::seq(slot.version));
-            state.modified_ms = Some(slot.modified_ms);
-            state.holders = record::views(&slot.record, &judge);
-            state.expired = record::expired_views(&slot.record, &judge);
-            state.last_token = slot.record.last_token;
-            state.watermark_ms = slot.record.watermark_ms;
-            state.last = slot.record.predecessor();
-        }
-        state
-    }
-
-    /// Names under `prefix`, sorted (at most `limit`).
-    pub fn list(&self, prefix: &str, limit: usize) -> Vec<String> {
-        let mut names = Vec::new();
-        for shard in self.shards.iter() {
-            names.extend(lock(shard).slots.keys().filter(|k| k.starts_with(prefix)).cloned());
-        }
-        names.sort_unstable();
-        names.truncate(limit);
-        names
-    }
-
-    /// Breaks the grants of `name` (all, or only `only_token`) if its version is
-    /// still `seen_version`. Reservations go too.
-    pub fn break_lease(&self, name: &str, seen_version: u64, only_token: Option<u64>) -> Result<(), Refusal> {
-        let sid = self.shard_of(name);
-        let mut guard = lock(&self.shards[sid]);
-        let shard = &mut *guard;
-        let now_ms = self.now_us() / 1000;
-        let slot = shard.slots.get_mut(name).ok_or(Refusal::Changed)?;
-        if slot.version != seen_version {
-            return Err(Refusal::Changed);
-        }
-        let rec = record::decide_break(&slot.record, only_token, now_ms).map_err(|g| Refusal::Nothing(g.detail))?;
-        slot.record = rec;
-        slot.version += 1;
-        slot.modified_ms = now_ms;
-        if only_token.is_none() {
-            slot.reservations.clear();
-        }
-        bump(&self.stats.breaks);
-        retire_if_idle(shard, name, now_ms, self.per_shard_retain(), &self.stats);
-        Ok(())
-    }
-
-    /// Retires records whose grants have all expired (crashed holders), so that
-    /// memory stays bounded; their records stay until dropped, oldest first.
-    pub fn sweep(&self) {
-        let now_ms = self.now_us() / 1000;
-        let retain = self.per_shard_retain();
-        for shard in self.shards.iter() {
-            let mut guard = lock(shard);
-            let shard = &mut *guard;
-            let idle: Vec<String> = shard
-                .slots
-                .iter()
-                .filter(|(_, s)| s.retired == 0 && !s.is_live(now_ms))
-                .map(|(k, _)| k.clone())
-                .collect();
-            for name in idle {
-                retire_if_idle(shard, &name, now_ms, retain, &self.stats);
-            }
-        }
-    }
-
-    /// A snapshot for the status page: live leases first, then retired ones.
-    pub fn snapshot(&self, limit: usize) -> Snapshot {
-        let now_ms = self.now_us() / 1000;
-        let judge = ClockJudge { now_ms };
-        let mut snap = Snapshot::default();
-        for shard in self.shards.iter() {
-            let shard = lock(shard);
-            snap.retired += shard.retired;
-            snap.live += shard.slots.len() - shard.retired;
-            for (name, slot) in &shard.slots {
-                if snap.leases.len() >= limit {
-                    snap.truncated = true;
-                    break;
-                }
-                snap.leases.push(LeaseRow {
-                    name: name.clone(),
-                    holders: record::views(&slot.record, &judge),
-                    tentative: slot.reservations.iter().filter(|r| r.deadline_ms > now_ms).count(),
-                    last_token: slot.record.last_token,
-                    watermark_ms: slot.record.watermark_ms,
-                    last: slot.record.predecessor(),
-                    busy: slot.busy,
-                    modified_ms: slot.modified_ms,
-                });
-            }
-        }
-        snap.leases.sort_by(|a, b| b.holders.is_empty().cmp(&a.holders.is_empty()).reverse().then(a.name.cmp(&b.name)));
-        snap
-    }
-}
-
-/// What the status page shows.
-#[derive(Debug, Default, Clone)]
-pub struct Snapshot {
-    /// Leases with a record, live ones first.
-    pub leases: Vec<LeaseRow>,
-    /// Records with a live grant (or not yet retired).
-    pub live: usize,
-    /// Retired records kept for their watermark.
-    pub retired: usize,
-    /// Whether `leases` was cut at the limit.
-    pub truncated: bool,
-}
-
-/// One lease on the status page.
-#[derive(Debug, Clone)]
-pub struct LeaseRow {
-    /// Name.
-    pub name: String,
-    /// Live grants.
-    pub holders: Vec<HolderView>,
-    /// Live tentative reservations.
-    pub tentative: usize,
-    /// Highest token granted.
-    pub last_token: u64,
-    /// Highest watermark.
-    pub watermark_ms: Option<u64>,
-    /// How the last grant ended.
-    pub last: Option<Predecessor>,
-    /// Contention: asks refused while it was held.
-    pub busy: u64,
-    /// Last change, server wall ms.
-    pub modified_ms: u64,
 }
 
 fn guard<'g, 'a>(guards: &'g mut [(usize, MutexGuard<'a, Shard>)], sid: usize) -> &'g mut Shard {
@@ -759,37 +600,8 @@ fn guard<'g, 'a>(guards: &'g mut [(usize, MutexGuard<'a, Shard>)], sid: usize) -
 }
 
 fn body(kind: WitnessKind, name: &str, mode: Mode, token: u64, deadline_ms: u64, now_us: u64, nonce: &str) -> Vec<u8> {
-    let mut witness = Vec::with_capacity(64 + name.len());
+    let mut witness = witness_buf(name.len());
     BodyRef { kind, name, mode, token, deadline_ms, server_time_us: now_us, holder_nonce: nonce, predecessor: None }
         .encode(&mut witness);
     witness
-}
-
-/// Puts `name` in the retire queue if nothing holds it, then drops the oldest
-/// retired records beyond `retain`.
-fn retire_if_idle(shard: &mut Shard, name: &str, now_ms: u64, retain: usize, stats: &Stats) {
-    let Some(slot) = shard.slots.get_mut(name) else { return };
-    if slot.retired != 0 || slot.is_live(now_ms) {
-        return;
-    }
-    shard.next_retire += 1;
-    slot.retired = shard.next_retire;
-    shard.retired += 1;
-    shard.retire_queue.push_back((shard.next_retire, name.to_string()));
-    while shard.retired > retain {
-        let Some((seq, old)) = shard.retire_queue.pop_front() else { break };
-        if shard.slots.get(&old).is_some_and(|s| s.retired == seq)
-            && let Some(s) = shard.slots.remove(&old)
-        {
-            shard.retired -= 1;
-            shard.dropped_floor = shard.dropped_floor.max(s.record.last_token);
-            bump(&stats.dropped);
-        }
-    }
-    // Stale queue entries (records re-acquired since) are skipped above; compact
-    // when they pile up so the queue stays proportional to the retired records.
-    if shard.retire_queue.len() > 2 * retain + 64 {
-        let slots = &shard.slots;
-        shard.retire_queue.retain(|(seq, n)| slots.get(n).is_some_and(|s| s.retired == *seq));
-    }
 }
