@@ -203,8 +203,11 @@ impl FsStorage {
     }
 
     fn write_blocking(&self, bucket: u64, slot: &mut Slot, writer: &str, frame: &[u8]) -> Result<Wrote> {
-        let dir = self.ensure_bucket(bucket)?;
         let mut created = false;
+        // Directories are only ensured when a data file is created: an existing
+        // slot's file is "a file that's expected to exist".
+        let dir =
+            if slot.item.is_none() || slot.poisoned { self.ensure_bucket(bucket)? } else { self.bucket_dir(bucket)? };
         if slot.item.is_none() || slot.poisoned {
             if slot.poisoned {
                 slot.generation += 1;

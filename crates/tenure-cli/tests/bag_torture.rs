@@ -61,7 +61,7 @@ struct Pace {
 
 const FS_PACE: Pace = Pace { width_ms: 200, grace_ms: 300, lags_ms: [0, 250, 400, 700], kill_every_ms: 50 };
 /// Object-store round trips are slower: wider buckets, fewer kills.
-const S3_PACE: Pace = Pace { width_ms: 500, grace_ms: 500, lags_ms: [0, 700, 1_000, 2_000], kill_every_ms: 200 };
+const S3_PACE: Pace = Pace { width_ms: 500, grace_ms: 500, lags_ms: [0, 700, 1_000, 3_000], kill_every_ms: 200 };
 
 struct Torture {
     log: String,
