@@ -183,6 +183,16 @@ impl EtcdBackend {
         self.version(key, rev)
     }
 
+    /// One `Range` of `k`: the revision up to which it is still at `seen` (its
+    /// mod_revision, `None` for absent), or `None` if it has moved on.
+    async fn unchanged_until(&self, k: &str, seen: Option<i64>) -> Result<Option<i64>> {
+        let opts = Some(GetOptions::new().with_keys_only());
+        let resp = self.range(&|| format!("reading key {k:?}"), k, opts).await?;
+        let now = resp.kvs().first().map(etcd_client::KeyValue::mod_revision);
+        let at = self.header_revision(k, resp.header())?.seq.unwrap_or(0);
+        Ok((now == seen).then_some(i64::try_from(at).unwrap_or(i64::MAX)))
+    }
+
     /// An etcd lease for a write of `k` with expiry hint `d` (see [`crate::leases`]).
     async fn lease_for(&self, k: &str, d: Duration) -> Result<i64> {
         self.leases.lease_for(self, d).await.map_err(|e| match e {
@@ -420,38 +430,48 @@ impl Backend for EtcdBackend {
 
     /// One `Watch` of the key from the revision after `seen` (after a count-only
     /// `Range` when `seen` is `None`): etcd replays any change since, so none is
-    /// missed between the caller's read and the watch.
+    /// missed between the caller's read and the watch. If etcd has compacted
+    /// that history away, one `Range` tells whether the key changed, and the
+    /// watch starts again from there.
     async fn watch(&self, key: &str, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
         check_key(key)?;
         let k = self.etcd_key(key);
+        let seen = seen.map(|v| self.revision_of(&k, v)).transpose()?;
         let give_up = self.clock.sleep(timeout);
         let changed = async {
-            let from = match seen {
-                Some(v) => self.revision_of(&k, v)? + 1,
-                None => {
-                    let count = Some(GetOptions::new().with_count_only());
-                    let resp = self.range(&|| format!("reading key {k:?}"), &k, count).await?;
-                    if resp.count() > 0 {
-                        return Ok(true);
-                    }
-                    self.header_revision(&k, resp.header())?.seq.unwrap_or(0) as i64 + 1
-                }
+            let mut from = match seen {
+                Some(rev) => rev + 1,
+                None => match self.unchanged_until(&k, None).await? {
+                    Some(rev) => rev + 1,
+                    None => return Ok(true),
+                },
             };
-            let op = || format!("watching key {k:?} from revision {from}");
-            let opts = WatchOptions::new().with_start_revision(from);
-            let attempt = || {
-                let (mut watches, opts, k) = (self.client.watch_client(), opts.clone(), k.clone());
-                async move { watches.watch(k, Some(opts)).await }
-            };
-            let mut stream = self.timed(&op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, op(), e))?;
             loop {
-                match stream.message().await {
-                    // Changed, or the watch was cancelled (history compacted past
-                    // `from`, or the member lost its leader): read again.
-                    Ok(Some(resp)) if resp.canceled() || !resp.events().is_empty() => return Ok(true),
-                    Ok(Some(_)) => {} // "created" and progress notifications
-                    Ok(None) => return Err(Error::store(&self.url, op(), "etcd closed the watch stream")),
-                    Err(e) => return Err(fail(&self.url, op(), e)),
+                let op = || format!("watching key {k:?} from revision {from}");
+                let opts = WatchOptions::new().with_start_revision(from);
+                let attempt = || {
+                    let (mut watches, opts, k) = (self.client.watch_client(), opts.clone(), k.clone());
+                    async move { watches.watch(k, Some(opts)).await }
+                };
+                let mut stream = self.timed(&op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, op(), e))?;
+                loop {
+                    match stream.message().await {
+                        Ok(Some(resp)) if !resp.events().is_empty() => return Ok(true),
+                        Ok(Some(resp)) if resp.canceled() && resp.compact_revision() > 0 => break,
+                        Ok(Some(resp)) if resp.canceled() => {
+                            let why = format!("etcd cancelled the watch: {}", resp.cancel_reason());
+                            return Err(Error::store(&self.url, op(), why));
+                        }
+                        Ok(Some(_)) => {} // "created" and progress notifications
+                        Ok(None) => return Err(Error::store(&self.url, op(), "etcd closed the watch stream")),
+                        Err(e) => return Err(fail(&self.url, op(), e)),
+                    }
+                }
+                // History from `from` on is gone: read the key instead, and watch
+                // again from the revision that read saw.
+                match self.unchanged_until(&k, seen).await? {
+                    Some(rev) => from = rev + 1,
+                    None => return Ok(true),
                 }
             }
         };

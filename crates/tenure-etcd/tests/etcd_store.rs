@@ -334,3 +334,39 @@ async fn listing_reads_only_under_the_prefix() {
     let under_a: Vec<String> = mine.list("a").await.expect("list").iter().map(|n| n.to_string()).collect();
     assert_eq!(under_a, ["a/x", "a/y"], "'a' lists a/… but not ab, nor another prefix's keys");
 }
+
+/// Compaction is cluster-wide, so this runs on the three-member cluster this
+/// crate's tests own, not on the shared single-member etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_whose_history_was_compacted_away_keeps_waiting_and_still_sees_the_next_change() {
+    let Some(endpoints) = server_from_env("TENURE_TEST_ETCD_CLUSTER") else { return };
+    let s = Scratch::new(&endpoints, "compacted").await;
+    let b = s.backend().await;
+    let Put::Done(seen) = b.put("c", Bytes::from_static(b"v1"), PutOptions::create()).await.expect("put") else {
+        panic!("a fresh key is created");
+    };
+    let mut raw = s.raw.clone();
+    for i in 0..3 {
+        raw.put(s.key("other"), format!("{i}"), None).await.expect("put other");
+    }
+    let now = raw.get(s.key("other"), None).await.expect("get").header().expect("header").revision();
+    raw.compact(now, None).await.expect("compact");
+
+    // Watching from just after `seen` now starts in compacted history: the key
+    // has not changed, so the watch must wait out its timeout, not report a change.
+    let clock = ManualClock::new();
+    let frozen = tenure_etcd::EtcdBackend::connect(&s.url, &frozen(&clock)).await.expect("backend");
+    let seen1 = seen.clone();
+    let waiting = tokio::spawn(async move { frozen.watch("c", Some(&seen1), Duration::from_secs(60)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "an unchanged key must not be reported changed");
+    clock.advance(Duration::from_secs(60));
+    assert!(!waiting.await.expect("join").expect("watch"), "it timed out unchanged");
+
+    let watcher = tenure_etcd::EtcdBackend::connect(&s.url, &open_options()).await.expect("backend");
+    let seen2 = seen.clone();
+    let waiting = tokio::spawn(async move { watcher.watch("c", Some(&seen2), PATIENCE).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.put("c", Bytes::from_static(b"v2"), PutOptions::update(seen)).await.expect("update");
+    assert!(waiting.await.expect("join").expect("watch"), "the change after compaction is seen");
+}
