@@ -158,6 +158,9 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
                 Err(sig) => return Ok(exit::code(Status::Signal(sig).exit_code())),
             }
         }
+        Err(e @ tenure::Error::Store { .. }) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot take lease {:?}", name.as_str())));
+        }
         Err(e) => return Err(e.into()),
     };
     let grant = lease.grant();
@@ -186,18 +189,19 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         Err(e) => Err(e),
     };
 
-    let lost = lease.health();
     let released = lease.release().await;
     let outcome = outcome?;
-    let what = format!("lease {:?} (token {}) in {}", name.as_str(), grant.token, store.url());
+    let what = format!("{}: lease {:?} (token {})", store.url(), name.as_str(), grant.token);
     let code = match outcome {
         Outcome::Exited { status, cause: None } => status.exit_code(),
         Outcome::Exited { status, cause: Some(cause) } => {
             let how = match status {
-                Status::Signal(s) => format!("stopped by signal {s}"),
-                Status::Code(c) => format!("exited with {c}"),
+                Status::Signal(libc::SIGTERM) => "the command was stopped with SIGTERM".to_string(),
+                Status::Signal(libc::SIGKILL) => "the command was killed (SIGKILL)".to_string(),
+                Status::Signal(s) => format!("the command ended by signal {s}"),
+                Status::Code(c) => format!("the command exited with status {c}"),
             };
-            say(&format!("{what}: {cause}; the command {how}"));
+            say(&format!("{what} {cause}; {how}"));
             exit::LOST
         }
         Outcome::Failed { code, message } => {
@@ -212,7 +216,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     match released {
         Ok(Released::Released) => {}
         Ok(Released::NotHeld) if code == exit::LOST => {}
-        Ok(Released::NotHeld) => say(&format!("{what} had already ended when the command finished ({lost:?})")),
+        Ok(Released::NotHeld) => say(&format!("{what} had already ended when the command finished")),
         Err(e) => say(&format!("releasing {what} failed; it ends by itself after its TTL: {e}")),
     }
     Ok(exit::code(code))

@@ -312,34 +312,28 @@ impl Guard {
 
     /// Reaps every child that ended — the leader, and the orphans of its group that
     /// were re-parented to the guard — and returns the leader's status once it
-    /// ended. Continues the group if ^Z stopped the leader.
+    /// ended. Continues the group if ^Z stopped one of its members.
     fn reap(&mut self, leader: Pid) -> Option<Status> {
         let mut status = None;
         loop {
             // wait(2) for any child: rustix's `waitpid(None, …)` means our own group only.
             match rustix::process::wait(WaitOptions::NOHANG | WaitOptions::UNTRACED) {
-                Ok(Some((pid, st))) if pid != leader => {
-                    if st.stopped() && st.stopping_signal() == Some(libc::SIGTSTP) {
-                        kill_group(leader, Signal::CONT);
-                    }
-                }
-                Ok(Some((_, st))) if st.stopped() => {
+                Ok(Some((pid, st))) if st.stopped() => {
                     if st.stopping_signal() == Some(libc::SIGTSTP) {
-                        let _ = writeln!(
-                            io::stderr(),
-                            "tenure: a command holding a lease cannot be suspended; continuing it"
-                        );
+                        if pid == leader {
+                            let _ = writeln!(io::stderr(), "tenure: a command holding a lease cannot be suspended");
+                        }
                         kill_group(leader, Signal::CONT);
                     }
                 }
-                Ok(Some((_, st))) => {
+                Ok(Some((pid, st))) if pid == leader => {
                     status = Some(match (st.exit_status(), st.terminating_signal()) {
                         (Some(code), _) => Status::Code(code),
                         (None, Some(sig)) => Status::Signal(sig),
                         (None, None) => Status::Code(i32::from(exit::INTERNAL)),
                     });
                 }
-                Err(Errno::INTR) => {}
+                Ok(Some(_)) | Err(Errno::INTR) => {}
                 Ok(None) => return status,
                 // No children at all: the leader cannot be waited for any more. Only
                 // meaningful before it was reaped, and then it must not spin the loop.

@@ -220,3 +220,31 @@ fn status_shows_the_holder_and_break_is_conditional() {
     let json = status_json(&url, "jobs/nightly");
     assert_ne!(json[0]["state"], "held", "{json}");
 }
+
+#[test]
+fn a_signal_ignored_when_tenure_starts_stays_ignored_in_the_command_as_under_nohup() {
+    let store = FileStore::new();
+    let (mask, go) = (store.path("mask"), store.path("go"));
+    let command = format!(
+        "grep SigIgn /proc/$$/status > '{}'; while [ ! -e '{}' ]; do sleep 0.05; done",
+        mask.display(),
+        go.display()
+    );
+    // `trap '' HUP` then exec: tenure starts with SIGHUP ignored, as under nohup(1).
+    let shell = "trap '' HUP; exec \"$0\" lock \"$1\" nohup -- sh -c \"$2\"";
+    let child = std::process::Command::new("sh")
+        .args(["-c", shell, TENURE, &store.url(), &command])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let line = wait_lines(&mask, 1, LIMIT)[0].clone();
+    let ignored = u64::from_str_radix(line.trim_start_matches("SigIgn:").trim(), 16).expect("hex mask");
+    assert_ne!(ignored & (1 << (libc::SIGHUP - 1)), 0, "SIGHUP stays ignored: {line}");
+    assert_eq!(ignored & (1 << (libc::SIGINT - 1)), 0, "SIGINT is back to default: {line}");
+    // A hang-up does not end tenure or reach the command.
+    signal(child.id(), Signal::HUP);
+    std::fs::write(&go, "").expect("go");
+    let out = wait_output(child, LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
