@@ -24,7 +24,7 @@
 //! | release / break (write without expiry) | `Txn`: if `mod_revision == seen`, put the record with no etcd lease | 1 round trip, 1 Raft write |
 //! | token floor of a vanished record | count-only `Range` → header revision | 1 round trip |
 //! | list | keys-only prefix `Range` | 1 round trip |
-//! | wait for a busy lease | `Watch` of the key from the revision after the one seen | 1 stream, woken by etcd |
+//! | wait for a busy lease | `Watch` of the key from the revision after the one seen | 1 stream, woken by etcd's event |
 //! | keep our etcd lease alive | `LeaseKeepAlive` (or `LeaseGrant` when none) before a write that needs it | about once per `d/2`, see [`leases`](#etcd-leases-and-keep-alive) |
 //!
 //! So an uncontended acquire + release costs 3 requests (read, write, write;
@@ -93,7 +93,8 @@
 //! - **No modification time**: etcd keeps none, so an unreadable record is
 //!   replaced only after a contender has watched it unchanged for `corrupt_ttl`.
 //! - **Compaction** of etcd's history is harmless: a watch whose start was
-//!   compacted away reports a change, and the waiter reads again.
+//!   compacted away costs one extra `Range` to tell whether the key moved,
+//!   then watches on from there.
 //! - **TLS is not supported** by this build (it would add a second TLS stack);
 //!   use etcd on a trusted network or through a local TLS proxy. User and
 //!   password authentication is supported (`user=`, [`url::PASSWORD_ENV`]).
