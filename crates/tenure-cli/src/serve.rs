@@ -108,7 +108,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    {
+    // Best effort: a closed stdout (the reader went away) must not stop a server.
+    let banner = || -> std::io::Result<()> {
         let mut out = std::io::stdout().lock();
         writeln!(out, "tenure serve: listening on tenure://{}", server.local_addr()?)?;
         if let Some(h) = &http {
@@ -120,7 +121,10 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
             "tenure serve: restart quarantine, no grants for {}",
             tenure::human_duration(core.quarantine_left())
         )?;
-        out.flush()?;
+        out.flush()
+    };
+    if let Err(e) = banner() {
+        tracing::warn!(error = %e, "could not print the start-up lines");
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

@@ -42,6 +42,8 @@ fn serve(listen: &str) -> Serve {
             break addr.to_string();
         }
     };
+    // Keep reading, so the server never writes into a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
     Serve { child, addr }
 }
 
