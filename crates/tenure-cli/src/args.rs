@@ -69,7 +69,25 @@ pub(crate) struct BreakArgs {
     pub(crate) token: Option<u64>,
 }
 
-/// Parses `30s`, `5m`, `1h30m`, `250ms`.
+/// Parses `30s`, `5m`, `1h30m`, `250ms`, or a bare number of seconds (`5`, `0.5`).
 pub(crate) fn duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 250ms, 30s, 5m, 1h30m)"))
+    if let Ok(secs) = s.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is not a valid number of seconds"));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 250ms, 30s, 5m, 1h30m, or 5 for seconds)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_accept_units_and_bare_seconds() {
+        assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(duration("0.5"), Ok(Duration::from_millis(500)));
+        assert!(duration("-1").is_err());
+        assert!(duration("soon").is_err_and(|e| e.contains("examples")));
+    }
 }

@@ -48,6 +48,10 @@ use crate::types::{EndedHow, HolderView, Mode, Predecessor};
 /// The record format's major version written by this tenure.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// Tokens stay below this; a record claiming more is unreadable (it could only
+/// come from damage or a foreign writer, and would otherwise overflow).
+pub const MAX_TOKEN: u64 = u64::MAX / 2;
+
 /// One lease name's record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRecord {
@@ -152,7 +156,22 @@ impl LeaseRecord {
             Ok(_) => {}
             Err(e) => return Err(Unreadable::Corrupt(describe_json_error(bytes, &e))),
         }
-        serde_json::from_slice(bytes).map_err(|e| Unreadable::Corrupt(describe_json_error(bytes, &e)))
+        let record: Self = serde_json::from_slice(bytes).map_err(|e| Unreadable::Corrupt(describe_json_error(bytes, &e)))?;
+        record.check().map_err(Unreadable::Corrupt)?;
+        Ok(record)
+    }
+
+    /// Rejects well-formed JSON that breaks the record's own rules: a counter that
+    /// cannot grow any more, or grants with tokens above it (either would let a
+    /// token repeat).
+    fn check(&self) -> Result<(), String> {
+        if self.last_token >= MAX_TOKEN {
+            return Err(format!("last_token {} leaves no room for another token", self.last_token));
+        }
+        if let Some((e, _)) = self.entries().find(|(e, _)| e.token > self.last_token) {
+            return Err(format!("a grant has token {} above last_token {}", e.token, self.last_token));
+        }
+        Ok(())
     }
 
     /// Serialises the record.
@@ -314,7 +333,10 @@ pub fn decide_acquire(name: &str, current: Option<&LeaseRecord>, ask: &Ask<'_>, 
     if blocked {
         return Decision::Busy(views(&record, judge));
     }
-    let token = record.last_token.max(ask.token_floor) + 1;
+    // Parsed records are below MAX_TOKEN and store floors are far below it, so
+    // this never saturates in practice; saturating keeps a damaged floor from
+    // wrapping around to a small, reused token.
+    let token = record.last_token.max(ask.token_floor).saturating_add(1);
     let predecessor = record.predecessor();
     let entry = Entry {
         token,

@@ -166,6 +166,23 @@ fn unreadable_records_are_classified_never_panicking() {
     assert_eq!(LeaseRecord::parse(br#"{"tenure":2,"whatever":true}"#), Err(Unreadable::Newer(2)));
 }
 
+#[test]
+fn records_whose_counter_cannot_grow_or_lies_are_unreadable() {
+    let a = holder("a");
+    let (mut rec, ..) = grant(None, &ask(&a, Mode::Exclusive, 0), 0);
+    rec.last_token = u64::MAX;
+    match LeaseRecord::parse(&rec.to_bytes()) {
+        Err(Unreadable::Corrupt(d)) => assert!(d.contains("no room"), "{d}"),
+        other => panic!("an exhausted counter must be unreadable, got {other:?}"),
+    }
+    let (mut rec, ..) = grant(None, &ask(&a, Mode::Exclusive, 0), 0);
+    rec.last_token = 0;
+    match LeaseRecord::parse(&rec.to_bytes()) {
+        Err(Unreadable::Corrupt(d)) => assert!(d.contains("above last_token"), "{d}"),
+        other => panic!("a grant above the counter must be unreadable, got {other:?}"),
+    }
+}
+
 mod properties {
     use super::*;
     use proptest::prelude::*;
