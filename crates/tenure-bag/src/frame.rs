@@ -118,6 +118,18 @@ pub fn check_writer(id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `name` is an item name a writer makes: `<writer>.<number>[suffix]`.
+/// Anything else found in a bucket (a stray file, a foreign object) is ignored,
+/// so it can never make a manifest unreadable.
+pub fn is_item_name(name: &str, suffix: &str) -> bool {
+    let Some(stem) = name.strip_suffix(suffix) else { return false };
+    let Some((writer, number)) = stem.split_once('.') else { return false };
+    check_writer(writer).is_ok()
+        && !number.is_empty()
+        && number.len() <= 20
+        && number.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// Encodes one batch as a frame. Fails only on sizes the format cannot hold.
 pub fn encode(
     writer: &str,

@@ -291,7 +291,7 @@ impl FsStorage {
         for entry in entries {
             let entry = entry.map_err(|e| self.err("listing a bucket", &dir, e))?;
             let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
-            if !name.ends_with(DATA_SUFFIX) || name.contains(".tmp-") {
+            if !crate::frame::is_item_name(&name, DATA_SUFFIX) {
                 continue;
             }
             let path = dir.join(&name);

@@ -24,7 +24,7 @@
 //! Two operations that conflict share a lease, so the later one's timestamps are
 //! above everything the earlier one stamped: readers ordering by timestamp see
 //! them in order. Readers drop messages stamped at or after their lease's
-//! deadline, and [`crate::audit`] checks the rest.
+//! deadline, and [`mod@crate::audit`] checks the rest.
 
 use std::sync::Arc;
 use std::time::Duration;

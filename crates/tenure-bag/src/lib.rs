@@ -14,7 +14,7 @@
 //! - A writer is told **accepted or rejected, for certain**: accepted iff its
 //!   batch is durably in the bucket and either no close had begun after the write
 //!   or the manifest lists it. A late writer helps finish the close rather than
-//!   wait for it. See [`protocol`](crate::protocol) for the steps and the one
+//!   wait for it. See [`protocol`] for the steps and the one
 //!   clock-dependent fast path.
 //! - **Readers never write**. Closed buckets give exactly the accepted messages;
 //!   open ones are reported as provisional. Messages merge in (timestamp, writer,

@@ -196,11 +196,18 @@ impl Log {
         })
     }
 
-    /// Closes `bucket` (any process may, at any time after its grace); idempotent.
+    /// Closes `bucket` (any process may, once it is past its grace); idempotent.
     pub async fn close(&self, bucket: u64) -> Result<CloseReport> {
         let ctx = self.ctx().await?;
         if ctx.cfg.bucket_of(bucket) != bucket {
             return Err(Error::InvalidOptions { reason: format!("{bucket} is not the start of a bucket") });
+        }
+        // Writers skip their prelock check while a bucket is clearly early: closing
+        // one before its grace could drop an append already told it was accepted.
+        if !ctx.cfg.closable(bucket, ctx.clock.wall_ms()) {
+            return Err(Error::InvalidOptions {
+                reason: format!("bucket {bucket} may only be closed {} ms after its end (its grace)", ctx.cfg.grace_ms),
+            });
         }
         let closed = with_storage!(self, |s| protocol::close(s, &ctx, bucket).await)?;
         Ok(CloseReport { bucket_ms: bucket, published: closed.published, items: closed.manifest.items.len() })

@@ -147,8 +147,12 @@ impl Storage for ObjectStorage {
         if all.is_empty() {
             return Ok(None);
         }
-        let mut items: Vec<(String, u64)> =
-            all.into_iter().filter_map(|(n, s)| n.strip_prefix("m/").map(|n| (n.to_string(), s))).collect();
+        let mut items: Vec<(String, u64)> = all
+            .into_iter()
+            .filter_map(|(n, s)| {
+                n.strip_prefix("m/").filter(|n| crate::frame::is_item_name(n, "")).map(|n| (n.to_string(), s))
+            })
+            .collect();
         items.sort();
         Ok(Some(items))
     }

@@ -63,6 +63,7 @@ shared!(
     timestamps_outside_the_log_or_across_buckets_are_refused,
     compaction_twice_or_concurrently_gives_the_same_snapshots,
     a_metronome_closes_due_buckets_until_shut_down,
+    closing_before_the_grace_is_refused,
 );
 
 fn data_files(dir: &Path) -> Vec<PathBuf> {
@@ -134,9 +135,14 @@ async fn garbage_data_files_are_skipped_not_fatal() {
     fs::write(dir.join("intruder.0.data"), b"\xff\xff\xff\x7fnot a frame at all").expect("garbage");
     fs::write(dir.join("empty.0.data"), b"").expect("empty");
     fs::write(dir.join("notes.txt"), b"ignored: not a data file").expect("other");
+    fs::write(dir.join("a stray name.data"), b"not a writer's file").expect("stray");
     let read = log.read(&ReadOptions::default()).await.expect("read");
     assert_eq!(read.messages.len(), 2);
     assert!(read.ignored_bytes > 0);
+    clock.advance(Duration::from_secs(3));
+    assert_eq!(log.close(T0).await.expect("close").items, 3, "the writer's, the intruder's and the empty file");
+    let closed = log.read(&ReadOptions { to_ms: Some(T0 + 1), ..Default::default() }).await.expect("read");
+    assert_eq!(closed.messages, read.messages);
 }
 
 /// Names, sizes, modes and modification times of everything under `root`.

@@ -90,6 +90,7 @@ shared!(
     timestamps_outside_the_log_or_across_buckets_are_refused,
     compaction_twice_or_concurrently_gives_the_same_snapshots,
     a_metronome_closes_due_buckets_until_shut_down,
+    closing_before_the_grace_is_refused,
 );
 
 #[tokio::test]

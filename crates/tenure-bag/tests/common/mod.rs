@@ -207,3 +207,15 @@ pub async fn a_metronome_closes_due_buckets_until_shut_down(h: &impl Harness) {
     metronome.shutdown().await.expect("shutdown");
     assert_eq!(state, BucketState::Closed);
 }
+
+pub async fn closing_before_the_grace_is_refused(h: &impl Harness) {
+    let c = clock();
+    let log = h.log(c.shared());
+    let w = log.writer("w").expect("writer");
+    let out = w.append(Batch::one(T0, "early")).await.expect("append");
+    assert_eq!(out.decision, Decision::Early);
+    // The writer skipped its check: a close now could drop an accepted append.
+    assert!(matches!(log.close(T0).await, Err(tenure::Error::InvalidOptions { .. })));
+    c.advance(Duration::from_secs(3));
+    assert!(log.close(T0).await.expect("close after the grace").items == 1);
+}
