@@ -184,13 +184,12 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         Ok(mut sup) => {
             let outcome = supervise(&lease, &mut sup, &mut signals, &*clock).await;
             sup.finish().await;
-            Ok(outcome)
+            outcome
         }
-        Err(e) => Err(e),
+        Err(e) => Outcome::Internal(format!("{e:#}")),
     };
 
     let released = lease.release().await;
-    let outcome = outcome?;
     let what = format!("{}: lease {:?} (token {})", store.url(), name.as_str(), grant.token);
     let code = match outcome {
         Outcome::Exited { status, cause: None } => status.exit_code(),
@@ -208,7 +207,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
             say(&format!("cannot run {:?}: {message} ({what} was released)", program.to_string_lossy()));
             code
         }
-        Outcome::GuardLost(message) => {
+        Outcome::Internal(message) => {
             say(&format!("{what}: {message}"));
             exit::INTERNAL
         }
@@ -245,9 +244,16 @@ impl std::fmt::Display for Cause {
 
 #[derive(Debug)]
 enum Outcome {
-    Exited { status: Status, cause: Option<Cause> },
-    Failed { code: u8, message: String },
-    GuardLost(String),
+    Exited {
+        status: Status,
+        cause: Option<Cause>,
+    },
+    Failed {
+        code: u8,
+        message: String,
+    },
+    /// The guard could not be started, or died: the command's group was killed.
+    Internal(String),
 }
 
 /// Relays health to the guard and signals to the command until the command's group is gone.
@@ -295,7 +301,7 @@ async fn supervise(lease: &Lease, sup: &mut Supervisor, signals: &mut Signals, c
                 Event::Stopping(_) => {}
                 Event::Failed { code, message } => return Outcome::Failed { code, message },
                 Event::Exited(status) => return Outcome::Exited { status, cause },
-                Event::GuardLost(message) => return Outcome::GuardLost(message),
+                Event::GuardLost(message) => return Outcome::Internal(message),
             },
         }
     }

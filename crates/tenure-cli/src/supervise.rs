@@ -445,7 +445,8 @@ fn child_setup(parent: Pid, take_terminal: bool, reset: &[i32]) -> io::Result<()
     // Last resort if the guard itself is killed: its direct child dies with it.
     rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
     if rustix::process::getppid() != Some(parent) {
-        return Err(io::Error::other("the guard died before the command started"));
+        // (No allocation here: ESRCH says the parent is gone.)
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
     if take_terminal {
         // std makes the child a group leader too, but possibly only after this

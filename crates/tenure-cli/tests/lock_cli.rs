@@ -248,3 +248,28 @@ fn a_signal_ignored_when_tenure_starts_stays_ignored_in_the_command_as_under_noh
     let out = wait_output(child, LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+#[test]
+fn a_signal_while_waiting_ends_tenure_with_128_plus_the_signal_holding_nothing() {
+    use std::io::BufRead;
+    let store = FileStore::new();
+    let mut holder = hold(&store, "queue", &[]);
+    let mut waiter = lock(&store.url(), "queue", &["-v"], &["true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn waiter");
+    // With -v, a waiter off the terminal logs who it waits for: it is waiting now.
+    let mut err = std::io::BufReader::new(waiter.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    while !line.contains("waiting for lease queue") {
+        line.clear();
+        assert_ne!(err.read_line(&mut line).expect("read"), 0, "the waiter ended before waiting");
+    }
+    signal(waiter.id(), Signal::TERM);
+    assert_eq!(wait_status(&mut waiter, LIMIT).code(), Some(128 + 15));
+    let held = holders(&store.url(), "queue");
+    assert_eq!(held, vec![(u64::from(holder.id()), 1)], "only the first holder's grant is in the record");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
