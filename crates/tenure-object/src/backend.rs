@@ -269,6 +269,14 @@ impl ObjectBackend {
         self.store.delete(path).await
     }
 
+    fn remember(&self, key: &str, entry: Cached) {
+        let mut cache = lock(&self.cache);
+        if cache.len() >= CACHE_LIMIT && !cache.contains_key(key) {
+            cache.clear();
+        }
+        cache.insert(key.to_string(), entry);
+    }
+
     pub(crate) fn version_of_put(&self, path: &Path, r: &PutResult) -> Result<Version> {
         self.version(path, r.e_tag.as_deref(), r.version.as_deref())
     }
@@ -284,9 +292,9 @@ impl Backend for ObjectBackend {
         &self.url
     }
 
-    /// One GET. When this backend has read the key before, the GET carries
-    /// `If-None-Match` with that ETag: an unchanged record then costs a `304` with
-    /// no body, and the remembered value is returned.
+    /// One GET. When this backend has read or written the key before, the GET
+    /// carries `If-None-Match` with that ETag: an unchanged record then costs a
+    /// `304` with no body, and the remembered value is returned.
     async fn get(&self, key: &str) -> Result<Option<Stored>> {
         let path = self.object_path(key)?;
         let cached = if self.uses_conditional_get() { lock(&self.cache).get(key).cloned() } else { None };
@@ -294,11 +302,7 @@ impl Backend for ObjectBackend {
             Ok((meta, value)) => {
                 let stored = Stored { value, version: self.version_of_get(&meta)?, modified_ms: modified_ms(&meta) };
                 if let Some(etag) = meta.e_tag.filter(|_| self.uses_conditional_get()) {
-                    let mut cache = lock(&self.cache);
-                    if cache.len() >= CACHE_LIMIT {
-                        cache.clear();
-                    }
-                    cache.insert(key.to_string(), Cached { etag, stored: stored.clone() });
+                    self.remember(key, Cached { etag, stored: stored.clone() });
                 }
                 Ok(Some(stored))
             }
@@ -328,10 +332,20 @@ impl Backend for ObjectBackend {
             PutMode::Create => OsPutMode::Create,
             PutMode::Update(v) => OsPutMode::Update(self.update_version(v)),
         };
-        let outcome = self.put_object(&path, value, mode).await;
+        let outcome = self.put_object(&path, value.clone(), mode).await;
         lock(&self.cache).remove(key);
         match outcome {
-            Ok(r) => Ok(Put::Done(self.version_of_put(&path, &r)?)),
+            Ok(r) => {
+                let version = self.version_of_put(&path, &r)?;
+                // What we wrote is what the next read will most likely find: remember
+                // it, so that read costs a 304 rather than the body. (The write's
+                // answer has no modification time.)
+                if let Some(etag) = r.e_tag.filter(|_| self.uses_conditional_get()) {
+                    let stored = Stored { value, version: version.clone(), modified_ms: None };
+                    self.remember(key, Cached { etag, stored });
+                }
+                Ok(Put::Done(version))
+            }
             Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
                 Ok(Put::Conflict)
             }

@@ -93,8 +93,14 @@ async fn lease_operations_cost_the_documented_requests(server: Server) {
     // b "crashes" holding it; a takes over once the deadline is past the skew bound.
     clock.advance(TTL + cas_options().max_skew + Duration::from_millis(1));
     let (taken, n) = a.try_acquire("l").await;
-    assert!(granted(taken).token > g.token);
+    let taken = granted(taken);
+    assert!(taken.token > g.token);
     assert_eq!(n, counts(1, 0, 0, 1), "taking over an expired lease: GET + PUT If-Match");
+
+    a.store.release(&taken, &Default::default()).await.expect("release");
+    let (again, n) = a.try_acquire("l").await;
+    granted(again);
+    assert_eq!(n, counts(1, 1, 0, 1), "re-acquiring after our own release: the GET is a 304, we know what we wrote");
 }
 
 async fn probe_costs_six_requests_and_leaves_nothing_behind(server: Server) {

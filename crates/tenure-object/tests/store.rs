@@ -100,6 +100,26 @@ async fn corrupt_record_is_judged_by_the_stores_timestamp(server: Server) {
     lease.release().await.expect("release");
 }
 
+/// S3's ETag is the MD5 of the body, so If-Match compares contents. A fenced
+/// record carries its token in the body (never in metadata, which the ETag
+/// ignores): a stale writer's replace fails even when the newer holder wrote the
+/// very same value.
+async fn stale_fenced_write_fails_even_after_a_newer_write_of_the_same_value(server: Server) {
+    let url = server.url();
+    let backend = common::trusted_backend(&server, &url).await;
+    let fence = FencedRecord::new(backend.clone(), "state").expect("fence");
+    let old = fence.write(5, Bytes::from_static(b"same")).await.expect("token 5 writes");
+    fence.write(7, Bytes::from_static(b"same")).await.expect("token 7 writes the same value");
+    // The paused holder of token 5 replaces from the version it saw.
+    let stale_body = Bytes::from_static(b"tenure-fence/1 5\nsame");
+    let put = backend.put("state~fence", stale_body, tenure::PutOptions::update(old.version)).await;
+    assert_eq!(put.expect("put"), tenure::Put::Conflict, "a replace from a superseded version must fail");
+    match fence.write(5, Bytes::from_static(b"same")).await {
+        Err(Error::Fenced { ours: 5, current: 7, .. }) => {}
+        other => panic!("token 5 must be fenced by token 7, got {other:?}"),
+    }
+}
+
 macro_rules! per_server {
     ($($server:ident),*) => {
         $(
@@ -114,6 +134,12 @@ macro_rules! per_server {
                 async fn listing_skips_objects_that_are_not_leases() {
                     if let Some(s) = super::common::$server() {
                         super::listing_skips_objects_that_are_not_leases(s).await;
+                    }
+                }
+                #[tokio::test]
+                async fn stale_fenced_write_fails_even_after_a_newer_write_of_the_same_value() {
+                    if let Some(s) = super::common::$server() {
+                        super::stale_fenced_write_fails_even_after_a_newer_write_of_the_same_value(s).await;
                     }
                 }
                 #[tokio::test]
