@@ -80,7 +80,9 @@ fn a_frozen_tenure_cannot_keep_its_command_running_past_the_lease() {
     let store = FileStore::new();
     let pids_file = store.path("pids");
     // A grace longer than the TTL is capped so that SIGKILL still lands in time.
-    let flags = ["--ttl", "2s", "--max-skew", SKEW, "--kill-grace", "30s"];
+    // The guard's margin over the next holder is the safety margin (TTL/10) plus
+    // the skew margin: a 4s TTL leaves 600ms for the guard to be scheduled.
+    let flags = ["--ttl", "4s", "--max-skew", SKEW, "--kill-grace", "30s"];
     let mut holder = start(&store, "frozen", &flags, &sleepers(&pids_file));
     let pids = pids_of(&pids_file, 3);
 
@@ -89,7 +91,7 @@ fn a_frozen_tenure_cannot_keep_its_command_running_past_the_lease() {
     // Nobody renews the lease now, and nobody tells the guard: it acts on the deadline.
     let (got_in, code) = next_holder_sees_none_running(&store, "frozen", &pids, frozen_at);
     assert_eq!(code, 0, "the frozen holder's command still ran when the next holder got the lease");
-    assert!(got_in >= Duration::from_millis(1000), "taken over {got_in:?} after the freeze, before the 2s TTL");
+    assert!(got_in >= Duration::from_millis(2000), "taken over {got_in:?} after the freeze, before the 4s TTL");
 
     signal(holder.id(), Signal::CONT);
     let status = wait_status(&mut holder, LIMIT);
