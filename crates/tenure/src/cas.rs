@@ -18,9 +18,10 @@
 //! - a release keeps the record, marked released, so the token counter and the
 //!   watermark are never lost.
 //!
-//! Requests per operation (uncontended): acquire = 1 read + 1 write; renew and
-//! release = 1 write (the holder caches the record it wrote; a conflict costs one
-//! more read); a waiting contender polls with 1 read.
+//! Requests per operation (uncontended): acquire = 1 read + 1 write, or just the
+//! write when this store wrote the record last (it decides from its cached copy and
+//! lets the conditional write validate it); renew and release = 1 write; a conflict
+//! costs one more read; a waiting contender polls with 1 read.
 //!
 //! # Clock discipline
 //!
@@ -217,6 +218,20 @@ impl CasStore {
         lock(&self.written).remove(name);
     }
 
+    /// The record we last wrote, and its version.
+    fn last_written(&self, name: &str) -> Option<(Version, LeaseRecord)> {
+        lock(&self.written).get(name).cloned()
+    }
+
+    /// How long each stamp of `name` has been watched, without a new observation.
+    fn watched(&self, name: &str) -> HashMap<Stamp, Duration> {
+        let now = self.clock.mono();
+        lock(&self.watched)
+            .get(name)
+            .map(|seen| seen.iter().map(|(s, first)| (s.clone(), now.saturating_since(*first))).collect())
+            .unwrap_or_default()
+    }
+
     /// The record we last wrote, if it is still at `version` as far as we know.
     fn cached(&self, name: &str, version: &Version) -> Option<LeaseRecord> {
         lock(&self.written).get(name).filter(|(v, _)| v == version).map(|(_, r)| r.clone())
@@ -290,9 +305,24 @@ impl LeaseStore for CasStore {
         let name = req.name.as_str();
         let ttl_ms = req.ttl.as_millis() as u64;
         let mut last_busy = None;
+        let mut use_cache = true;
         for _ in 0..MAX_CONFLICTS {
-            let read = self.read(name).await?;
-            let watched = self.observe(name, &read);
+            // First decide from the record this store last wrote, if any: the
+            // conditional write validates it, and a conflict or a busy answer falls
+            // back to a real read. A process that re-acquires saves a request.
+            let cached = if use_cache { self.last_written(name) } else { None };
+            let from_cache = cached.is_some();
+            use_cache = false;
+            let (read, watched) = match cached {
+                Some((version, rec)) => {
+                    (Read::Valid(Stored { value: Bytes::new(), version, modified_ms: None }, rec), self.watched(name))
+                }
+                None => {
+                    let read = self.read(name).await?;
+                    let watched = self.observe(name, &read);
+                    (read, watched)
+                }
+            };
             let (stored, current, floor, replaced) = match read {
                 Read::Absent => (None, None, self.backend.absent_floor(name).await?, None),
                 // The record's own counter is exact: tokens stay consecutive.
@@ -325,6 +355,7 @@ impl LeaseStore for CasStore {
             };
             let (rec, token, predecessor) =
                 match record::decide_acquire(name, current.as_ref(), &ask, &self.judge(&watched)) {
+                    Decision::Busy(_) if from_cache => continue,
                     Decision::Busy(holders) => {
                         return Ok(Attempt::Busy(Busy { name: req.name.clone(), holders, corrupt: None, version }));
                     }
@@ -432,8 +463,8 @@ impl LeaseStore for CasStore {
                 }
             };
             match self.put(name, &rec, PutOptions::update(version)).await? {
-                Put::Done(_) => {
-                    self.forget(name);
+                Put::Done(version) => {
+                    self.remember(name, version, rec);
                     return Ok(Released::Released);
                 }
                 Put::Conflict => use_cache = false,
