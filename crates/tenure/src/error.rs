@@ -9,7 +9,7 @@
 //! | [`Error::Changed`] | the record moved since you inspected it: inspect again, then decide |
 //! | [`Error::Corrupt`] | stored data is damaged: it is reported, never silently repaired |
 //! | [`Error::Unsupported`] | the store lacks a capability or ignores conditional writes: fix configuration |
-//! | [`Error::Store`] | I/O or network trouble: retry, or check the store |
+//! | [`Error::Store`] | I/O or network trouble: retry (unless [`Error::is_transient`] says it cannot help), or check the store |
 //! | [`Error::Closed`] | a bag bucket is closed: the message was not accepted |
 
 use std::time::Duration;
@@ -165,11 +165,63 @@ impl Error {
         Self::Unsupported { store: store.into(), what: what.into() }
     }
 
-    /// Whether trying the same thing again later may succeed.
+    /// Whether trying the same thing again later may succeed. Store errors are,
+    /// unless the operating system says retrying cannot help (permission denied, a
+    /// read-only file system, a path that is not a directory, …).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Busy { .. } | Self::Timeout { .. } | Self::Store { .. })
+        match self {
+            Self::Busy { .. } | Self::Timeout { .. } => true,
+            Self::Store { source, .. } => !is_permanent(&**source),
+            _ => false,
+        }
     }
+}
+
+fn is_permanent(err: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind::*;
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                PermissionDenied
+                    | ReadOnlyFilesystem
+                    | NotADirectory
+                    | IsADirectory
+                    | InvalidInput
+                    | InvalidFilename
+                    | Unsupported
+            );
+        }
+        cur = e.source();
+    }
+    false
 }
 
 /// `Result` with tenure's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    #[test]
+    fn store_errors_are_transient_unless_the_os_says_retrying_cannot_help() {
+        let io_err = |kind| Error::store("file:///x", "writing", io::Error::from(kind));
+        assert!(io_err(io::ErrorKind::TimedOut).is_transient());
+        assert!(io_err(io::ErrorKind::ConnectionRefused).is_transient());
+        assert!(!io_err(io::ErrorKind::PermissionDenied).is_transient());
+        assert!(!io_err(io::ErrorKind::ReadOnlyFilesystem).is_transient());
+        assert!(!io_err(io::ErrorKind::NotADirectory).is_transient());
+        // Wrapped inside another error, the cause still counts.
+        let wrapped = Error::store(
+            "s3://b",
+            "reading",
+            Box::new(io::Error::other(io::Error::from(io::ErrorKind::PermissionDenied))),
+        );
+        assert!(wrapped.is_transient(), "io::Error::other hides the kind: treated as transient");
+        assert!(Error::Busy { store: "s".into(), name: "n".into(), holder: "h".into() }.is_transient());
+        assert!(!Error::InvalidName { name: "x".into(), reason: "r".into() }.is_transient());
+    }
+}

@@ -242,7 +242,8 @@ impl KeepAlive {
                         self.lose(LossReason::Outage { error });
                         return Stop::Lost;
                     }
-                    tracing::warn!(failures, %error, "renewing a lease failed");
+                    // Reported through Health; the holder decides how loud to be.
+                    tracing::info!(failures, %error, "renewing a lease failed");
                     self.health.send_replace(Health::AtRisk { stop_by: stop_at, failures, error });
                     // Retry sooner than usual: time is running out.
                     next = self.clock.mono() + self.timing.interval / 2;
@@ -252,7 +253,7 @@ impl KeepAlive {
     }
 
     fn lose(&mut self, reason: LossReason) {
-        tracing::warn!(%reason, "lease lost");
+        tracing::info!(%reason, "lease lost");
         self.health.send_replace(Health::Lost(reason));
         self.unregister();
     }
