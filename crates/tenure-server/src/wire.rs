@@ -273,7 +273,43 @@ pub struct GrantWire {
     /// Predecessor.
     pub predecessor: Option<PredecessorWire>,
     /// Signed witness.
+    #[serde(with = "raw_bytes")]
     pub witness: Vec<u8>,
+}
+
+/// `Vec<u8>` as one length-prefixed run of bytes. Postcard writes a `u8` as one
+/// raw byte either way, so this is the same wire format as serde's default (a
+/// sequence of `u8`), only without a call per byte.
+mod raw_bytes {
+    use serde::{Deserializer, Serializer, de};
+
+    pub(super) fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct Bytes;
+        impl<'de> de::Visitor<'de> for Bytes {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                while let Some(b) = seq.next_element()? {
+                    out.push(b);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_bytes(Bytes)
+    }
 }
 
 /// An owned holder (postcard cannot skip absent fields, so tenure's serde
@@ -508,4 +544,38 @@ pub fn split_response(frame: &[u8]) -> Option<(u32, u64, &[u8])> {
 pub fn split_request(frame: &[u8]) -> Option<(u32, &[u8])> {
     let id = u32::from_le_bytes(frame.get(4..8)?.try_into().ok()?);
     Some((id, frame.get(8..)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn witness_bytes_keep_the_plain_sequence_wire_format() {
+        #[derive(Serialize)]
+        struct Plain {
+            token: u64,
+            deadline_ms: u64,
+            version: u64,
+            predecessor: Option<PredecessorWire>,
+            witness: Vec<u8>,
+        }
+        let witness: Vec<u8> = (0..=255).collect();
+        let plain = Plain { token: 7, deadline_ms: 9, version: 3, predecessor: None, witness: witness.clone() };
+        let fast = GrantWire { token: 7, deadline_ms: 9, version: 3, predecessor: None, witness };
+        let (a, b) = (postcard::to_allocvec(&plain), postcard::to_allocvec(&fast));
+        assert_eq!(a.ok(), b.ok());
+        let bytes = postcard::to_allocvec(&fast).unwrap_or_default();
+        let back: GrantWire = postcard::from_bytes(&bytes).expect("decodes");
+        assert_eq!(back.witness, fast.witness);
+    }
+
+    #[test]
+    fn frame_lengths_outside_the_bounds_are_refused_and_short_input_waits() {
+        assert_eq!(frame_len(&[1, 0], 4, 100), Ok(None));
+        assert_eq!(frame_len(&[8, 0, 0, 0, 1], 4, 100), Ok(None));
+        assert_eq!(frame_len(&[4, 0, 0, 0, 1, 2, 3, 4], 4, 100), Ok(Some(8)));
+        assert!(frame_len(&[3, 0, 0, 0], 4, 100).is_err());
+        assert!(frame_len(&[97, 0, 0, 0], 4, 100).is_err());
+    }
 }
