@@ -6,7 +6,11 @@
 //! thread add their requests, then sends everything with one non-blocking write.
 //! Only if the socket is full does the writer task take over, with async writes.
 //! So 64 concurrent callers cost a handful of syscalls and no extra task wake-ups.
-//! A reader task routes answers back by request id. Both tasks belong to the [`Conn`]: they end
+//! A reader task routes answers back by request id.
+//!
+//! Requests have no timer each: the reader gives the server `timeout` to say
+//! *anything* while requests are waiting, and otherwise declares the connection
+//! dead, failing every waiting caller (one timer per read, not per request). Both tasks belong to the [`Conn`]: they end
 //! when it is dropped, and when the socket fails every waiting caller gets the
 //! error at once (the endpoint then reconnects on the next call).
 
@@ -37,8 +41,11 @@ struct State {
 
 struct Inner {
     stream: Arc<TcpStream>,
+    timeout: Duration,
     state: Mutex<State>,
     wake_writer: Notify,
+    /// Wakes an idle reader so that it starts timing the server's answer.
+    request_sent: Notify,
     dead: AtomicBool,
     /// Server time minus local wall time at the last answer, µs.
     skew_us: AtomicI64,
@@ -86,13 +93,15 @@ impl Drop for Conn {
 
 impl Conn {
     /// Wraps a connected socket.
-    pub(crate) fn start(stream: TcpStream) -> Self {
+    pub(crate) fn start(stream: TcpStream, timeout: Duration) -> Self {
         let _ = stream.set_nodelay(true);
         let stream = Arc::new(stream);
         let inner = Arc::new(Inner {
             stream,
+            timeout,
             state: Mutex::new(State::default()),
             wake_writer: Notify::new(),
+            request_sent: Notify::new(),
             dead: AtomicBool::new(false),
             skew_us: AtomicI64::new(0),
         });
@@ -110,10 +119,10 @@ impl Conn {
         self.inner.skew_us.load(Ordering::Relaxed)
     }
 
-    /// Sends `req` and waits up to `timeout` for its answer.
-    pub(crate) async fn call(&self, req: &Request<'_>, timeout: Duration) -> Result<(u64, Response), String> {
+    /// Sends `req` and waits for its answer (or the connection's death).
+    pub(crate) async fn call(&self, req: &Request<'_>) -> Result<(u64, Response), String> {
         let (tx, rx) = oneshot::channel();
-        let (id, lead) = {
+        let (lead, first) = {
             let mut st = self.inner.lock();
             if let Some(why) = &st.closed {
                 return Err(why.clone());
@@ -124,22 +133,19 @@ impl Conn {
             wire::encode_request(&mut st.out, id, req);
             st.pending.insert(id, tx);
             let lead = !std::mem::replace(&mut st.writing, true);
-            (id, lead)
+            let first = st.pending.len() == 1;
+            (lead, first)
         };
+        if first {
+            self.inner.request_sent.notify_one();
+        }
         if lead {
             let handover = Handover(&self.inner);
             tokio::task::yield_now().await;
             std::mem::forget(handover);
             send_now(&self.inner);
         }
-        let reply = match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(_)) => Err("the connection was closed".to_string()),
-            Err(_) => {
-                self.inner.lock().pending.remove(&id);
-                return Err(format!("no answer within {}", tenure::human_duration(timeout)));
-            }
-        };
+        let reply = rx.await.unwrap_or_else(|_| Err("the connection was closed".to_string()));
         let (time, body) = reply?;
         let resp = postcard::from_bytes::<Response>(&body).map_err(|e| format!("undecodable answer: {e}"))?;
         Ok((time, resp))
@@ -259,7 +265,26 @@ async fn read_loop(inner: Arc<Inner>) {
             }
         }
         buf.reserve(16 * 1024);
-        if let Err(e) = inner.stream.readable().await {
+        let waiting = !inner.lock().pending.is_empty();
+        let ready = if waiting {
+            match tokio::time::timeout(inner.timeout, inner.stream.readable()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    break format!(
+                        "the server said nothing for {} while requests waited",
+                        tenure::human_duration(inner.timeout)
+                    );
+                }
+            }
+        } else {
+            // Idle: nothing to time out. A request sent meanwhile finds the
+            // connection alive, and the next read is timed.
+            tokio::select! {
+                r = inner.stream.readable() => r,
+                () = inner.request_sent.notified() => continue,
+            }
+        };
+        if let Err(e) = ready {
             break format!("reading from the server failed: {e}");
         }
         match inner.stream.try_read_buf(&mut buf) {

@@ -197,9 +197,9 @@ impl TenureStore {
             Ok(Err(err)) => return Err(Error::store(&self.url, op, err)),
             Err(_) => return Err(Error::store(&self.url, op, "timed out")),
         };
-        let conn = Arc::new(Conn::start(stream));
+        let conn = Arc::new(Conn::start(stream, self.opts.timeout));
         let hello = Request::Hello { magic: MAGIC, version: PROTOCOL_VERSION, auth: self.opts.auth_token.as_deref() };
-        match conn.call(&hello, self.opts.timeout).await.map_err(|m| Error::store(&self.url, op.clone(), m))? {
+        match conn.call(&hello).await.map_err(|m| Error::store(&self.url, op.clone(), m))? {
             (_, Response::Hello { version: _, public_key, max_lease_ms, quarantine_left_ms: _, started_us }) => {
                 *lock(&e.info) =
                     Some(ServerInfo { public_key, max_lease: Duration::from_millis(max_lease_ms), started_us });
@@ -214,7 +214,7 @@ impl TenureStore {
     async fn call(&self, server: usize, op: &str, req: &Request<'_>) -> Result<Response> {
         let e = &self.endpoints[server];
         let conn = self.conn(e).await?;
-        let (_, resp) = conn.call(req, self.opts.timeout).await.map_err(|m| Error::store(&self.url, op, m))?;
+        let (_, resp) = conn.call(req).await.map_err(|m| Error::store(&self.url, op, m))?;
         match resp {
             Response::Error { code, message } => Err(self.server_error(op, code, message)),
             other => Ok(other),
@@ -234,6 +234,34 @@ impl TenureStore {
 
     fn unexpected(&self, op: &str, resp: &Response) -> Error {
         Error::store(&self.url, op, format!("unexpected answer {resp:?}"))
+    }
+
+    async fn renew_on(&self, server: usize, idx: &[usize], grants: &[Grant]) -> (Result<Response>, Mono) {
+        let items: Vec<RenewWire<'_>> = idx
+            .iter()
+            .map(|&i| RenewWire { grant: grant_ref(&grants[i]), ttl_ms: grants[i].ttl.as_millis() as u64 })
+            .collect();
+        let sent = self.clock.mono();
+        (self.call(server, "renewing", &Request::Renew(items)).await, sent)
+    }
+
+    async fn release_on(
+        &self,
+        server: usize,
+        idx: &[usize],
+        grants: &[Grant],
+        req: &ReleaseRequest,
+    ) -> Result<Response> {
+        let items: Vec<ReleaseWire<'_>> = idx
+            .iter()
+            .map(|&i| ReleaseWire {
+                grant: grant_ref(&grants[i]),
+                dropped: req.dropped,
+                watermark_ms: req.watermark_ms,
+                meta: req.meta.as_deref(),
+            })
+            .collect();
+        self.call(server, "releasing", &Request::Release(items)).await
     }
 
     /// Groups request indices by server, keeping request order inside each group.
@@ -471,15 +499,12 @@ impl LeaseStore for TenureStore {
 
     async fn renew_all(&self, grants: &[Grant]) -> Vec<Result<Grant>> {
         let groups = self.by_server(grants.iter().map(|g| g.name.as_str()));
-        let answers = join_all(groups.iter().map(|(s, idx)| async move {
-            let items: Vec<RenewWire<'_>> = idx
-                .iter()
-                .map(|&i| RenewWire { grant: grant_ref(&grants[i]), ttl_ms: grants[i].ttl.as_millis() as u64 })
-                .collect();
-            let sent = self.clock.mono();
-            (self.call(*s, "renewing", &Request::Renew(items)).await, sent)
-        }))
-        .await;
+        // One server (one grant, usually): no join machinery.
+        let answers = if let [(srv, idx)] = groups.as_slice() {
+            vec![self.renew_on(*srv, idx, grants).await]
+        } else {
+            join_all(groups.iter().map(|(srv, idx)| self.renew_on(*srv, idx, grants))).await
+        };
         let mut out: Vec<Option<Result<Grant>>> = grants.iter().map(|_| None).collect();
         for ((_, idx), (answer, sent)) in groups.iter().zip(answers) {
             match answer {
@@ -518,19 +543,11 @@ impl LeaseStore for TenureStore {
 
     async fn release_all(&self, grants: &[Grant], req: &ReleaseRequest) -> Vec<Result<Released>> {
         let groups = self.by_server(grants.iter().map(|g| g.name.as_str()));
-        let answers = join_all(groups.iter().map(|(s, idx)| async move {
-            let items: Vec<ReleaseWire<'_>> = idx
-                .iter()
-                .map(|&i| ReleaseWire {
-                    grant: grant_ref(&grants[i]),
-                    dropped: req.dropped,
-                    watermark_ms: req.watermark_ms,
-                    meta: req.meta.as_deref(),
-                })
-                .collect();
-            self.call(*s, "releasing", &Request::Release(items)).await
-        }))
-        .await;
+        let answers = if let [(srv, idx)] = groups.as_slice() {
+            vec![self.release_on(*srv, idx, grants, req).await]
+        } else {
+            join_all(groups.iter().map(|(srv, idx)| self.release_on(*srv, idx, grants, req))).await
+        };
         let mut out: Vec<Option<Result<Released>>> = grants.iter().map(|_| None).collect();
         for ((_, idx), answer) in groups.iter().zip(answers) {
             match answer {
