@@ -101,9 +101,11 @@ pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOp
         }
     }
     let in_snapshot = |b: u64| covered.iter().any(|&(lo, hi)| (lo..hi).contains(&b));
-    let buckets: Vec<u64> = existing_all.into_iter().filter(|&b| b < to && !in_snapshot(b)).collect();
+    // Only bucket-aligned names are buckets (a stray directory is not).
+    let buckets: Vec<u64> =
+        existing_all.into_iter().filter(|&b| b < to && cfg.bucket_of(b) == b && !in_snapshot(b)).collect();
     let uncovered = (from..to).step_by(cfg.width_ms as usize).filter(|&b| !in_snapshot(b)).count() as u64;
-    out.absent = uncovered - buckets.len() as u64;
+    out.absent = uncovered.saturating_sub(buckets.len() as u64);
     let mut reads =
         futures::stream::iter(buckets.iter().map(|&b| protocol::read_bucket(s, cfg, b))).buffered(CONCURRENCY);
     let mut i = 0;

@@ -136,13 +136,15 @@ async fn garbage_data_files_are_skipped_not_fatal() {
     fs::write(dir.join("empty.0.data"), b"").expect("empty");
     fs::write(dir.join("notes.txt"), b"ignored: not a data file").expect("other");
     fs::write(dir.join("a stray name.data"), b"not a writer's file").expect("stray");
+    fs::create_dir(dir.parent().expect("group").join(format!("{:016}", T0 + 1))).expect("an unaligned stray bucket");
     let read = log.read(&ReadOptions::default()).await.expect("read");
     assert_eq!(read.messages.len(), 2);
     assert!(read.ignored_bytes > 0);
     clock.advance(Duration::from_secs(3));
     assert_eq!(log.close(T0).await.expect("close").items, 3, "the writer's, the intruder's and the empty file");
-    let closed = log.read(&ReadOptions { to_ms: Some(T0 + 1), ..Default::default() }).await.expect("read");
+    let closed = log.read(&ReadOptions { to_ms: Some(T0 + 1_000), ..Default::default() }).await.expect("read");
     assert_eq!(closed.messages, read.messages);
+    assert!(closed.open.is_empty(), "a stray directory is not a bucket: {:?}", closed.open);
 }
 
 /// Names, sizes, modes and modification times of everything under `root`.
