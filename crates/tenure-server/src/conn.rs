@@ -2,8 +2,9 @@
 //!
 //! Callers encode their request straight into a shared write buffer and wait on a
 //! oneshot for the answer. The first caller to find no write under way becomes the
-//! *leader* (flat combining): it yields once, so the other callers ready on its
-//! thread add their requests, then sends everything with one non-blocking write.
+//! *leader* (flat combining): if other requests are in flight it yields once, so
+//! the callers their answers woke add their requests, then it sends everything
+//! with one non-blocking write.
 //! Only if the socket is full does the writer task take over, with async writes.
 //! So 64 concurrent callers cost a handful of syscalls and no extra task wake-ups.
 //! A reader task routes answers back by request id.
@@ -140,9 +141,13 @@ impl Conn {
             self.inner.request_sent.notify_one();
         }
         if lead {
-            let handover = Handover(&self.inner);
-            tokio::task::yield_now().await;
-            std::mem::forget(handover);
+            // Alone in flight: send at once. Others waiting: their answers are
+            // coming in and their callers will add requests, so yield once first.
+            if !first {
+                let handover = Handover(&self.inner);
+                tokio::task::yield_now().await;
+                std::mem::forget(handover);
+            }
             send_now(&self.inner);
         }
         let reply = rx.await.unwrap_or_else(|_| Err("the connection was closed".to_string()));
