@@ -1,5 +1,5 @@
 //! Bags on object storage: the shared behaviours on object_store's `InMemory`
-//! and on the real S3-compatible server (moto), plus damaged objects.
+//! and on real S3-compatible servers (moto, Ceph RGW), plus damaged objects.
 
 mod common;
 
@@ -24,9 +24,10 @@ impl Store {
         Self { url: "memory://bag".into(), store: Arc::new(InMemory::new()), prefix: Path::from("log") }
     }
 
-    /// A fresh prefix on moto, or `None` (with the reason printed) if unset.
-    fn moto() -> Option<Self> {
-        let endpoint = tenure_conformance::server_from_env("TENURE_TEST_S3_MOTO")?;
+    /// A fresh prefix on the S3-compatible server named by `var`, or `None` (with
+    /// the reason printed) if it is unset.
+    fn s3(var: &str) -> Option<Self> {
+        let endpoint = tenure_conformance::server_from_env(var)?;
         let url = format!("s3://tenure/bag-tests/{:016x}", rand::random::<u64>());
         let params = [
             ("aws_endpoint", endpoint.as_str()),
@@ -72,7 +73,14 @@ macro_rules! shared {
         mod moto {$(
             #[tokio::test]
             async fn $name() {
-                let Some(store) = super::Store::moto() else { return };
+                let Some(store) = super::Store::s3("TENURE_TEST_S3_MOTO") else { return };
+                super::common::$name(&store).await;
+            }
+        )*}
+        mod rgw {$(
+            #[tokio::test]
+            async fn $name() {
+                let Some(store) = super::Store::s3("TENURE_TEST_S3_RGW") else { return };
                 super::common::$name(&store).await;
             }
         )*}
