@@ -31,6 +31,22 @@
 //! No step waits for another process, so closing is wait-free: a closer killed at
 //! any point leaves a state the next closer or a late writer finishes.
 //!
+//! # The clock-skew bound of the fast path
+//!
+//! `max_skew` (in the log's configuration, default 500 ms) is the largest
+//! difference between the wall clocks of any two processes using the log,
+//! *including* jumps. The fast path (append step 2) is taken only when the
+//! writer's clock, read after its write completed, satisfies
+//! `now + max_skew < end + grace`. Any closer's clock then reads less than
+//! `end + grace`, so no closer has decided to close (closers decide on
+//! `now >= end + grace`, and [`crate::Log::close`] refuses earlier closes), so
+//! any prelock — and the listing after it — comes after the write. With the
+//! defaults (1 s buckets, 2 s grace) a write stamped "now" takes the fast path
+//! unless it took more than ~1.5 s. If the bound can be violated, configure a
+//! larger `max_skew`: with `max_skew >= width + grace` the fast path is never
+//! taken and every append checks the prelock. Nothing else in the protocol
+//! depends on clocks: late and early writers alike are decided by the manifest.
+//!
 //! # Read (never writes)
 //!
 //! A bucket with a manifest is *closed*: exactly the frames within the recorded
