@@ -43,6 +43,8 @@ struct State {
 struct Inner {
     stream: Arc<TcpStream>,
     timeout: Duration,
+    /// The client's clock, for the skew.
+    clock: Arc<dyn tenure::Clock>,
     state: Mutex<State>,
     wake_writer: Notify,
     /// Wakes an idle reader so that it starts timing the server's answer.
@@ -94,12 +96,13 @@ impl Drop for Conn {
 
 impl Conn {
     /// Wraps a connected socket.
-    pub(crate) fn start(stream: TcpStream, timeout: Duration) -> Self {
+    pub(crate) fn start(stream: TcpStream, timeout: Duration, clock: Arc<dyn tenure::Clock>) -> Self {
         let _ = stream.set_nodelay(true);
         let stream = Arc::new(stream);
         let inner = Arc::new(Inner {
             stream,
             timeout,
+            clock,
             state: Mutex::new(State::default()),
             wake_writer: Notify::new(),
             request_sent: Notify::new(),
@@ -252,7 +255,7 @@ async fn read_loop(inner: Arc<Inner>) {
             };
             let frame = buf.split_to(n).freeze();
             let Some((id, time, body)) = wire::split_response(&frame) else { continue };
-            let skew = time as i64 - (tenure::clock::unix_ms(std::time::SystemTime::now()) as i64) * 1000;
+            let skew = time as i64 - (inner.clock.wall_ms() as i64) * 1000;
             inner.skew_us.store(skew, Ordering::Relaxed);
             let body = frame.slice_ref(body);
             let tx = inner.lock().pending.remove(&id);

@@ -72,6 +72,17 @@ async fn grants_and_renewals_carry_witnesses_that_verify_and_describe_them() {
 }
 
 #[tokio::test]
+async fn answers_carry_server_time_so_clients_see_their_skew() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let behind = clock.skewed(-5_000);
+    let store = common::store(&[&server], &behind);
+    store.list("").await.expect("list");
+    // Manual clocks do not move on their own: the skew is exact.
+    assert_eq!(store.skew_us(0), Some(5_000_000), "a client 5 s behind the server sees +5 s");
+}
+
+#[tokio::test]
 async fn two_phase_acquisition_upgrades_reservations_unless_a_full_request_broke_one() {
     let clock = ManualClock::new();
     let server = common::start_open(&clock).await;

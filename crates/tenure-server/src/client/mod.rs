@@ -176,7 +176,9 @@ impl TenureStore {
         lock(&e.info).ok_or_else(|| Error::store(&self.url, "hello", "no hello answer"))
     }
 
-    /// Server time minus local wall time at the last answer of server `index`.
+    /// Server time minus this store's wall clock at the last answer of server
+    /// `index`, in µs (every answer carries the server's time; the network delay
+    /// of the answer is included).
     pub fn skew_us(&self, index: usize) -> Option<i64> {
         let e = self.endpoints.get(index)?;
         e.slots.iter().find_map(|s| lock(s).as_ref().map(|c| c.skew_us()))
@@ -197,7 +199,7 @@ impl TenureStore {
             Ok(Err(err)) => return Err(Error::store(&self.url, op, err)),
             Err(_) => return Err(Error::store(&self.url, op, "timed out")),
         };
-        let conn = Arc::new(Conn::start(stream, self.opts.timeout));
+        let conn = Arc::new(Conn::start(stream, self.opts.timeout, self.clock.clone()));
         let hello = Request::Hello { magic: MAGIC, version: PROTOCOL_VERSION, auth: self.opts.auth_token.as_deref() };
         match conn.call(&hello).await.map_err(|m| Error::store(&self.url, op.clone(), m))? {
             (_, Response::Hello { version: _, public_key, max_lease_ms, quarantine_left_ms: _, started_us }) => {
