@@ -37,7 +37,9 @@
 //!   writer, never truncated or rewritten).
 //! - *Read-only hint* (optional): `chmod` of the data files and the directory.
 //!   Correctness never depends on it: root ignores it, and a writer that finds a
-//!   prelock after its write learns its fate from the manifest.
+//!   prelock after its write learns its fate from the manifest. A writer whose
+//!   open is refused (`EACCES`) confirms the close by opening the manifest and is
+//!   told rejected: it wrote nothing.
 //!
 //! # Durability (`fsync`, on by default; `?fsync=false` for tmpfs and benches)
 //!
@@ -221,6 +223,11 @@ impl FsStorage {
                     Err(e) if e.kind() == ErrorKind::AlreadyExists && slot.generation < 1_000_000 => {
                         slot.generation += 1
                     }
+                    // A read-only bucket (the optional hint) is a sign of a close;
+                    // the manifest says for certain. Nothing was written.
+                    Err(e) if e.kind() == ErrorKind::PermissionDenied && self.manifest_exists(bucket) => {
+                        return Ok(Wrote::ClosedBefore);
+                    }
                     Err(e) => return Err(self.err("creating a data file", &dir.join(&item), e)),
                 }
             };
@@ -236,8 +243,15 @@ impl FsStorage {
             return Ok(Wrote::ClosedBefore);
         }
         let path = dir.join(&item);
+        let mut f = match OpenOptions::new().append(true).open(&path) {
+            Ok(f) => f,
+            // Read-only after a close (the hint): not opened, so nothing written.
+            Err(e) if e.kind() == ErrorKind::PermissionDenied && self.manifest_exists(bucket) => {
+                return Ok(Wrote::ClosedBefore);
+            }
+            Err(e) => return Err(self.err("opening a data file", &path, e)),
+        };
         let written = (|| {
-            let mut f = OpenOptions::new().append(true).open(&path)?;
             f.write_all(frame)?;
             if self.fsync {
                 f.sync_data()?;
@@ -251,6 +265,10 @@ impl FsStorage {
         }
         slot.end += frame.len() as u64;
         Ok(Wrote::Landed { item, end: slot.end })
+    }
+
+    fn manifest_exists(&self, bucket: u64) -> bool {
+        self.bucket_dir(bucket).is_ok_and(|d| File::open(d.join(MANIFEST)).is_ok())
     }
 
     fn prelock_blocking(&self, bucket: u64) -> Result<bool> {

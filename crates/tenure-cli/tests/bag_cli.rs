@@ -71,3 +71,41 @@ fn bad_input_is_a_usage_error_not_a_panic() {
     let (code, _) = bag(&["read", "nosuch://x"]);
     assert_eq!(code, 64);
 }
+
+/// Runs `tenure bag …` as the unprivileged user `nobody`, if this test runs as
+/// root and `setpriv` exists (otherwise `None`, with the reason printed).
+fn bag_as_nobody(args: &[&str]) -> Option<(i32, String)> {
+    let root = Command::new("id").arg("-u").output().ok().is_some_and(|o| o.stdout.starts_with(b"0\n"));
+    let setpriv = std::path::Path::new("/usr/bin/setpriv");
+    if !root || !setpriv.exists() {
+        eprintln!("skipping the non-root part: needs root and /usr/bin/setpriv");
+        return None;
+    }
+    let out = Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", TENURE, "bag"])
+        .args(args)
+        .output()
+        .expect("run tenure as nobody");
+    Some((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+#[test]
+fn with_the_read_only_hint_an_unprivileged_late_writer_is_told_rejected() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let log = dir.path().join("log");
+    let log = log.to_str().expect("utf8");
+    let Some((code, out)) = bag_as_nobody(&["append", log, "--json", "--lag", "4s", "first"]) else { return };
+    assert_eq!(code, 0, "{out}");
+    let (code, _) = bag(&["close", log, "--read-only-hint"]);
+    assert_eq!(code, 0);
+    // The bucket is now read-only to everyone but root: the late writer cannot
+    // even create its file, confirms the close in the manifest, and is rejected.
+    let (code, out) = bag_as_nobody(&["append", log, "--json", "--lag", "4s", "late"]).expect("as nobody");
+    assert_eq!(code, 1, "rejected, not a store error: {out}");
+    assert_eq!(json_lines(&out)[0]["decision"], "closed_before_write");
+    let (_, out) = bag(&["read", log, "--json"]);
+    let payloads: Vec<_> = json_lines(&out).iter().filter_map(|l| l["payload"].as_str().map(str::to_string)).collect();
+    assert_eq!(payloads, ["first"]);
+}
