@@ -17,7 +17,9 @@
 //! - **quarantine**: nothing is granted until `quarantine` has passed since start;
 //! - **tentative reservations** (seed 000's two-phase acquisition), kept beside the
 //!   record: a full ask removes every reservation it conflicts with; an upgrade
-//!   turns a surviving reservation into a real grant;
+//!   turns a surviving reservation into a real grant. They are not record entries
+//!   because ending an entry other than by release raises the watermark to its
+//!   deadline, and a reservation wrote nothing: breaking one must cost nothing;
 //! - **a bounded memory**: records with no live grant are *retired* and kept for
 //!   their watermark, metadata and token (returned to the next holder) until
 //!   `retain` of them exist; then the oldest are dropped first, and the shard
@@ -594,6 +596,8 @@ impl Core {
     }
 }
 
+/// The locked shard `sid` of a batch (`guards` is sorted by shard id and holds
+/// every shard of the batch, so the search always lands on it).
 fn guard<'g, 'a>(guards: &'g mut [(usize, MutexGuard<'a, Shard>)], sid: usize) -> &'g mut Shard {
     let i = guards.partition_point(|(id, _)| *id < sid);
     &mut guards[i].1
