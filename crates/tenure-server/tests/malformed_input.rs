@@ -20,8 +20,8 @@ const PATIENCE: Duration = Duration::from_secs(20);
 fn opts() -> ServerOptions {
     ServerOptions {
         auth_token: None,
-        idle_timeout: Duration::from_millis(300),
-        io_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_secs(1),
+        io_timeout: Duration::from_secs(1),
         ..ServerOptions::default()
     }
 }
