@@ -1,5 +1,6 @@
 //! Bags on object storage: the shared behaviours on object_store's `InMemory`
-//! and on real S3-compatible servers (moto, Ceph RGW), plus damaged objects.
+//! and on real servers (moto and Ceph RGW for S3, Azurite for Azure Blob
+//! Storage), plus damaged objects.
 
 mod common;
 
@@ -12,6 +13,9 @@ use object_store::path::Path;
 use object_store::{ObjectStore, PutPayload};
 use tenure::{Clock, ManualClock};
 use tenure_bag::{Batch, Log, ReadOptions};
+
+/// The well-known development key of Azurite's `devstoreaccount1` (public).
+const AZURITE_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
 struct Store {
     url: String,
@@ -28,19 +32,37 @@ impl Store {
     /// the reason printed) if it is unset.
     fn s3(var: &str) -> Option<Self> {
         let endpoint = tenure_conformance::server_from_env(var)?;
-        let url = format!("s3://tenure/bag-tests/{:016x}", rand::random::<u64>());
-        let params = [
-            ("aws_endpoint", endpoint.as_str()),
-            ("aws_access_key_id", "test"),
-            ("aws_secret_access_key", "test"),
-            ("aws_region", "us-east-1"),
-            ("aws_allow_http", "true"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let (store, prefix) = tenure_bag::open_object_store(&url, &params).expect("open moto");
-        Some(Self { url, store, prefix })
+        Some(Self::open(
+            "s3://tenure",
+            &[
+                ("aws_endpoint", endpoint),
+                ("aws_access_key_id", "test".into()),
+                ("aws_secret_access_key", "test".into()),
+                ("aws_region", "us-east-1".into()),
+                ("aws_allow_http", "true".into()),
+            ],
+        ))
+    }
+
+    /// A fresh prefix on Azurite (Azure Blob Storage's emulator).
+    fn azurite() -> Option<Self> {
+        let endpoint = tenure_conformance::server_from_env("TENURE_TEST_AZURITE")?;
+        Some(Self::open(
+            "az://tenure",
+            &[
+                ("azure_storage_account_name", "devstoreaccount1".into()),
+                ("azure_storage_account_key", AZURITE_KEY.into()),
+                ("azure_storage_endpoint", format!("{}/devstoreaccount1", endpoint.trim_end_matches('/'))),
+                ("azure_allow_http", "true".into()),
+            ],
+        ))
+    }
+
+    fn open(base: &str, params: &[(&str, String)]) -> Self {
+        let url = format!("{base}/bag-tests/{:016x}", rand::random::<u64>());
+        let params = params.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let (store, prefix) = tenure_bag::open_object_store(&url, &params).expect("open the object store");
+        Self { url, store, prefix }
     }
 
     async fn put(&self, key: &str, bytes: &[u8]) {
@@ -74,6 +96,13 @@ macro_rules! shared {
             #[tokio::test]
             async fn $name() {
                 let Some(store) = super::Store::s3("TENURE_TEST_S3_MOTO") else { return };
+                super::common::$name(&store).await;
+            }
+        )*}
+        mod azurite {$(
+            #[tokio::test]
+            async fn $name() {
+                let Some(store) = super::Store::azurite() else { return };
                 super::common::$name(&store).await;
             }
         )*}
