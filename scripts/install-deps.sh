@@ -10,7 +10,7 @@
 # and exits non-zero with a message naming the component that failed.
 #
 # What it installs (Debian 12, run as root or with passwordless sudo):
-#   apt   etcd-server etcd-client redis-server protobuf-compiler curl procps
+#   apt   etcd-server etcd-client redis-server protobuf-compiler curl procps chromium
 #         radosgw ceph-mon ceph-osd (with --no-install-recommends)
 #         (python3-venv / nodejs+npm only if python3 venv / npm are missing)
 #   pip   moto[server] and localbucket, in a venv at $TOOLS/venv
@@ -38,7 +38,7 @@ LOCALBUCKET_VERSION="1.2.1"
 AZURITE_VERSION="3.35.0"
 S3RVER_VERSION="3.7.1"
 
-APT_PACKAGES=(etcd-server etcd-client redis-server protobuf-compiler curl procps)
+APT_PACKAGES=(etcd-server etcd-client redis-server protobuf-compiler curl procps chromium)
 APT_PACKAGES_NORECOMMENDS=(radosgw ceph-mon ceph-osd)
 
 export DEBIAN_FRONTEND=noninteractive

@@ -9,6 +9,7 @@
 
 #[cfg(feature = "etcd")]
 mod etcd_lock;
+#[cfg(feature = "etcd")]
 mod etcd_raw;
 mod fs_raw;
 mod redis;
@@ -181,9 +182,12 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
     let scheme = url.split_once("://").map_or("file", |(s, _)| s);
     Ok(match scheme {
         "redis" => vec![Arc::new(redis::RedisLock::connect(url, args.op, args.ttl).await?)],
+        #[cfg(feature = "etcd")]
         "etcd-raw" => vec![Arc::new(etcd_raw::EtcdRaw::connect(url, args.op, args.ttl).await?)],
         #[cfg(feature = "etcd")]
         "etcd-lock" => vec![Arc::new(etcd_lock::EtcdLock::connect(url, args.op, args.ttl).await?)],
+        #[cfg(not(feature = "etcd"))]
+        "etcd-raw" | "etcd-lock" | "etcd" => bail!("{scheme}:// needs a tenure built with --features etcd (which needs protoc)"),
         #[cfg(feature = "server")]
         "core" => {
             vec![Arc::new(crate::serve::CoreTarget::new(args.clients.iter().copied().max().unwrap_or(1), args.ttl))]
