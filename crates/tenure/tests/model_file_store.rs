@@ -48,11 +48,11 @@
 //!   pauses; `~1` is collected; a paused writer that had read "absent" re-creates
 //!   `~1`; the reader opens that stray file before its writer removes it.
 //!
-//! `fix_writes` / `fix_reads` check a repair: a re-created slot implies a version more than
-//! `KEEP` above it, so a write whose listing shows nothing above `n+1 + KEEP` is
-//! done, and one that shows more is reported *unknown* (neither done nor conflict;
-//! the caller must read again); a read lists once more after reading `~v` and
-//! starts over if a version above `v + KEEP` exists.
+//! `fix_writes` / `fix_reads` check a repair: a re-created slot implies a version
+//! more than `KEEP` above it, so a write whose listing shows nothing above
+//! `n+1 + KEEP` is done, and one that shows more is reported *unknown* (neither
+//! done nor conflict: the caller must read again); a read lists once more after
+//! reading `~v` and starts over if a version above `v + KEEP` exists.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
