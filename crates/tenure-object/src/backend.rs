@@ -333,7 +333,12 @@ impl Backend for ObjectBackend {
             PutMode::Update(v) => OsPutMode::Update(self.update_version(v)),
         };
         let outcome = self.put_object(&path, value.clone(), mode).await;
-        lock(&self.cache).remove(key);
+        // A failed condition changed nothing: what we last saw stays valid for a
+        // conditional GET. Any other outcome changes or clouds it.
+        if !matches!(outcome, Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }))
+        {
+            lock(&self.cache).remove(key);
+        }
         match outcome {
             Ok(r) => {
                 let version = self.version_of_put(&path, &r)?;

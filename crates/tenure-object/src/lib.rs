@@ -53,13 +53,18 @@
 //!
 //! A failed condition (412, Azurite's 409, S3's 404 for a replaced key that is
 //! gone) is a conflict; everything else is [`tenure::Error::Store`] naming the
-//! store, the key and the object. `object_store` retries timeouts and 5xx answers
-//! (at most [`MAX_RETRIES`] times within [`RETRY_TIMEOUT`]); a conditional PUT
-//! that landed but whose answer was lost comes back as a conflict on the retry,
-//! and the lease logic then re-reads the record and finds its own write there.
+//! store, the key and the object. `object_store` retries 5xx answers and
+//! connection errors (at most [`MAX_RETRIES`] times within [`RETRY_TIMEOUT`]). A
+//! conditional PUT that landed although its answer was an error comes back as a
+//! conflict on the retry; the lease logic then re-reads the record and finds its
+//! own write there: a renewal succeeds on the re-read, an acquisition re-takes its
+//! own grant with the next token, a release reports "not held". Safety never
+//! depends on it.
 //!
-//! **Versions.** S3 and Azure: the ETag, with the quotes HTTP puts around it
-//! removed (Ceph RGW only matches unquoted ETags in `If-Match`). S3's ETag of a
+//! **Versions.** S3 and Azure: the ETag, kept without the quotes HTTP puts around
+//! it, and sent unquoted in `If-Match` because Ceph RGW only matches that form
+//! (the probe switches to quoted ETags on a store that only takes those; with
+//! `--trust-store` nothing finds out). S3's ETag of a
 //! plain PUT is the MD5 of the body, so `If-Match` compares contents: that is a
 //! sound compare-and-swap here because no lease record ever repeats an earlier
 //! one (tokens and renewal counts only grow). For the same reason a fencing token
@@ -78,18 +83,27 @@
 //! Seed 001's algorithm (gcslock with a TTL: create with `if-generation-match: 0`,
 //! on conflict GET the metadata and DELETE a stale object, then retry) keeps no
 //! record after release. tenure keeps one (it carries the token counter, the
-//! watermark and the predecessor), so taking a free lease reads it first:
+//! watermark and the predecessor), so taking a free lease reads it first, unless
+//! this handle wrote it last ([`tenure::cas`] then decides from its own copy and
+//! lets the conditional write validate it):
 //!
 //! | lease operation | tenure | seed 001 |
 //! |---|---|---|
-//! | acquire a free lease | 2: GET + PUT (`If-Match`, or `If-None-Match: *` the very first time) | 1: PUT create |
+//! | acquire a lease never used | 2: GET (404) + PUT `If-None-Match: *` | 1: PUT create |
+//! | acquire a lease someone else released | 2: GET + PUT `If-Match` | 1: PUT create |
+//! | acquire a lease this handle released | 1: PUT `If-Match` | 1: PUT create |
 //! | poll a held lease | 1: GET, a 304 without body while unchanged | 2: PUT create (412) + GET |
 //! | take over an expired lease | 2: GET + PUT `If-Match` | 4: PUT (412) + GET + DELETE + PUT |
 //! | renew | 1: PUT `If-Match` (the holder knows its record) | 1: PATCH |
 //! | release | 1: PUT `If-Match` (record kept, marked released) | 1: DELETE |
 //! | open the store | 6 (the [`probe`]), skipped with `--trust-store` | 0 |
 //!
-//! These counts are asserted by the `request_counts` tests against every server.
+//! A GET of a record this handle has read or written before carries
+//! `If-None-Match`, so an unchanged record costs a 304 without body. These counts
+//! are asserted against every server by `tests/requests.rs`. (Today a handle that
+//! wrote the record and then waits while another holds it pays a rejected PUT and
+//! a GET per poll, because [`tenure::cas`] keeps deciding from its stale copy.)
+//!
 //! A HEAD would not make polling cheaper: the contender needs the record whenever
 //! it changed, so HEAD-then-GET costs two requests where a conditional GET costs
 //! one, and S3, GCS and Azure bill HEAD like GET.
@@ -102,9 +116,36 @@
 //! - **Server-side expiry**: a dead holder's record stays until a contender takes
 //!   it over; there is no TTL on objects.
 //! - **Conditions at all**, on some S3 look-alikes: hence the [`probe`].
+//! - **Multi-object delete** (`POST ?delete`), on some S3 look-alikes, which
+//!   `object_store` uses even for one object: only the probe deletes (its probe
+//!   object), so set `aws_disable_bulk_delete=true` there, or the probe object is
+//!   left behind with a warning.
 //!
-//! Not checked here: AWS S3 and Azure themselves (tests run against moto, Ceph
-//! RGW and Azurite); GCS only with real credentials (see the tests).
+//! # Fenced writes of your data
+//!
+//! [`tenure::FencedRecord`] works on this backend as it is: a value together with
+//! the highest fencing token that wrote it, in one object
+//! (`<prefix>/<name>/~fence`, body `tenure-fence/1 <token>\n<value>`) replaced by
+//! `If-Match`, so a write with token `t` fails once a write with a higher token
+//! has landed (2 requests: GET + PUT). The token has to be in the body: S3's ETag
+//! ignores metadata, so a token kept in metadata could be overwritten by a stale
+//! writer whose value happened to match.
+//!
+//! ```no_run
+//! # async fn demo(lease: tenure::Lease) -> tenure::Result<()> {
+//! let backend = tenure_object::open_backend("s3://my-bucket/locks", &tenure::OpenOptions::default()).await?;
+//! let state = tenure::FencedRecord::new(backend, "deploy/prod")?;
+//! state.write(lease.token(), bytes::Bytes::from_static(b"{\"version\": 42}")).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Tested against
+//!
+//! moto and Ceph RGW (S3), Azurite (Azure), `object_store`'s in-memory store;
+//! s3rver and localbucket as stores the probe must refuse. GCS only with real
+//! credentials: set `TENURE_TEST_GCS_BUCKET` and `GOOGLE_SERVICE_ACCOUNT` (a key
+//! file) or `GOOGLE_SERVICE_ACCOUNT_KEY`; no emulator supports `object_store`'s
+//! GCS preconditions. Not checked: AWS S3 and Azure themselves.
 
 mod backend;
 mod config;
@@ -149,4 +190,16 @@ pub async fn open_backend(url: &str, opts: &OpenOptions) -> Result<Arc<ObjectBac
         }
     }
     Ok(backend)
+}
+
+/// The [`probe`]'s verdict on the store a URL names, whatever
+/// `opts.trust_store` says: for `tenure status` to show whether the store
+/// enforces conditional writes.
+///
+/// # Errors
+/// As [`open_backend`], including [`tenure::Error::Unsupported`] for a store
+/// that ignores conditional writes.
+pub async fn check_store(url: &str, opts: &OpenOptions) -> Result<Probe> {
+    let built = config::build(url, &opts.params)?;
+    probe(&ObjectBackend::new(built.store, built.prefix, built.provider, built.display)).await
 }

@@ -6,7 +6,7 @@ mod common;
 
 use common::Server;
 use tenure::{Client, Error, LeaseOptions, OpenOptions};
-use tenure_object::{Probe, open, open_backend, probe};
+use tenure_object::{Probe, check_store, open, open_backend, probe};
 
 fn refusal(r: tenure::Result<impl std::fmt::Debug>) -> String {
     match r {
@@ -46,6 +46,17 @@ async fn probe_cleans_up_even_when_it_refuses() {
     assert_eq!(backend.requests().delete, 1, "{}", backend.requests());
     let left = common::objects(&backend).await;
     assert!(left.is_empty(), "the probe object must be deleted: {left:?}");
+}
+
+#[tokio::test]
+async fn check_store_reports_the_verdict_even_when_trusted() {
+    let Some(server) = common::s3rver() else { return };
+    let trusted = OpenOptions { trust_store: true, ..server.options() };
+    refusal(check_store(&server.url(), &trusted).await);
+    let Some(server) = common::moto() else { return };
+    let verdict = check_store(&server.url(), &server.options()).await.expect("moto passes");
+    assert_eq!(verdict, Probe::Enforced { conditional_get: true, quoted_if_match: false });
+    assert_eq!(verdict.to_string(), "conditional writes are enforced (create-if-absent and replace-if-match checked)");
 }
 
 #[tokio::test]
