@@ -190,7 +190,7 @@ fn load_or_create_key(path: &Path) -> Result<Signer> {
 /// no network and no witness signature: acquire + release through [`Core`].
 pub(crate) struct CoreTarget {
     core: Core,
-    workers: Vec<(String, Holder)>,
+    workers: Vec<(String, Arc<Holder>)>,
     ttl_ms: u64,
 }
 
@@ -201,7 +201,9 @@ impl CoreTarget {
         let run = tenure::random_nonce();
         Self {
             core: Core::new(SystemClock::shared(), opts),
-            workers: (0..max_clients).map(|w| (format!("bench-{}/w{w}", &run[..6]), Holder::current())).collect(),
+            workers: (0..max_clients)
+                .map(|w| (format!("bench-{}/w{w}", &run[..6]), Arc::new(Holder::current())))
+                .collect(),
             ttl_ms: ttl.as_millis() as u64,
         }
     }

@@ -15,6 +15,8 @@
 //!
 //! [postcard]: https://docs.rs/postcard
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use tenure::{EndedHow, Holder, HolderView, Mode, Predecessor};
 
@@ -349,6 +351,12 @@ impl From<HolderOwned> for Holder {
     }
 }
 
+impl From<HolderOwned> for Arc<Holder> {
+    fn from(h: HolderOwned) -> Self {
+        Arc::new(h.into())
+    }
+}
+
 /// [`Predecessor`] on the wire.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PredecessorWire {
@@ -370,7 +378,7 @@ impl From<&Predecessor> for PredecessorWire {
     fn from(p: &Predecessor) -> Self {
         Self {
             token: p.token,
-            holder: p.holder.as_ref().map(HolderOwned::from),
+            holder: p.holder.as_deref().map(HolderOwned::from),
             how: p.how,
             at_ms: p.at_ms,
             watermark_ms: p.watermark_ms,
@@ -383,14 +391,7 @@ impl From<Predecessor> for PredecessorWire {
     fn from(p: Predecessor) -> Self {
         Self {
             token: p.token,
-            holder: p.holder.map(|h| HolderOwned {
-                nonce: h.nonce,
-                pid: h.pid,
-                host: h.host,
-                user: h.user,
-                version: h.version,
-                label: h.label,
-            }),
+            holder: p.holder.as_deref().map(HolderOwned::from),
             how: p.how,
             at_ms: p.at_ms,
             watermark_ms: p.watermark_ms,
@@ -403,7 +404,7 @@ impl From<PredecessorWire> for Predecessor {
     fn from(p: PredecessorWire) -> Self {
         Predecessor {
             token: p.token,
-            holder: p.holder.map(Holder::from),
+            holder: p.holder.map(Arc::from),
             how: p.how,
             at_ms: p.at_ms,
             watermark_ms: p.watermark_ms,
@@ -432,7 +433,7 @@ pub struct HolderViewWire {
 impl From<&HolderView> for HolderViewWire {
     fn from(v: &HolderView) -> Self {
         Self {
-            holder: HolderOwned::from(&v.holder),
+            holder: HolderOwned::from(&*v.holder),
             mode: v.mode,
             token: v.token,
             deadline_ms: v.deadline_ms,

@@ -14,18 +14,18 @@ fn core(clock: &ManualClock, opts: CoreOptions) -> Core {
     core
 }
 
-fn ask<'a>(name: &'a str, holder: &'a Holder) -> Ask<'a> {
+fn ask<'a>(name: &'a str, holder: &'a Arc<Holder>) -> Ask<'a> {
     Ask { name, mode: Mode::Exclusive, ttl_ms: 1_000, holder, retake: false, meta: None }
 }
 
-fn acquire(core: &Core, name: &str, holder: &Holder) -> Result<u64, Refusal> {
+fn acquire(core: &Core, name: &str, holder: &Arc<Holder>) -> Result<u64, Refusal> {
     match core.acquire(&[ask(name, holder)], false)? {
         Acquired::Granted(g) => Ok(g[0].token),
         Acquired::Busy { .. } => panic!("{name} unexpectedly busy"),
     }
 }
 
-fn cycle(core: &Core, name: &str, holder: &Holder) -> u64 {
+fn cycle(core: &Core, name: &str, holder: &Arc<Holder>) -> u64 {
     let token = acquire(core, name, holder).expect("acquire");
     assert!(core.release(name, token, None, &holder.nonce, false, None, None).expect("release"));
     token
@@ -36,7 +36,7 @@ fn nothing_is_granted_during_the_start_quarantine() {
     let clock = ManualClock::new();
     let core = Core::new(clock.shared(), CoreOptions::new(Duration::from_secs(10)));
     assert_eq!(core.quarantine_left(), Duration::from_secs(11), "quarantine is max_lease + 1s");
-    let me = Holder::current();
+    let me = Arc::new(Holder::current());
     clock.advance(Duration::from_millis(10_999));
     assert!(matches!(acquire(&core, "q", &me), Err(Refusal::Quarantine(left)) if left == Duration::from_millis(1)));
     clock.advance(Duration::from_millis(1));
@@ -47,7 +47,7 @@ fn nothing_is_granted_during_the_start_quarantine() {
 fn tokens_carry_the_server_time_in_microseconds() {
     let clock = ManualClock::starting_at(1_800_000_000_000);
     let c = core(&clock, CoreOptions::new(Duration::from_secs(10)));
-    let me = Holder::current();
+    let me = Arc::new(Holder::current());
     let t1 = cycle(&c, "t", &me);
     assert_eq!(t1, c.now_us() + 1, "first token is just above the server time in µs");
     let t2 = cycle(&c, "t", &me);
@@ -61,7 +61,7 @@ fn tokens_carry_the_server_time_in_microseconds() {
 fn grants_that_outrun_the_clock_by_half_the_max_lease_are_refused() {
     let clock = ManualClock::new();
     let c = core(&clock, CoreOptions::new(Duration::from_millis(10)));
-    let me = Holder::current();
+    let me = Arc::new(Holder::current());
     let mut a = ask("hot", &me);
     a.ttl_ms = 5;
     let mut refused = None;
@@ -91,7 +91,7 @@ fn retired_records_are_dropped_oldest_first_and_tokens_stay_above_them() {
     let mut opts = CoreOptions::new(Duration::from_secs(10));
     opts.retain = 64; // one per shard
     let c = core(&clock, opts);
-    let me = Holder::current();
+    let me = Arc::new(Holder::current());
     let mut last = 0;
     for _ in 0..5 {
         last = cycle(&c, "keep/x", &me);
@@ -113,7 +113,7 @@ fn live_leases_are_bounded() {
     let mut opts = CoreOptions::new(Duration::from_secs(10));
     opts.max_live = 64;
     let c = core(&clock, opts);
-    let me = Holder::current();
+    let me = Arc::new(Holder::current());
     let outcomes: Vec<_> = (0..1_000).map(|i| acquire(&c, &format!("live/{i}"), &me)).collect();
     let granted = outcomes.iter().filter(|o| o.is_ok()).count();
     assert!(granted <= 64, "{granted} live leases granted past a limit of 64");
@@ -124,7 +124,7 @@ fn live_leases_are_bounded() {
 fn invalid_asks_are_refused_with_a_reason() {
     let clock = ManualClock::new();
     let c = core(&clock, CoreOptions::new(Duration::from_secs(10)));
-    let me = Holder::current();
+    let me = Arc::new(Holder::current());
     let mut long = ask("ok", &me);
     long.ttl_ms = 10_001;
     assert!(matches!(c.acquire(&[long], false), Err(Refusal::Invalid(m)) if m.contains("max-lease")));
@@ -148,7 +148,7 @@ fn invalid_asks_are_refused_with_a_reason() {
 fn a_full_request_breaks_reservations_and_their_upgrade_fails() {
     let clock = ManualClock::new();
     let c = Arc::new(core(&clock, CoreOptions::new(Duration::from_secs(10))));
-    let (tentative, full, other) = (Holder::current(), Holder::current(), Holder::current());
+    let (tentative, full, other) = (Arc::new(Holder::current()), Arc::new(Holder::current()), Arc::new(Holder::current()));
     let reservation = match c.acquire(&[ask("two", &tentative)], true).expect("reserve") {
         Acquired::Granted(g) => g.into_iter().next().expect("one"),
         Acquired::Busy { .. } => panic!("busy"),

@@ -40,6 +40,8 @@
 //! - `last` is how the most recent grant ended, returned to the next holder as its
 //!   [`Predecessor`].
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::holder::Holder;
@@ -80,8 +82,8 @@ pub struct LeaseRecord {
 pub struct Entry {
     /// Fencing token.
     pub token: u64,
-    /// Who.
-    pub holder: Holder,
+    /// Who (shared, so that decisions never copy identities).
+    pub holder: Arc<Holder>,
     /// Lease duration; contenders judge staleness by this, so all agree.
     pub ttl_ms: u64,
     /// Absolute deadline: holder's wall clock at request time + TTL.
@@ -106,7 +108,7 @@ pub struct Ending {
     pub mode: Mode,
     /// Its holder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub holder: Option<Holder>,
+    pub holder: Option<Arc<Holder>>,
     /// How.
     pub how: EndedHow,
     /// When (wall ms of whoever ended it).
@@ -156,7 +158,8 @@ impl LeaseRecord {
             Ok(_) => {}
             Err(e) => return Err(Unreadable::Corrupt(describe_json_error(bytes, &e))),
         }
-        let record: Self = serde_json::from_slice(bytes).map_err(|e| Unreadable::Corrupt(describe_json_error(bytes, &e)))?;
+        let record: Self =
+            serde_json::from_slice(bytes).map_err(|e| Unreadable::Corrupt(describe_json_error(bytes, &e)))?;
         record.check().map_err(Unreadable::Corrupt)?;
         Ok(record)
     }
@@ -276,7 +279,7 @@ pub struct Ask<'a> {
     /// Lease duration in ms.
     pub ttl_ms: u64,
     /// Who asks.
-    pub holder: &'a Holder,
+    pub holder: &'a Arc<Holder>,
     /// Whether a grant in the record held by the same nonce may be re-taken at once.
     pub retake: bool,
     /// The asker's wall clock now (the new deadline is `now_ms + ttl_ms`).
@@ -303,35 +306,56 @@ pub enum Decision {
     Busy(Vec<HolderView>),
 }
 
-/// Decides an acquisition against the current record (`None` if absent).
+/// What a granted acquisition gives the new holder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Acquired {
+    /// The new fencing token.
+    pub token: u64,
+    /// What came before, for the new holder.
+    pub predecessor: Option<Predecessor>,
+}
+
+/// Decides an acquisition against `record`, changing it only if granted.
 ///
 /// Grants the judge calls expired, and the asker's own abandoned grants when
-/// `retake` is set, are ended in the new record; the asker is blocked by any other
+/// `retake` is set, are ended in the record; the asker is blocked by any other
 /// live exclusive grant, and for an exclusive ask by any live shared grant too.
-pub fn decide_acquire(name: &str, current: Option<&LeaseRecord>, ask: &Ask<'_>, judge: &dyn Judge) -> Decision {
-    let mut record = current.cloned().unwrap_or_else(|| LeaseRecord::empty(name));
-    let ending: Vec<(u64, EndedHow)> = record
-        .entries()
-        .filter_map(|(e, _)| {
-            if judge.expired(e) {
-                Some((e.token, EndedHow::Expired))
-            } else if ask.retake && e.holder.nonce == ask.holder.nonce {
-                Some((e.token, EndedHow::Retaken))
-            } else {
-                None
-            }
-        })
-        .collect();
-    for (token, how) in ending {
-        record.end(token, how, ask.now_ms, None);
-    }
-
+/// On a busy answer the record is left untouched and the blocking grants are
+/// returned.
+pub fn acquire(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge) -> Result<Acquired, Vec<HolderView>> {
+    let ends = |e: &Entry| {
+        if judge.expired(e) {
+            Some(EndedHow::Expired)
+        } else if ask.retake && e.holder.nonce == ask.holder.nonce {
+            Some(EndedHow::Retaken)
+        } else {
+            None
+        }
+    };
+    let exclusive_stays = record.exclusive.as_ref().is_some_and(|e| ends(e).is_none());
     let blocked = match ask.mode {
-        Mode::Exclusive => record.exclusive.is_some() || !record.shared.is_empty(),
-        Mode::Shared => record.exclusive.is_some(),
+        Mode::Exclusive => exclusive_stays || record.shared.iter().any(|e| ends(e).is_none()),
+        Mode::Shared => exclusive_stays,
     };
     if blocked {
-        return Decision::Busy(views(&record, judge));
+        return Err(record
+            .entries()
+            .filter(|(e, _)| ends(e).is_none())
+            .map(|(e, mode)| view(e, mode, judge))
+            .collect());
+    }
+    if let Some(how) = record.exclusive.as_ref().and_then(ends)
+        && let Some(e) = record.exclusive.take()
+    {
+        record.note_ending(&e, Mode::Exclusive, how, ask.now_ms, None);
+    }
+    if record.shared.iter().any(|e| ends(e).is_some()) {
+        for e in std::mem::take(&mut record.shared) {
+            match ends(&e) {
+                Some(how) => record.note_ending(&e, Mode::Shared, how, ask.now_ms, None),
+                None => record.shared.push(e),
+            }
+        }
     }
     // Parsed records are below MAX_TOKEN and store floors are far below it, so
     // this never saturates in practice; saturating keeps a damaged floor from
@@ -353,7 +377,16 @@ pub fn decide_acquire(name: &str, current: Option<&LeaseRecord>, ask: &Ask<'_>, 
     }
     record.last_token = token;
     record.tenure = FORMAT_VERSION;
-    Decision::Grant { record, token, predecessor }
+    Ok(Acquired { token, predecessor })
+}
+
+/// [`acquire`] on a copy of the current record (`None` if absent).
+pub fn decide_acquire(name: &str, current: Option<&LeaseRecord>, ask: &Ask<'_>, judge: &dyn Judge) -> Decision {
+    let mut record = current.cloned().unwrap_or_else(|| LeaseRecord::empty(name));
+    match acquire(&mut record, ask, judge) {
+        Ok(Acquired { token, predecessor }) => Decision::Grant { record, token, predecessor },
+        Err(holders) => Decision::Busy(holders),
+    }
 }
 
 /// Why a holder's grant is no longer in the record.
@@ -377,7 +410,33 @@ fn gone(record: &LeaseRecord, token: u64) -> Gone {
     Gone { detail }
 }
 
-/// Renews grant `token` of `nonce`: new deadline `now_ms + ttl_ms`.
+/// Renews grant `token` of `nonce` in place: new deadline `now_ms + ttl_ms`.
+pub fn renew(
+    record: &mut LeaseRecord,
+    token: u64,
+    nonce: &str,
+    ttl_ms: u64,
+    now_ms: u64,
+    meta: Option<&str>,
+) -> Result<(), Gone> {
+    let Some(entry) = record
+        .exclusive
+        .iter_mut()
+        .chain(record.shared.iter_mut())
+        .find(|e| e.token == token && e.holder.nonce == nonce)
+    else {
+        return Err(gone(record, token));
+    };
+    entry.deadline_ms = now_ms.saturating_add(ttl_ms).max(entry.deadline_ms);
+    entry.ttl_ms = ttl_ms;
+    entry.renewals += 1;
+    if let Some(meta) = meta {
+        entry.meta = Some(meta.to_string());
+    }
+    Ok(())
+}
+
+/// [`renew`] on a copy.
 pub fn decide_renew(
     current: &LeaseRecord,
     token: u64,
@@ -387,23 +446,34 @@ pub fn decide_renew(
     meta: Option<&str>,
 ) -> Result<LeaseRecord, Gone> {
     let mut record = current.clone();
-    let entry = record
-        .exclusive
-        .iter_mut()
-        .chain(record.shared.iter_mut())
-        .find(|e| e.token == token && e.holder.nonce == nonce)
-        .ok_or_else(|| gone(current, token))?;
-    entry.deadline_ms = now_ms.saturating_add(ttl_ms).max(entry.deadline_ms);
-    entry.ttl_ms = ttl_ms;
-    entry.renewals += 1;
-    if let Some(meta) = meta {
-        entry.meta = Some(meta.to_string());
-    }
+    renew(&mut record, token, nonce, ttl_ms, now_ms, meta)?;
     Ok(record)
 }
 
-/// Ends grant `token` of `nonce` (`how` is `Released` or `Dropped`), publishing
-/// `watermark_ms`.
+/// Ends grant `token` of `nonce` in place (`how` is `Released` or `Dropped`),
+/// publishing `watermark_ms`.
+pub fn release(
+    record: &mut LeaseRecord,
+    token: u64,
+    nonce: &str,
+    how: EndedHow,
+    now_ms: u64,
+    watermark_ms: Option<u64>,
+    meta: Option<&str>,
+) -> Result<(), Gone> {
+    if record.find(token, nonce).is_none() {
+        return Err(gone(record, token));
+    }
+    if let Some(meta) = meta {
+        for e in record.exclusive.iter_mut().chain(record.shared.iter_mut()).filter(|e| e.token == token) {
+            e.meta = Some(meta.to_string());
+        }
+    }
+    record.end(token, how, now_ms, watermark_ms);
+    Ok(())
+}
+
+/// [`release`] on a copy.
 pub fn decide_release(
     current: &LeaseRecord,
     token: u64,
@@ -413,23 +483,14 @@ pub fn decide_release(
     watermark_ms: Option<u64>,
     meta: Option<&str>,
 ) -> Result<LeaseRecord, Gone> {
-    if current.find(token, nonce).is_none() {
-        return Err(gone(current, token));
-    }
     let mut record = current.clone();
-    if let Some(meta) = meta {
-        for e in record.exclusive.iter_mut().chain(record.shared.iter_mut()).filter(|e| e.token == token) {
-            e.meta = Some(meta.to_string());
-        }
-    }
-    record.end(token, how, now_ms, watermark_ms);
+    release(&mut record, token, nonce, how, now_ms, watermark_ms, meta)?;
     Ok(record)
 }
 
-/// Breaks grants (all, or only `token`): the administrator's hammer. Each broken
-/// grant's deadline becomes part of the watermark.
-pub fn decide_break(current: &LeaseRecord, only_token: Option<u64>, now_ms: u64) -> Result<LeaseRecord, Gone> {
-    let mut record = current.clone();
+/// Breaks grants in place (all, or only `token`): the administrator's hammer.
+/// Each broken grant's deadline becomes part of the watermark.
+pub fn break_grants(record: &mut LeaseRecord, only_token: Option<u64>, now_ms: u64) -> Result<(), Gone> {
     let tokens: Vec<u64> =
         record.entries().map(|(e, _)| e.token).filter(|t| only_token.is_none_or(|o| o == *t)).collect();
     if tokens.is_empty() {
@@ -438,6 +499,13 @@ pub fn decide_break(current: &LeaseRecord, only_token: Option<u64>, now_ms: u64)
     for t in tokens {
         record.end(t, EndedHow::Broken, now_ms, None);
     }
+    Ok(())
+}
+
+/// [`break_grants`] on a copy.
+pub fn decide_break(current: &LeaseRecord, only_token: Option<u64>, now_ms: u64) -> Result<LeaseRecord, Gone> {
+    let mut record = current.clone();
+    break_grants(&mut record, only_token, now_ms)?;
     Ok(record)
 }
 

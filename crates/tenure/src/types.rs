@@ -94,7 +94,7 @@ pub struct Predecessor {
     /// The predecessor's fencing token (for a corrupt record: the floor used).
     pub token: u64,
     /// The predecessor, if known.
-    pub holder: Option<Holder>,
+    pub holder: Option<Arc<Holder>>,
     /// How it ended.
     pub how: EndedHow,
     /// When it ended (wall ms of whoever ended it).
@@ -137,7 +137,7 @@ pub struct Grant {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderView {
     /// Holder identity.
-    pub holder: Holder,
+    pub holder: Arc<Holder>,
     /// Mode of its grant.
     pub mode: Mode,
     /// Its fencing token.

@@ -51,6 +51,7 @@
 //! and non-linearizable reads (see `model_file_store`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use stateright::{Checker, HasDiscoveries, Model, Property};
@@ -221,7 +222,7 @@ struct Lease {
     symmetric: bool,
     /// Records witnesses for the `sometimes` properties (they split states).
     witnesses: bool,
-    holders: Vec<Holder>,
+    holders: Vec<Arc<Holder>>,
 }
 
 impl Lease {
@@ -240,7 +241,7 @@ impl Lease {
             fenced_writes: true,
             symmetric: false,
             witnesses: false,
-            holders: (0..procs).map(|i| Holder::current().with_nonce(format!("p{i}"))).collect(),
+            holders: (0..procs).map(|i| Arc::new(Holder::current().with_nonce(format!("p{i}")))).collect(),
         }
     }
 

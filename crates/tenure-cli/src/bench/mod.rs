@@ -187,7 +187,9 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
         #[cfg(feature = "etcd")]
         "etcd-lock" => vec![Arc::new(etcd_lock::EtcdLock::connect(url, args.op, args.ttl).await?)],
         #[cfg(not(feature = "etcd"))]
-        "etcd-raw" | "etcd-lock" | "etcd" => bail!("{scheme}:// needs a tenure built with --features etcd (which needs protoc)"),
+        "etcd-raw" | "etcd-lock" | "etcd" => {
+            bail!("{scheme}:// needs a tenure built with --features etcd (which needs protoc)")
+        }
         #[cfg(feature = "server")]
         "core" => {
             vec![Arc::new(crate::serve::CoreTarget::new(args.clients.iter().copied().max().unwrap_or(1), args.ttl))]

@@ -335,7 +335,7 @@ impl TenureStore {
             ),
         };
         let view = HolderView {
-            holder,
+            holder: Arc::new(holder),
             mode: Mode::Exclusive,
             token: 0,
             deadline_ms: self.clock.wall_ms() + left_ms,

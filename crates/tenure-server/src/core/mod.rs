@@ -99,7 +99,7 @@ pub struct Ask<'a> {
     /// Lease duration.
     pub ttl_ms: u64,
     /// Who asks.
-    pub holder: &'a Holder,
+    pub holder: &'a Arc<Holder>,
     /// Whether the same nonce's grants may be re-taken at once.
     pub retake: bool,
     /// Metadata stored with the grant.

@@ -13,7 +13,7 @@ use super::{Core, Refusal, Stats, bump, lock};
 pub(super) struct Reservation {
     pub(super) id: u64,
     pub(super) mode: Mode,
-    pub(super) holder: Holder,
+    pub(super) holder: Arc<Holder>,
     pub(super) ttl_ms: u64,
     pub(super) deadline_ms: u64,
     pub(super) meta: Option<String>,

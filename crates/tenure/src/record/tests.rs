@@ -1,10 +1,12 @@
+use std::sync::Arc;
+
 use super::*;
 
-fn holder(nonce: &str) -> Holder {
-    Holder::current().with_nonce(nonce)
+fn holder(nonce: &str) -> Arc<Holder> {
+    Arc::new(Holder::current().with_nonce(nonce))
 }
 
-fn ask(h: &Holder, mode: Mode, now_ms: u64) -> Ask<'_> {
+fn ask(h: &Arc<Holder>, mode: Mode, now_ms: u64) -> Ask<'_> {
     Ask { mode, ttl_ms: 1_000, holder: h, retake: false, now_ms, token_floor: 0, meta: None }
 }
 
@@ -80,7 +82,7 @@ fn expired_grant_is_taken_over_with_its_deadline_as_watermark() {
     assert_eq!(pred.how, EndedHow::Expired);
     assert_eq!(pred.watermark_ms, Some(1_000), "a broken holder may have written up to its deadline");
     assert!(!pred.how.graceful());
-    assert_eq!(rec.exclusive.map(|e| e.holder.nonce), Some("b".into()));
+    assert_eq!(rec.exclusive.map(|e| e.holder.nonce.clone()), Some("b".into()));
 }
 
 #[test]
@@ -212,7 +214,7 @@ mod properties {
         /// and the watermark never decreases.
         #[test]
         fn tokens_grow_and_exclusion_holds(ops in proptest::collection::vec(op(), 1..80)) {
-            let holders: Vec<Holder> = (0..3).map(|i| holder(&format!("h{i}"))).collect();
+            let holders: Vec<Arc<Holder>> = (0..3).map(|i| holder(&format!("h{i}"))).collect();
             let mut rec: Option<LeaseRecord> = None;
             let mut now = 0u64;
             let mut held: Vec<Vec<u64>> = vec![Vec::new(); 3];
