@@ -26,7 +26,7 @@ pub const RECORD_OBJECT: &str = "~lease";
 /// Most keys whose last read is remembered for conditional GETs.
 const CACHE_LIMIT: usize = 1024;
 
-/// The last full read of a key: what a `304 Not Modified` stands for.
+/// The last value read or written at a key: what a `304 Not Modified` stands for.
 #[derive(Clone, Debug)]
 struct Cached {
     /// The ETag exactly as the store sent it (quotes included).

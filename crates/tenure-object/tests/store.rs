@@ -153,7 +153,7 @@ macro_rules! per_server {
     };
 }
 
-per_server!(moto, rgw, azurite);
+per_server!(moto, rgw, azurite, gcs);
 
 fn invalid(r: tenure::Result<impl std::fmt::Debug>) -> String {
     match r {
