@@ -14,11 +14,14 @@
 //!   is neither added nor removed meanwhile, and the newest version is never
 //!   removed), take the highest version, `open` + read it; if it is gone, list again.
 //! - **conditional write** from version `n` (create: `n = 0`): `link` to `~<n+1>`,
-//!   a conflict if that name exists; `scan`; if a version above `n+1` is listed,
-//!   `remove_file(~<n+1>)` and report a conflict (the ABA check); else delete,
-//!   one `remove_file` at a time in any order, the listed versions more than
-//!   [`KEEP`] (the real constant) below `n+1`, and report done. The temp file, its
-//!   unlink, fsync and stale-temp cleanup change no version and are left out.
+//!   a conflict if that name exists; `scan`; if a version more than [`KEEP`] (the
+//!   real constant) above `n+1` is listed, `remove_file(~<n+1>)` and report an
+//!   *unknown* outcome (the ABA check); else delete, one `remove_file` at a time in
+//!   any order, the listed versions more than `KEEP` below `n+1`, and report done.
+//!   The temp file, its unlink, fsync and stale-temp cleanup change no version and
+//!   are left out.
+//! - **read** also lists once more after reading `~v`, and starts over if a
+//!   version above `v + KEEP` is listed.
 //!
 //! Writers make a bounded number of attempts (read + conditional write each),
 //! readers a bounded number of reads.
@@ -36,23 +39,12 @@
 //!
 //! Negative controls: no ABA check (a paused writer resurrects a collected slot and
 //! its lost update is reported done); a write that replaces an existing version
-//! (what `rename` would do); each half of the proposed fix removed.
-//!
-//! # Findings: properties 3 and 4 fail on the shipped code (ignored tests below)
-//!
-//! - *A write reported as a conflict took effect.* A links `~1` (now current); B
-//!   reads it and links `~2` on top; A's listing shows `~2 > ~1`, so A removes its
-//!   superseded file and reports `Put::Conflict`. The listing cannot tell "my slot
-//!   was collected and re-created" from "others wrote on top of me since".
-//! - *A read returned a value that was never current.* A reader lists `~1` and
-//!   pauses; `~1` is collected; a paused writer that had read "absent" re-creates
-//!   `~1`; the reader opens that stray file before its writer removes it.
-//!
-//! `fix_writes` / `fix_reads` check a repair: a re-created slot implies a version
-//! more than `KEEP` above it, so a write whose listing shows nothing above
-//! `n+1 + KEEP` is done, and one that shows more is reported *unknown* (neither
-//! done nor conflict: the caller must read again); a read lists once more after
-//! reading `~v` and starts over if a version above `v + KEEP` exists.
+//! (what `rename` would do); and the two rules this model first found wrong, each
+//! still caught: an ABA check that reports a conflict whenever *any* version is
+//! above the one just linked (a write others had already built on was reported as
+//! a conflict, so `FencedRecord::update` could apply a change twice), and a read
+//! without the second listing (a reader paused across a collection returned a
+//! re-created slot's value that was never current).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -231,7 +223,8 @@ impl FileStore {
             }
             Phase::Read { n, base } => {
                 // put_blocking: the temp file is written, then linked to ~<n+1>.
-                let (target, id) = (n + 1, 1 + 8 * w as u8 + p.used);
+                // Ids are unique per (writer, attempt): 16 attempts per writer at most.
+                let (target, id) = (n + 1, 1 + 16 * w as u8 + p.used);
                 (s.writers[w].left, s.writers[w].used) = (p.left - 1, p.used + 1);
                 if s.files[target].is_some() && !self.link_replaces {
                     return finish(s, Some(false), id); // EEXIST: Put::Conflict
@@ -363,8 +356,8 @@ fn shipped(writers: &[u8], readers: &[u8]) -> FileStore {
         readers: readers.to_vec(),
         aba_check: true,
         link_replaces: false,
-        fix_writes: false,
-        fix_reads: false,
+        fix_writes: true,
+        fix_reads: true,
     }
 }
 
@@ -378,10 +371,6 @@ fn bounded() -> FileStore {
 /// Larger bounds: two paused writers.
 fn wider() -> FileStore {
     shipped(&[KEEP as u8 + 2, 1, 1], &[1])
-}
-
-fn fixed(model: FileStore) -> FileStore {
-    FileStore { fix_writes: true, fix_reads: true, ..model }
 }
 
 /// Explores the whole space and asserts that none of `hold` is violated and
@@ -474,36 +463,10 @@ fn describe(before: &St, act: Act, after: &St) -> String {
 }
 
 #[test]
-fn writes_are_compare_and_swap_steps_and_done_means_done() {
-    check("shipped", bounded(), &[CAS_STEPS, DONE_MEANS_DONE]);
-    check("shipped, 3 writers", wider(), &[CAS_STEPS, DONE_MEANS_DONE]);
-}
-
-/// Fails on the shipped code: A links ~1; B reads ~1 and links ~2; A's listing
-/// sees ~2 > ~1 and reports a conflict for a write that B built on. Callers that
-/// retry on conflict apply their change twice (FencedRecord::update) or report a
-/// landed write as fenced.
-#[test]
-#[ignore = "finding: the ABA check reports writes that took effect as conflicts"]
-fn a_write_reported_as_a_conflict_had_no_effect() {
-    find("shipped", bounded(), CONFLICT_NO_EFFECT);
-    check("shipped", bounded(), &[CONFLICT_NO_EFFECT]);
-}
-
-/// Fails on the shipped code: a reader paused between its listing and its open
-/// reads a collected slot that a paused writer re-created (a value never current).
-#[test]
-#[ignore = "finding: a read can return a re-created slot's value that was never current"]
-fn reads_are_linearizable() {
-    find("shipped", bounded(), READS);
-    check("shipped", bounded(), &[READS]);
-}
-
-#[test]
-fn the_proposed_fix_keeps_all_four_properties() {
+fn writes_are_compare_and_swap_steps_and_reads_are_linearizable() {
     let all = [CAS_STEPS, DONE_MEANS_DONE, CONFLICT_NO_EFFECT, READS];
-    check("proposed fix", fixed(bounded()), &all);
-    check("proposed fix, 3 writers", fixed(wider()), &all);
+    check("shipped", bounded(), &all);
+    check("shipped, 3 writers", wider(), &all);
 }
 
 // Negative controls: each must be caught.
@@ -518,9 +481,18 @@ fn a_write_that_replaces_an_existing_version_is_not_a_compare_and_swap() {
     find("link replaces", FileStore { link_replaces: true, ..bounded() }, CAS_STEPS);
 }
 
+/// The first ABA rule, found wrong by this model: A links ~1; B reads ~1 and links
+/// ~2; A's listing sees ~2 > ~1 and reports a conflict for a write that B built
+/// on. Callers that retry on conflict applied their change twice
+/// (FencedRecord::update) or reported a landed write as fenced.
 #[test]
-fn the_fix_needs_both_halves() {
-    // Each half of the fix removed: its property fails again (as in the shipped code).
-    find("fix without its write half", FileStore { fix_writes: false, ..fixed(bounded()) }, CONFLICT_NO_EFFECT);
-    find("fix without its read half", FileStore { fix_reads: false, ..fixed(bounded()) }, READS);
+fn an_aba_check_on_any_newer_version_reports_landed_writes_as_conflicts() {
+    find("ABA check on any newer version", FileStore { fix_writes: false, ..bounded() }, CONFLICT_NO_EFFECT);
+}
+
+/// The first read, found wrong by this model: a reader paused between its
+/// listing and its open read a collected slot that a paused writer re-created.
+#[test]
+fn a_read_without_the_second_listing_can_return_a_value_never_current() {
+    find("read without the second listing", FileStore { fix_reads: false, ..bounded() }, READS);
 }

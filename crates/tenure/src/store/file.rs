@@ -30,12 +30,19 @@
 //!
 //! After each write the writer lists the directory once and deletes versions more
 //! than [`KEEP`] below its own. The highest version is never deleted, so the
-//! highest version number never decreases. A writer paused for a long time could
-//! otherwise re-create a deleted slot `n+1` from a stale `n` (ABA); the same
-//! listing catches it: a deleted slot always has a higher version above it, so a
-//! writer that finds any version above the one it just linked removes its stray
-//! file and reports a conflict. Temp files left by crashed writers are removed once
-//! they are ten minutes old.
+//! highest version number never decreases, and a slot is only ever collected once
+//! the newest version is more than `KEEP` above it. A writer paused for a long time
+//! could otherwise re-create a collected slot `n+1` from a stale `n` (ABA); the
+//! same listing catches it: if it shows a version more than `KEEP` above the one
+//! just linked, the write may or may not have happened (ours was re-created, or
+//! more than `KEEP` writes landed on top of it), so it is reported as an error
+//! with an unknown outcome, as a network store reports a lost answer, and the
+//! caller reads again. Any smaller gap means others wrote on top of a write that
+//! did happen: done. Readers likewise list once more after reading version `v`
+//! and start over if a version above `v + KEEP` exists, so they never return a
+//! re-created slot's value. Both rules are model-checked
+//! (`tests/model_file_store.rs`). Temp files left by crashed writers are removed
+//! once they are ten minutes old.
 //!
 //! # Durability
 //!
@@ -71,8 +78,10 @@ use crate::clock::unix_ms;
 use crate::error::{Error, Result};
 use crate::types::Version;
 
-/// Versions kept below the newest one (older ones are deleted by writers).
-pub const KEEP: u64 = 3;
+/// Versions kept below the newest one (older ones are deleted by writers). A
+/// write or read is only ambiguous when more than this many writes land while it
+/// is paused mid-operation.
+pub const KEEP: u64 = 8;
 /// Age after which a leftover temp file is removed.
 const STALE_TMP: Duration = Duration::from_secs(600);
 const VERSION_DIGITS: usize = 20;
@@ -184,6 +193,13 @@ impl FileBackend {
             let mut value = Vec::new();
             file.read_to_end(&mut value).map_err(|e| self.err(format!("reading key {key:?}"), &path, e))?;
             let modified_ms = file.metadata().and_then(|m| m.modified()).ok().map(unix_ms);
+            // A reader paused between its listing and its open may have opened a
+            // collected slot that a stale writer re-created: that can only happen
+            // once the newest version is more than KEEP above it. List once more.
+            let again = self.scan(&dir).map_err(|e| self.err(format!("listing key {key:?}"), &dir, e))?;
+            if again.max().is_some_and(|max| max > seq + KEEP) {
+                continue;
+            }
             return Ok(Some(Stored { value: value.into(), version: Version::seq(seq), modified_ms }));
         }
         Err(Error::store(&*self.url, format!("reading key {key:?}"), "its versions kept disappearing while being read"))
@@ -233,11 +249,20 @@ impl FileBackend {
                 .map_err(|e| self.err(format!("syncing the directory of key {key:?}"), &dir, e))?;
         }
         let scan = self.scan(&dir).map_err(|e| self.err(format!("listing key {key:?}"), &dir, e))?;
-        if scan.max().is_some_and(|max| max > target) {
-            // ABA: our slot had been garbage-collected; a newer version exists. The
-            // stray file is ours and below the maximum, so nobody reads it.
+        if scan.max().is_some_and(|max| max > target + KEEP) {
+            // Either our slot had been collected and we re-created it (ABA: the
+            // write did not happen), or more than KEEP writes landed on top of ours
+            // since (it did). The listing cannot tell which, so the outcome is
+            // unknown: the caller must read again. Our file is below the newest
+            // version minus KEEP, collectable either way.
             let _ = fs::remove_file(&path);
-            return Ok(Put::Conflict);
+            return Err(Error::store(
+                &*self.url,
+                format!("writing key {key:?}"),
+                format!(
+                    "outcome unknown: more than {KEEP} newer versions appeared while version {target} was being written; read it again"
+                ),
+            ));
         }
         self.collect(&scan, &dir, target);
         Ok(Put::Done(Version::seq(target)))
@@ -416,14 +441,28 @@ mod tests {
         let (d, b) = store();
         let v1 = done(b.put_blocking("k", b"a", &PutMode::Create).expect("create"));
         let mut v = v1.clone();
-        for _ in 0..10 {
+        for _ in 0..(KEEP + 10) {
             v = done(b.put_blocking("k", b"b", &PutMode::Update(v)).expect("update"));
         }
         // Slot 2 was collected; a writer that read version 1 long ago tries again.
         assert!(!d.path().join("k").join(version_file(2)).exists());
-        assert_eq!(b.put_blocking("k", b"stale", &PutMode::Update(v1)).expect("stale"), Put::Conflict);
+        match b.put_blocking("k", b"stale", &PutMode::Update(v1)) {
+            Err(Error::Store { source, .. }) => assert!(source.to_string().contains("outcome unknown"), "{source}"),
+            other => panic!("a re-created slot must be reported with an unknown outcome, got {other:?}"),
+        }
         assert!(!d.path().join("k").join(version_file(2)).exists(), "the stray version must be removed");
         assert_eq!(b.get_blocking("k").expect("get").map(|s| s.version), Some(v));
+    }
+
+    #[test]
+    fn a_write_with_fewer_than_keep_versions_on_top_is_done() {
+        let (_d, b) = store();
+        let v1 = done(b.put_blocking("k", b"a", &PutMode::Create).expect("create"));
+        let v2 = done(b.put_blocking("k", b"b", &PutMode::Update(v1.clone())).expect("update"));
+        // A conflicting write from an old version is a plain conflict while its
+        // slot still exists.
+        assert_eq!(b.put_blocking("k", b"c", &PutMode::Update(v1)).expect("stale"), Put::Conflict);
+        assert_eq!(b.get_blocking("k").expect("get").map(|s| s.version), Some(v2));
     }
 
     #[test]
