@@ -460,7 +460,7 @@ mon data = $RGW/mon.\$id
 osd data = $RGW/osd\$id
 keyring = $RGW/keyring
 [client.rgw.ci]
-rgw frontends = beast endpoint=$H:7480
+rgw frontends = beast endpoint=$H:7480 tcp_nodelay=1
 rgw data = $RGW/rgw
 CONF
 }

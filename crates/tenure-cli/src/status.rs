@@ -55,7 +55,7 @@ async fn collect(store: &dyn LeaseStore, name: Option<&str>) -> Result<Vec<Lease
 }
 
 pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
-    let store = args.store.open().await?;
+    let store = args.store.open_read_only().await?;
     let states = collect(&*store, args.name.as_deref()).await?;
     let mut out = std::io::stdout().lock();
     if args.json {

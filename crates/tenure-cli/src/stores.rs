@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use tenure::{CasOptions, LeaseStore, OpenOptions};
 
@@ -49,9 +49,14 @@ impl StoreArgs {
         opts
     }
 
-    /// Opens the store.
+    /// Opens the store (its errors name it already).
     pub(crate) async fn open(&self) -> Result<Arc<dyn LeaseStore>> {
-        open(&self.url, &self.open_options()).await.with_context(|| format!("opening store {}", self.url))
+        Ok(open(&self.url, &self.open_options()).await?)
+    }
+
+    /// Opens the store for reading only: nothing is written, not even a probe.
+    pub(crate) async fn open_read_only(&self) -> Result<Arc<dyn LeaseStore>> {
+        Ok(open(&self.url, &self.open_options().read_only()).await?)
     }
 }
 

@@ -171,8 +171,9 @@ pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> 
     Ok(Arc::new(CasStore::new(backend, opts.clock.clone(), opts.cas.clone())))
 }
 
-/// Opens the [`ObjectBackend`] a URL names and, unless `opts.trust_store`, runs
-/// the conditional-write [`probe`] on it.
+/// Opens the [`ObjectBackend`] a URL names and, unless `opts.trust_store` or
+/// `opts.read_only` (readers never write, not even a probe), runs the
+/// conditional-write [`probe`] on it.
 ///
 /// # Errors
 /// [`tenure::Error::InvalidStore`] for a bad URL or option;
@@ -181,7 +182,7 @@ pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> 
 pub async fn open_backend(url: &str, opts: &OpenOptions) -> Result<Arc<ObjectBackend>> {
     let built = config::build(url, &opts.params)?;
     let backend = Arc::new(ObjectBackend::new(built.store, built.prefix, built.provider, built.display));
-    if !opts.trust_store {
+    if !opts.trust_store && !opts.read_only {
         match probe(&backend).await? {
             Probe::Enforced { .. } => {}
             ro @ Probe::ReadOnly { .. } => {

@@ -67,6 +67,18 @@ async fn trust_store_skips_the_probe_on_a_store_that_would_fail_it() {
     assert_eq!(backend.requests().total(), 0, "nothing is sent before first use");
 }
 
+#[tokio::test]
+async fn a_read_only_open_writes_nothing_not_even_a_probe() {
+    // `tenure status` opens read-only: readers never write (invariant 7).
+    let Some(server) = common::moto() else { return };
+    let opts = server.options().read_only();
+    let backend = open_backend(&server.url(), &opts).await.expect("opened without a probe");
+    assert_eq!(backend.requests().total(), 0, "{}", backend.requests());
+    let store = open(&server.url(), &opts).await.expect("open read-only");
+    store.inspect(&tenure::LeaseName::new("never-written").expect("name")).await.expect("inspect");
+    assert!(common::objects(&backend).await.is_empty(), "a read-only open and an inspection left objects behind");
+}
+
 async fn probe_passes(server: Server) {
     let backend = open_backend(&server.url(), &server.options()).await.expect("a conforming store passes");
     assert_eq!(backend.requests().total(), 6, "{}", backend.requests());

@@ -148,7 +148,8 @@ fn invalid_asks_are_refused_with_a_reason() {
 fn a_full_request_breaks_reservations_and_their_upgrade_fails() {
     let clock = ManualClock::new();
     let c = Arc::new(core(&clock, CoreOptions::new(Duration::from_secs(10))));
-    let (tentative, full, other) = (Arc::new(Holder::current()), Arc::new(Holder::current()), Arc::new(Holder::current()));
+    let (tentative, full, other) =
+        (Arc::new(Holder::current()), Arc::new(Holder::current()), Arc::new(Holder::current()));
     let reservation = match c.acquire(&[ask("two", &tentative)], true).expect("reserve") {
         Acquired::Granted(g) => g.into_iter().next().expect("one"),
         Acquired::Busy { .. } => panic!("busy"),

@@ -355,7 +355,11 @@ impl LeaseStore for CasStore {
             };
             let (rec, token, predecessor) =
                 match record::decide_acquire(name, current.as_ref(), &ask, &self.judge(&watched)) {
-                    Decision::Busy(_) if from_cache => continue,
+                    Decision::Busy(_) if from_cache => {
+                        // Someone else holds it: poll the store from now on.
+                        self.forget(name);
+                        continue;
+                    }
                     Decision::Busy(holders) => {
                         return Ok(Attempt::Busy(Busy { name: req.name.clone(), holders, corrupt: None, version }));
                     }
@@ -390,6 +394,10 @@ impl LeaseStore for CasStore {
                     }));
                 }
                 Put::Conflict => {
+                    if from_cache {
+                        // Someone else wrote since: the cached copy is stale.
+                        self.forget(name);
+                    }
                     last_busy = Some(Busy { name: req.name.clone(), holders: Vec::new(), corrupt: None, version });
                 }
             }

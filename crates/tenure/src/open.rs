@@ -21,11 +21,21 @@ pub struct OpenOptions {
     /// Skip safety probes, such as the object stores' check that conditional
     /// writes are really enforced. Only for stores known to be safe.
     pub trust_store: bool,
+    /// The caller only reads (status, inspection): opening must not write
+    /// anything, so probes that write are skipped. They protect writers; a reader
+    /// of a store that ignores conditional writes is harmless.
+    pub read_only: bool,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        Self { clock: SystemClock::shared(), cas: CasOptions::default(), params: BTreeMap::new(), trust_store: false }
+        Self {
+            clock: SystemClock::shared(),
+            cas: CasOptions::default(),
+            params: BTreeMap::new(),
+            trust_store: false,
+            read_only: false,
+        }
     }
 }
 
@@ -40,6 +50,12 @@ impl OpenOptions {
         self.cas = cas;
         self
     }
+    /// For a caller that only reads (see [`OpenOptions::read_only`]).
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
+    }
+
     /// With a store-specific setting.
     pub fn with_param(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.params.insert(key.into(), value.into());
