@@ -87,6 +87,11 @@ pub fn azurite() -> Option<Server> {
         ("azure_storage_account_key", AZURITE_KEY.to_string()),
         ("azure_storage_endpoint", format!("{}/devstoreaccount1", endpoint.trim_end_matches('/'))),
         ("azure_allow_http", "true".to_string()),
+        // Azurite (Node) closes idle connections after 5 s and has been seen to
+        // stall a request under load: never reuse a connection it may have closed,
+        // and give up on a stalled request soon enough to retry it.
+        ("pool_idle_timeout", "2s".to_string()),
+        ("timeout", "10s".to_string()),
     ];
     Some(Server { base: "az://tenure".into(), params: params.into_iter().map(|(k, v)| (k.to_string(), v)).collect() })
 }
