@@ -8,7 +8,7 @@
 //! - [`Backend::list`]: the keys under a prefix.
 //!
 //! A backend that cannot do one of these atomically returns
-//! [`Error::Unsupported`](crate::Error::Unsupported); it never fakes atomicity
+//! [`Error::Unsupported`]; it never fakes atomicity
 //! with two steps. Keys are `/`-separated, made of lease-name segments, and may
 //! end in a `~suffix` that tenure uses for its own records (such as fences).
 

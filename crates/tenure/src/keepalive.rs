@@ -300,6 +300,38 @@ pub struct Lease {
     held: Held,
 }
 
+/// The methods [`Lease`] and [`LeaseSet`] share, written once.
+macro_rules! held_handle {
+    ($what:literal) => {
+        /// The current health (for a set: losing one lease loses the set).
+        pub fn health(&self) -> Health {
+            self.held.health.borrow().clone()
+        }
+
+        /// A receiver of health changes, for `select!`.
+        pub fn health_watch(&self) -> watch::Receiver<Health> {
+            self.held.health.clone()
+        }
+
+        #[doc = concat!("Completes when ", $what, " is lost, with the reason.")]
+        pub async fn lost(&self) -> LossReason {
+            self.held.lost().await
+        }
+
+        #[doc = concat!("Releases ", $what, "; a release that fails for one lease of a set does")]
+        /// not stop the others, and the first error is returned.
+        pub async fn release(self) -> Result<Released> {
+            self.held.release(ReleaseRequest::default()).await
+        }
+
+        /// Releases with a watermark (an upper bound of the timestamps of everything
+        /// written under the lease) and metadata for the next holder.
+        pub async fn release_with(self, req: ReleaseRequest) -> Result<Released> {
+            self.held.release(req).await
+        }
+    };
+}
+
 impl Lease {
     pub(crate) fn start(store: Arc<dyn LeaseStore>, grant: Grant, opts: &LeaseOptions, held: HeldNames) -> Self {
         Self { held: Held::start(store, vec![grant], opts, held) }
@@ -315,31 +347,7 @@ impl Lease {
         self.held.grants.borrow()[0].token
     }
 
-    /// The current health.
-    pub fn health(&self) -> Health {
-        self.held.health.borrow().clone()
-    }
-
-    /// A receiver of health changes, for `select!`.
-    pub fn health_watch(&self) -> watch::Receiver<Health> {
-        self.held.health.clone()
-    }
-
-    /// Completes when the lease is lost, with the reason.
-    pub async fn lost(&self) -> LossReason {
-        self.held.lost().await
-    }
-
-    /// Releases the lease, publishing `watermark_ms` (an upper bound of the
-    /// timestamps of everything written under it) for the next holder.
-    pub async fn release(self) -> Result<Released> {
-        self.held.release(ReleaseRequest::default()).await
-    }
-
-    /// Releases with a watermark and metadata for the next holder.
-    pub async fn release_with(self, req: ReleaseRequest) -> Result<Released> {
-        self.held.release(req).await
-    }
+    held_handle!("the lease");
 }
 
 /// Several leases held together, acquired all-or-nothing in canonical order and
@@ -359,29 +367,5 @@ impl LeaseSet {
         self.held.grants.borrow().clone()
     }
 
-    /// The current health (the worst of the set: losing one loses the set).
-    pub fn health(&self) -> Health {
-        self.held.health.borrow().clone()
-    }
-
-    /// A receiver of health changes.
-    pub fn health_watch(&self) -> watch::Receiver<Health> {
-        self.held.health.clone()
-    }
-
-    /// Completes when any lease of the set is lost.
-    pub async fn lost(&self) -> LossReason {
-        self.held.lost().await
-    }
-
-    /// Releases every lease of the set, attempting all even if some fail; the first
-    /// error is returned.
-    pub async fn release(self) -> Result<Released> {
-        self.held.release(ReleaseRequest::default()).await
-    }
-
-    /// Releases with a watermark and metadata.
-    pub async fn release_with(self, req: ReleaseRequest) -> Result<Released> {
-        self.held.release(req).await
-    }
+    held_handle!("any lease of the set");
 }
