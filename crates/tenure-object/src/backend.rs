@@ -128,8 +128,14 @@ impl ObjectBackend {
 
     /// Whether a `304 Not Modified` answer to a conditional GET is trusted (the
     /// probe turns this off on a store that answered 304 for a foreign ETag).
+    ///
+    /// Never on GCS: its versions are generations, but `If-None-Match` compares
+    /// the ETag, which is the MD5 of the content. An object rewritten with the
+    /// same bytes (a fenced record written twice with one token and value) has a
+    /// new generation and the same ETag, so a 304 would hand back the old
+    /// generation, and every replace conditional on it would fail.
     pub fn uses_conditional_get(&self) -> bool {
-        self.conditional_get.load(Ordering::Relaxed)
+        self.provider != Provider::Gcs && self.conditional_get.load(Ordering::Relaxed)
     }
 
     pub(crate) fn set_conditional_get(&self, on: bool) {

@@ -46,7 +46,7 @@
 //!
 //! | operation | requests |
 //! |---|---|
-//! | read | GET; `If-None-Match: <ETag>` when this handle has read the key before, so an unchanged record costs a body-less 304 |
+//! | read | GET; on S3 and Azure `If-None-Match: <ETag>` when this handle has read the key before, so an unchanged record costs a body-less 304 |
 //! | create | PUT `If-None-Match: *` (GCS `x-goog-if-generation-match: 0`) |
 //! | replace | PUT `If-Match: <ETag>` (GCS `x-goog-if-generation-match: <generation>`) |
 //! | list | LIST under the prefix, 1 request per 1000 objects |
@@ -92,17 +92,19 @@
 //! | acquire a lease never used | 2: GET (404) + PUT `If-None-Match: *` | 1: PUT create |
 //! | acquire a lease someone else released | 2: GET + PUT `If-Match` | 1: PUT create |
 //! | acquire a lease this handle released | 1: PUT `If-Match` | 1: PUT create |
-//! | poll a held lease | 1: GET, a 304 without body while unchanged | 2: PUT create (412) + GET |
+//! | poll a held lease | 1: GET (S3, Azure: a 304 without body while unchanged) | 2: PUT create (412) + GET |
 //! | take over an expired lease | 2: GET + PUT `If-Match` | 4: PUT (412) + GET + DELETE + PUT |
 //! | renew | 1: PUT `If-Match` (the holder knows its record) | 1: PATCH |
 //! | release | 1: PUT `If-Match` (record kept, marked released) | 1: DELETE |
 //! | open the store | 6 (the [`probe`]), skipped with `--trust-store` | 0 |
 //!
-//! A GET of a record this handle has read or written before carries
-//! `If-None-Match`, so an unchanged record costs a 304 without body. These counts
-//! are asserted against every server by `tests/requests.rs`. (Today a handle that
-//! wrote the record and then waits while another holds it pays a rejected PUT and
-//! a GET per poll, because [`tenure::cas`] keeps deciding from its stale copy.)
+//! On S3 and Azure, a GET of a record this handle has read or written before
+//! carries `If-None-Match`, so an unchanged record costs a 304 without body (not
+//! on GCS, see [`ObjectBackend::uses_conditional_get`]). A handle that wrote the
+//! record last and finds it taken by someone else pays one rejected PUT before its
+//! first read ([`tenure::cas`] tries its own copy first, then drops it); later
+//! polls are one GET each. These counts are asserted against every server by
+//! `tests/requests.rs`.
 //!
 //! A HEAD would not make polling cheaper: the contender needs the record whenever
 //! it changed, so HEAD-then-GET costs two requests where a conditional GET costs
