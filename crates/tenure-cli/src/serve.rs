@@ -188,6 +188,13 @@ fn load_or_create_key(path: &Path) -> Result<Signer> {
 
 /// The benchmark's `core://` target: the server's lease table in this process,
 /// no network and no witness signature: acquire + release through [`Core`].
+///
+/// The table runs with `tenure serve`'s default `--max-lease` (60 s; the TTL if
+/// longer). The restart rule lets a grant's token run ahead of the server clock
+/// by at most `max_lease / 2`, so one name sustains at most one grant per µs; one
+/// in-process worker cycles its name faster than that (several per µs). With a
+/// 2 s max lease it would be refused after about a second; with 60 s it has half
+/// a minute, longer than a bench run. The token check itself runs either way.
 pub(crate) struct CoreTarget {
     core: Core,
     workers: Vec<(String, Arc<Holder>)>,
@@ -196,7 +203,7 @@ pub(crate) struct CoreTarget {
 
 impl CoreTarget {
     pub(crate) fn new(max_clients: usize, ttl: Duration) -> Self {
-        let mut opts = CoreOptions::new(ttl.max(Duration::from_secs(1)));
+        let mut opts = CoreOptions::new(ttl.max(Duration::from_secs(60)));
         opts.quarantine = Duration::ZERO;
         let run = tenure::random_nonce();
         Self {

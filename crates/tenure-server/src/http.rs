@@ -68,7 +68,7 @@ async fn page(State(shared): State<Arc<Shared>>) -> Html<String> {
     let core = &shared.core;
     let snap = core.snapshot(PAGE_LIMIT);
     let now_ms = core.now_us() / 1000;
-    let s = &core.stats;
+    let s = core.stats();
     let mut h = String::with_capacity(4096 + 256 * snap.leases.len());
     let _ = write!(
         h,
@@ -198,7 +198,7 @@ async fn pubkey(State(shared): State<Arc<Shared>>) -> String {
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     let core = &shared.core;
-    let s = &core.stats;
+    let s = core.stats();
     let c = &shared.conns;
     let snap = core.snapshot(0);
     let mut out = String::with_capacity(2048);

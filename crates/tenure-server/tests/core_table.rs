@@ -162,5 +162,5 @@ fn a_full_request_breaks_reservations_and_their_upgrade_fails() {
     let token = acquire(&c, "two", &full).expect("a full request breaks the reservation");
     assert!(token > 0);
     assert!(c.upgrade("two", reservation.version, &tentative.nonce).expect("upgrade").is_err());
-    assert_eq!(c.stats.tentative_broken.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(c.stats().tentative_broken.load(std::sync::atomic::Ordering::Relaxed), 1);
 }

@@ -25,7 +25,7 @@
 //!   `retain` of them exist; then the oldest are dropped first, and the shard
 //!   remembers the highest token it dropped as a floor for new records.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -38,7 +38,7 @@ use crate::witness::{BodyRef, PredRef, WitnessKind, witness_buf};
 mod table;
 
 pub use table::{LeaseRow, Snapshot};
-use table::{Reservation, Shard, Slot, retire_if_idle};
+use table::{Reservation, Shard, Slot, retire_if_idle, slot_mut, unretire};
 
 /// A decision not yet applied.
 struct Decided {
@@ -137,7 +137,11 @@ pub enum Acquired {
     },
 }
 
-/// Counters for `/metrics` and the status page.
+/// Counters for `/metrics` and the status page ([`Core::stats`] adds them up).
+///
+/// Each shard keeps its own, changed only under the shard's lock: a counter
+/// shared by every shard would be one cache line that both cores fight over on
+/// every grant.
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Grants (full, including upgrades).
@@ -166,23 +170,60 @@ pub struct Stats {
     pub dropped: AtomicU64,
 }
 
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
+impl Stats {
+    fn add(&self, other: &Stats) {
+        let pairs = [
+            (&self.grants, &other.grants),
+            (&self.busy, &other.busy),
+            (&self.expired_takeovers, &other.expired_takeovers),
+            (&self.renewals, &other.renewals),
+            (&self.renewals_lost, &other.renewals_lost),
+            (&self.releases, &other.releases),
+            (&self.breaks, &other.breaks),
+            (&self.tentative, &other.tentative),
+            (&self.tentative_broken, &other.tentative_broken),
+            (&self.upgrades_failed, &other.upgrades_failed),
+            (&self.quarantined, &other.quarantined),
+            (&self.dropped, &other.dropped),
+        ];
+        for (mine, theirs) in pairs {
+            mine.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
 }
+
+/// Adds `n` to a shard's counter. Every writer holds the shard's lock, so a plain
+/// load and store suffice (no locked read-modify-write); readers may read at any time.
+fn add(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+fn bump(c: &AtomicU64) {
+    add(c, 1);
+}
+
+/// A shard on cache lines of its own, so that two cores locking neighbouring
+/// shards do not invalidate each other's line.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded(Mutex<Shard>);
 
 /// The lease table. Cheap to share (`Arc<Core>`).
 #[derive(Debug)]
 pub struct Core {
-    shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
+    shards: Box<[Padded]>,
+    /// Keyed (per process) hash of lease names: clients choose names, so an
+    /// unkeyed hash would let one pile them into one shard and one bucket chain.
+    /// Computed once per request; it picks the shard and indexes the shard's table.
+    hasher: foldhash::quality::RandomState,
     clock: Arc<dyn Clock>,
     start: Mono,
     start_wall_us: u64,
     opts: CoreOptions,
     /// The quarantine is over.
     open: std::sync::atomic::AtomicBool,
-    /// Counters.
-    pub stats: Stats,
+    /// Requests refused during the quarantine (no shard is involved).
+    quarantined: AtomicU64,
 }
 
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -195,14 +236,14 @@ impl Core {
         let start = clock.mono();
         let start_wall_us = clock.wall_ms().saturating_mul(1000);
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| Padded::default()).collect(),
+            hasher: foldhash::quality::RandomState::default(),
             clock,
             start,
             start_wall_us,
             opts,
             open: std::sync::atomic::AtomicBool::new(false),
-            stats: Stats::default(),
+            quarantined: AtomicU64::new(0),
         }
     }
 
@@ -214,6 +255,16 @@ impl Core {
     /// The clock.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+
+    /// The counters, added up over the shards.
+    pub fn stats(&self) -> Stats {
+        let total = Stats::default();
+        total.quarantined.store(self.quarantined.load(Ordering::Relaxed), Ordering::Relaxed);
+        for shard in self.shards.iter() {
+            total.add(&lock(&shard.0).stats);
+        }
+        total
     }
 
     /// Server time, µs since the unix epoch: the wall clock at start plus monotonic
@@ -233,8 +284,18 @@ impl Core {
         (self.start + self.opts.quarantine).saturating_since(self.clock.mono())
     }
 
-    fn shard_of(&self, name: &str) -> usize {
-        (self.hasher.hash_one(name) as usize) % SHARDS
+    fn hash(&self, name: &str) -> u64 {
+        self.hasher.hash_one(name)
+    }
+
+    /// The shard of a name's hash. The shard tables index by the low bits and tag
+    /// by the top seven, so the shard takes bits from neither.
+    fn shard_index(h: u64) -> usize {
+        ((h >> 32) as usize) % SHARDS
+    }
+
+    fn shard(&self, h: u64) -> &Mutex<Shard> {
+        &self.shards[Self::shard_index(h)].0
     }
 
     fn check_open(&self) -> Result<(), Refusal> {
@@ -247,7 +308,7 @@ impl Core {
             self.open.store(true, Ordering::Relaxed);
             Ok(())
         } else {
-            bump(&self.stats.quarantined);
+            self.quarantined.fetch_add(1, Ordering::Relaxed);
             Err(Refusal::Quarantine(left))
         }
     }
@@ -260,6 +321,12 @@ impl Core {
             )));
         }
         Ok(())
+    }
+
+    /// Highest token a grant may take at `now_us`: more than `max_lease / 2` ahead
+    /// of the clock would break the restart rule.
+    fn token_limit(&self, now_us: u64) -> u64 {
+        now_us.saturating_add(self.opts.max_lease.as_micros() as u64 / 2)
     }
 
     /// Acquires every lease of `asks` or none (`tentative`: reservations only).
@@ -276,48 +343,133 @@ impl Core {
         }
         // One lease (the common case): one shard, no bookkeeping.
         if let [ask] = asks {
-            let mut shard = lock(&self.shards[self.shard_of(ask.name)]);
+            let h = self.hash(ask.name);
+            let mut guard = lock(self.shard(h));
+            let shard = &mut *guard;
             let now_us = self.now_us();
-            return Ok(match self.decide(&shard, ask, now_us, tentative)? {
-                Err(holders) => self.busy(&mut shard, ask.name, 0, holders),
-                Ok(d) => Acquired::Granted(vec![self.commit(&mut shard, ask, d, now_us, tentative)]),
+            if !tentative && let Some(done) = self.acquire_in_place(shard, h, ask, now_us)? {
+                return Ok(done);
+            }
+            return Ok(match self.decide(shard, h, ask, now_us, tentative)? {
+                Err(holders) => self.busy(shard, h, ask.name, 0, holders),
+                Ok(d) => Acquired::Granted(vec![self.commit(shard, h, ask, d, now_us, tentative)]),
             });
         }
         // Several: lock their shards in index order, decide all, commit only if
         // all are granted.
-        let shard_ids: Vec<usize> = asks.iter().map(|a| self.shard_of(a.name)).collect();
+        let hashes: Vec<u64> = asks.iter().map(|a| self.hash(a.name)).collect();
+        let shard_ids: Vec<usize> = hashes.iter().map(|&h| Self::shard_index(h)).collect();
         let mut order = shard_ids.clone();
         order.sort_unstable();
         order.dedup();
         let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
-            order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
+            order.iter().map(|&i| (i, lock(&self.shards[i].0))).collect();
         let now_us = self.now_us();
         let mut decided = Vec::with_capacity(asks.len());
-        for (index, (ask, &sid)) in asks.iter().zip(&shard_ids).enumerate() {
-            match self.decide(guard(&mut guards, sid), ask, now_us, tentative)? {
-                Err(holders) => return Ok(self.busy(guard(&mut guards, sid), ask.name, index, holders)),
+        for (index, ((ask, &sid), &h)) in asks.iter().zip(&shard_ids).zip(&hashes).enumerate() {
+            match self.decide(guard(&mut guards, sid), h, ask, now_us, tentative)? {
+                Err(holders) => return Ok(self.busy(guard(&mut guards, sid), h, ask.name, index, holders)),
                 Ok(d) => decided.push(d),
             }
         }
         let out = asks
             .iter()
             .zip(&shard_ids)
+            .zip(&hashes)
             .zip(decided)
-            .map(|((ask, &sid), d)| self.commit(guard(&mut guards, sid), ask, d, now_us, tentative))
+            .map(|(((ask, &sid), &h), d)| self.commit(guard(&mut guards, sid), h, ask, d, now_us, tentative))
             .collect();
         Ok(Acquired::Granted(out))
+    }
+
+    /// The hot path: one full ask decided on the record itself, without a copy.
+    /// `Ok(None)` for the rare cases left to [`Core::decide`] and [`Core::commit`]
+    /// (a reservation on the lease, or a token that would outrun the clock), which
+    /// answer exactly as before.
+    fn acquire_in_place(
+        &self,
+        shard: &mut Shard,
+        h: u64,
+        ask: &Ask<'_>,
+        now_us: u64,
+    ) -> Result<Option<Acquired>, Refusal> {
+        let now_ms = now_us / 1000;
+        let floor = now_us.max(shard.dropped_floor);
+        let existing = slot_mut(&mut shard.slots, h, ask.name);
+        // The token `record::acquire` would take if it grants.
+        let next = existing.as_ref().map_or(0, |s| s.record.last_token).max(floor).saturating_add(1);
+        if next > self.token_limit(now_us) || existing.as_ref().is_some_and(|s| !s.reservations.is_empty()) {
+            return Ok(None);
+        }
+        let slot = match existing {
+            Some(slot) => slot,
+            None => {
+                LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
+                if shard.slots.len() - shard.retired >= (self.opts.max_live / SHARDS).max(1) {
+                    return Err(Refusal::Overloaded(format!(
+                        "the server holds its limit of {} live leases",
+                        self.opts.max_live
+                    )));
+                }
+                let slot = Slot::new(Arc::from(ask.name), h, now_ms);
+                shard.slots.insert_unique(h, slot, |s| s.hash).into_mut()
+            }
+        };
+        let rask = record::Ask {
+            mode: ask.mode,
+            ttl_ms: ask.ttl_ms,
+            holder: ask.holder,
+            retake: ask.retake,
+            now_ms,
+            token_floor: floor,
+            meta: ask.meta.map(str::to_string),
+        };
+        let stats = &shard.stats;
+        let record::Acquired { token, predecessor } =
+            match record::acquire(&mut slot.record, &rask, &ClockJudge { now_ms }) {
+                Ok(granted) => granted,
+                Err(holders) => {
+                    bump(&stats.busy);
+                    slot.busy += 1;
+                    return Ok(Some(Acquired::Busy { index: 0, holders, version: slot.version }));
+                }
+            };
+        slot.version += 1;
+        slot.modified_ms = now_ms;
+        bump(&stats.grants);
+        if predecessor.as_ref().is_some_and(|p| p.how == EndedHow::Expired && p.at_ms == now_ms) {
+            bump(&stats.expired_takeovers);
+        }
+        let seq = std::mem::take(&mut slot.retired);
+        unretire(&mut shard.retired, &mut shard.retire_queue, seq);
+        let deadline_ms = now_ms.saturating_add(ask.ttl_ms);
+        let mut witness = witness_buf(ask.name.len());
+        BodyRef {
+            kind: WitnessKind::Grant,
+            name: ask.name,
+            mode: ask.mode,
+            token,
+            deadline_ms,
+            server_time_us: now_us,
+            holder_nonce: &ask.holder.nonce,
+            predecessor: predecessor.as_ref().map(PredRef::of),
+        }
+        .encode(&mut witness);
+        let granted = Granted { token, deadline_ms, version: slot.version, predecessor, witness };
+        Ok(Some(Acquired::Granted(vec![granted])))
     }
 
     /// Decides one ask against its shard: `Ok(Err(holders))` if busy.
     fn decide(
         &self,
         shard: &Shard,
+        h: u64,
         ask: &Ask<'_>,
         now_us: u64,
         tentative: bool,
     ) -> Result<Result<Decided, Vec<HolderView>>, Refusal> {
         let now_ms = now_us / 1000;
-        let slot = shard.slots.get(ask.name);
+        let slot = shard.slots.find(h, |s| &*s.name == ask.name);
         if slot.is_none() {
             LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
             if shard.slots.len() - shard.retired >= (self.opts.max_live / SHARDS).max(1) {
@@ -348,7 +500,7 @@ impl Core {
             Decision::Busy(holders) => Ok(Err(holders)),
             Decision::Grant { .. } if tentative && blocked_by_reservation => Ok(Err(Vec::new())),
             Decision::Grant { record, token, predecessor } => {
-                if token > now_us.saturating_add(self.opts.max_lease.as_micros() as u64 / 2) {
+                if token > self.token_limit(now_us) {
                     return Err(Refusal::Overloaded(format!(
                         "grants of {:?} outran the server clock (token {token}); slow down",
                         ask.name
@@ -360,14 +512,16 @@ impl Core {
     }
 
     /// Applies a decision to its shard.
-    fn commit(&self, shard: &mut Shard, ask: &Ask<'_>, d: Decided, now_us: u64, tentative: bool) -> Granted {
+    fn commit(&self, shard: &mut Shard, h: u64, ask: &Ask<'_>, d: Decided, now_us: u64, tentative: bool) -> Granted {
         let now_ms = now_us / 1000;
         let deadline_ms = now_ms.saturating_add(ask.ttl_ms);
         let res_id = shard.next_reservation + 1;
-        // Reuse the map's own key when the record exists: no allocation.
-        let key: Arc<str> = shard.slots.get_key_value(ask.name).map_or_else(|| Arc::from(ask.name), |(k, _)| k.clone());
-        let slot = shard.slots.entry(key.clone()).or_insert_with(|| Slot::new(key, now_ms));
-        let was_retired = std::mem::take(&mut slot.retired) != 0;
+        let stats = &shard.stats;
+        let slot = match slot_mut(&mut shard.slots, h, ask.name) {
+            Some(slot) => slot,
+            None => shard.slots.insert_unique(h, Slot::new(Arc::from(ask.name), h, now_ms), |s| s.hash).into_mut(),
+        };
+        let retired_seq = std::mem::take(&mut slot.retired);
         let Decided { record, token, predecessor } = d;
         let (kind, token, version) = if tentative {
             slot.reservations.retain(|r| r.deadline_ms > now_ms && r.holder.nonce != ask.holder.nonce);
@@ -379,7 +533,7 @@ impl Core {
                 deadline_ms,
                 meta: ask.meta.map(str::to_string),
             });
-            bump(&self.stats.tentative);
+            bump(&stats.tentative);
             (WitnessKind::Tentative, 0, res_id)
         } else {
             // A full ask breaks every live reservation it conflicts with.
@@ -387,20 +541,18 @@ impl Core {
             if !slot.reservations.is_empty() {
                 let broken = slot.reservations.iter().filter(|r| r.deadline_ms > now_ms && conflicts(r)).count();
                 slot.reservations.retain(|r| r.deadline_ms > now_ms && !conflicts(r));
-                self.stats.tentative_broken.fetch_add(broken as u64, Ordering::Relaxed);
+                add(&stats.tentative_broken, broken as u64);
             }
             slot.record = record;
             slot.version += 1;
-            bump(&self.stats.grants);
+            bump(&stats.grants);
             if predecessor.as_ref().is_some_and(|p| p.how == EndedHow::Expired && p.at_ms == now_ms) {
-                bump(&self.stats.expired_takeovers);
+                bump(&stats.expired_takeovers);
             }
             (WitnessKind::Grant, token, slot.version)
         };
         slot.modified_ms = now_ms;
-        if was_retired {
-            shard.retired -= 1;
-        }
+        unretire(&mut shard.retired, &mut shard.retire_queue, retired_seq);
         if tentative {
             shard.next_reservation = res_id;
         }
@@ -419,9 +571,9 @@ impl Core {
         Granted { token, deadline_ms, version, predecessor, witness }
     }
 
-    fn busy(&self, shard: &mut Shard, name: &str, index: usize, holders: Vec<HolderView>) -> Acquired {
-        bump(&self.stats.busy);
-        let version = match shard.slots.get_mut(name) {
+    fn busy(&self, shard: &mut Shard, h: u64, name: &str, index: usize, holders: Vec<HolderView>) -> Acquired {
+        bump(&shard.stats.busy);
+        let version = match slot_mut(&mut shard.slots, h, name) {
             Some(slot) => {
                 slot.busy += 1;
                 slot.version
@@ -434,22 +586,24 @@ impl Core {
     /// Turns reservation `id` of `nonce` on `name` into a full grant, if it survived.
     pub fn upgrade(&self, name: &str, id: u64, nonce: &str) -> Result<Result<Granted, String>, Refusal> {
         self.check_open()?;
-        let sid = self.shard_of(name);
-        let mut shard = lock(&self.shards[sid]);
+        let h = self.hash(name);
+        let mut guard = lock(self.shard(h));
+        let shard = &mut *guard;
         let now_us = self.now_us();
         let now_ms = now_us / 1000;
         let floor = now_us.max(shard.dropped_floor);
-        let Some(slot) = shard.slots.get_mut(name) else {
-            bump(&self.stats.upgrades_failed);
+        let stats = &shard.stats;
+        let Some(slot) = slot_mut(&mut shard.slots, h, name) else {
+            bump(&stats.upgrades_failed);
             return Ok(Err("the reservation is gone".into()));
         };
         let Some(pos) = slot.reservations.iter().position(|r| r.id == id && r.holder.nonce == nonce) else {
-            bump(&self.stats.upgrades_failed);
+            bump(&stats.upgrades_failed);
             return Ok(Err("the reservation was broken by a full request".into()));
         };
         let r = slot.reservations.swap_remove(pos);
         if r.deadline_ms <= now_ms {
-            bump(&self.stats.upgrades_failed);
+            bump(&stats.upgrades_failed);
             return Ok(Err("the reservation expired".into()));
         }
         let rask = record::Ask {
@@ -463,14 +617,14 @@ impl Core {
         };
         match record::decide_acquire(name, Some(&slot.record), &rask, &ClockJudge { now_ms }) {
             Decision::Busy(_) => {
-                bump(&self.stats.upgrades_failed);
+                bump(&stats.upgrades_failed);
                 Ok(Err("a full grant took the lease".into()))
             }
             Decision::Grant { record, token, predecessor } => {
                 slot.record = record;
                 slot.version += 1;
                 slot.modified_ms = now_ms;
-                bump(&self.stats.grants);
+                bump(&stats.grants);
                 let deadline_ms = now_ms.saturating_add(r.ttl_ms);
                 let mut witness = witness_buf(name.len());
                 BodyRef {
@@ -500,18 +654,19 @@ impl Core {
         ttl_ms: u64,
     ) -> Result<Result<Granted, String>, Refusal> {
         self.check_ttl(ttl_ms)?;
-        let sid = self.shard_of(name);
-        let mut guard = lock(&self.shards[sid]);
+        let h = self.hash(name);
+        let mut guard = lock(self.shard(h));
         let shard = &mut *guard;
         let now_us = self.now_us();
         let now_ms = now_us / 1000;
-        let Some(slot) = shard.slots.get_mut(name) else {
-            bump(&self.stats.renewals_lost);
+        let stats = &shard.stats;
+        let Some(slot) = slot_mut(&mut shard.slots, h, name) else {
+            bump(&stats.renewals_lost);
             return Ok(Err("the server has no record of this lease (it restarted, or the grant ended)".into()));
         };
         if let Some(id) = reservation {
             let Some(r) = slot.reservations.iter_mut().find(|r| r.id == id && r.holder.nonce == nonce) else {
-                bump(&self.stats.renewals_lost);
+                bump(&stats.renewals_lost);
                 return Ok(Err("the reservation was broken by a full request".into()));
             };
             r.deadline_ms = r.deadline_ms.max(now_ms.saturating_add(ttl_ms));
@@ -520,22 +675,22 @@ impl Core {
             let witness = body(WitnessKind::Tentative, name, mode, 0, deadline_ms, now_us, nonce);
             return Ok(Ok(Granted { token: 0, deadline_ms, version: id, predecessor: None, witness }));
         }
-        match record::decide_renew(&slot.record, token, nonce, ttl_ms, now_ms, None) {
+        match record::renew(&mut slot.record, token, nonce, ttl_ms, now_ms, None) {
             Err(gone) => {
-                bump(&self.stats.renewals_lost);
+                bump(&stats.renewals_lost);
                 Ok(Err(gone.detail))
             }
-            Ok(rec) => {
-                let (deadline_ms, mode) =
-                    rec.find(token, nonce).map_or((now_ms + ttl_ms, Mode::Exclusive), |(e, m)| (e.deadline_ms, m));
-                slot.record = rec;
+            Ok(()) => {
+                let (deadline_ms, mode) = slot
+                    .record
+                    .find(token, nonce)
+                    .map_or((now_ms + ttl_ms, Mode::Exclusive), |(e, m)| (e.deadline_ms, m));
                 slot.version += 1;
                 slot.modified_ms = now_ms;
                 let version = slot.version;
-                if std::mem::take(&mut slot.retired) != 0 {
-                    shard.retired -= 1;
-                }
-                bump(&self.stats.renewals);
+                let seq = std::mem::take(&mut slot.retired);
+                unretire(&mut shard.retired, &mut shard.retire_queue, seq);
+                bump(&stats.renewals);
                 let witness = body(WitnessKind::Renewal, name, mode, token, deadline_ms, now_us, nonce);
                 Ok(Ok(Granted { token, deadline_ms, version, predecessor: None, witness }))
             }
@@ -557,16 +712,16 @@ impl Core {
         if meta.is_some_and(|m| m.len() > MAX_META) {
             return Err(Refusal::Invalid(format!("metadata longer than {MAX_META} bytes")));
         }
-        let sid = self.shard_of(name);
-        let mut guard = lock(&self.shards[sid]);
+        let h = self.hash(name);
+        let mut guard = lock(self.shard(h));
         let shard = &mut *guard;
         let now_ms = self.now_us() / 1000;
-        let Some(slot) = shard.slots.get_mut(name) else { return Ok(false) };
+        let Some(slot) = slot_mut(&mut shard.slots, h, name) else { return Ok(false) };
         if let Some(id) = reservation {
             let before = slot.reservations.len();
             slot.reservations.retain(|r| !(r.id == id && r.holder.nonce == nonce));
             let released = slot.reservations.len() < before;
-            retire_if_idle(shard, name, now_ms, self.per_shard_retain(), &self.stats);
+            retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
             return Ok(released);
         }
         if let (Some(w), Some((e, _))) = (watermark_ms, slot.record.find(token, nonce))
@@ -578,14 +733,15 @@ impl Core {
             )));
         }
         let how = if dropped { EndedHow::Dropped } else { EndedHow::Released };
-        match record::decide_release(&slot.record, token, nonce, how, now_ms, watermark_ms, meta) {
+        match record::release(&mut slot.record, token, nonce, how, now_ms, watermark_ms, meta) {
             Err(_) => Ok(false),
-            Ok(rec) => {
-                slot.record = rec;
+            Ok(()) => {
                 slot.version += 1;
                 slot.modified_ms = now_ms;
-                bump(&self.stats.releases);
-                retire_if_idle(shard, name, now_ms, self.per_shard_retain(), &self.stats);
+                bump(&shard.stats.releases);
+                if !slot.is_live(now_ms) {
+                    retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
+                }
                 Ok(true)
             }
         }

@@ -1,9 +1,10 @@
 //! The table's storage: shards of slots, reservations, retirement of idle
 //! records (bounded, oldest dropped first), and the status snapshot.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
+use hashbrown::HashTable;
 use tenure::record::{self, ClockJudge, LeaseRecord};
 use tenure::{Holder, HolderView, LeaseName, LeaseState, Mode, Predecessor, Version};
 
@@ -21,8 +22,10 @@ pub(super) struct Reservation {
 
 #[derive(Debug)]
 pub(super) struct Slot {
-    /// The lease name (shared with the map key and the retire queue).
+    /// The lease name.
     pub(super) name: Arc<str>,
+    /// Its hash (the core's keyed hash): the table's index, computed once.
+    pub(super) hash: u64,
     pub(super) record: LeaseRecord,
     pub(super) version: u64,
     pub(super) modified_ms: u64,
@@ -34,10 +37,11 @@ pub(super) struct Slot {
 }
 
 impl Slot {
-    pub(super) fn new(name: Arc<str>, now_ms: u64) -> Self {
+    pub(super) fn new(name: Arc<str>, hash: u64, now_ms: u64) -> Self {
         Self {
             record: LeaseRecord::empty(&name),
             name,
+            hash,
             version: 0,
             modified_ms: now_ms,
             reservations: Vec::new(),
@@ -52,16 +56,46 @@ impl Slot {
     }
 }
 
+/// A retired record's place in its shard's retire queue.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Retiree {
+    /// Retire sequence: the slot's `retired` while it stays retired.
+    pub(super) seq: u64,
+    /// The slot's hash (with `seq`, it finds the slot without its name).
+    pub(super) hash: u64,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Shard {
-    pub(super) slots: HashMap<Arc<str>, Slot>,
-    /// (retire sequence, name), oldest first; entries whose slot moved on are stale.
-    pub(super) retire_queue: VecDeque<(u64, Arc<str>)>,
+    /// Slots by name, indexed by the name's precomputed hash.
+    pub(super) slots: HashTable<Slot>,
+    /// Retired slots, oldest first; entries whose slot moved on are stale.
+    pub(super) retire_queue: VecDeque<Retiree>,
     pub(super) retired: usize,
     pub(super) next_retire: u64,
     pub(super) next_reservation: u64,
     /// Highest token of a dropped record: new records start above it.
     pub(super) dropped_floor: u64,
+    /// This shard's counters.
+    pub(super) stats: Stats,
+}
+
+/// The slot named `name` (whose hash is `h`).
+pub(super) fn slot_mut<'s>(slots: &'s mut HashTable<Slot>, h: u64, name: &str) -> Option<&'s mut Slot> {
+    slots.find_mut(h, |s| &*s.name == name)
+}
+
+/// Takes a slot that was retired as `seq` (0: it was not) out of the retired count.
+/// Usually it was the last one retired (a lease cycled by one holder): its queue
+/// entry goes at once instead of lingering stale until a compaction.
+pub(super) fn unretire(retired: &mut usize, queue: &mut VecDeque<Retiree>, seq: u64) {
+    if seq == 0 {
+        return;
+    }
+    *retired -= 1;
+    if queue.back().is_some_and(|r| r.seq == seq) {
+        queue.pop_back();
+    }
 }
 
 /// What the status page shows.
@@ -101,7 +135,8 @@ pub struct LeaseRow {
 impl Core {
     /// Reads a lease's state.
     pub fn inspect(&self, name: &LeaseName) -> LeaseState {
-        let shard = lock(&self.shards[self.shard_of(name.as_str())]);
+        let h = self.hash(name.as_str());
+        let shard = lock(self.shard(h));
         let judge = ClockJudge { now_ms: self.now_us() / 1000 };
         let mut state = LeaseState {
             name: name.clone(),
@@ -114,7 +149,7 @@ impl Core {
             last: None,
             corrupt: None,
         };
-        if let Some(slot) = shard.slots.get(name.as_str()) {
+        if let Some(slot) = shard.slots.find(h, |s| *s.name == *name.as_str()) {
             state.version = Some(Version::seq(slot.version));
             state.modified_ms = Some(slot.modified_ms);
             state.holders = record::views(&slot.record, &judge);
@@ -130,7 +165,8 @@ impl Core {
     pub fn list(&self, prefix: &str, limit: usize) -> Vec<String> {
         let mut names = Vec::new();
         for shard in self.shards.iter() {
-            names.extend(lock(shard).slots.keys().filter(|k| k.starts_with(prefix)).map(|k| k.to_string()));
+            names
+                .extend(lock(&shard.0).slots.iter().filter(|s| s.name.starts_with(prefix)).map(|s| s.name.to_string()));
         }
         names.sort_unstable();
         names.truncate(limit);
@@ -140,23 +176,22 @@ impl Core {
     /// Breaks the grants of `name` (all, or only `only_token`) if its version is
     /// still `seen_version`. Reservations go too.
     pub fn break_lease(&self, name: &str, seen_version: u64, only_token: Option<u64>) -> Result<(), Refusal> {
-        let sid = self.shard_of(name);
-        let mut guard = lock(&self.shards[sid]);
+        let h = self.hash(name);
+        let mut guard = lock(self.shard(h));
         let shard = &mut *guard;
         let now_ms = self.now_us() / 1000;
-        let slot = shard.slots.get_mut(name).ok_or(Refusal::Changed)?;
+        let slot = slot_mut(&mut shard.slots, h, name).ok_or(Refusal::Changed)?;
         if slot.version != seen_version {
             return Err(Refusal::Changed);
         }
-        let rec = record::decide_break(&slot.record, only_token, now_ms).map_err(|g| Refusal::Nothing(g.detail))?;
-        slot.record = rec;
+        record::break_grants(&mut slot.record, only_token, now_ms).map_err(|g| Refusal::Nothing(g.detail))?;
         slot.version += 1;
         slot.modified_ms = now_ms;
         if only_token.is_none() {
             slot.reservations.clear();
         }
-        bump(&self.stats.breaks);
-        retire_if_idle(shard, name, now_ms, self.per_shard_retain(), &self.stats);
+        bump(&shard.stats.breaks);
+        retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
         Ok(())
     }
 
@@ -166,16 +201,16 @@ impl Core {
         let now_ms = self.now_us() / 1000;
         let retain = self.per_shard_retain();
         for shard in self.shards.iter() {
-            let mut guard = lock(shard);
+            let mut guard = lock(&shard.0);
             let shard = &mut *guard;
-            let idle: Vec<Arc<str>> = shard
+            let idle: Vec<(u64, Arc<str>)> = shard
                 .slots
                 .iter()
-                .filter(|(_, s)| s.retired == 0 && !s.is_live(now_ms))
-                .map(|(k, _)| k.clone())
+                .filter(|s| s.retired == 0 && !s.is_live(now_ms))
+                .map(|s| (s.hash, s.name.clone()))
                 .collect();
-            for name in idle {
-                retire_if_idle(shard, &name, now_ms, retain, &self.stats);
+            for (h, name) in idle {
+                retire_if_idle(shard, h, &name, now_ms, retain);
             }
         }
     }
@@ -186,16 +221,16 @@ impl Core {
         let judge = ClockJudge { now_ms };
         let mut snap = Snapshot::default();
         for shard in self.shards.iter() {
-            let shard = lock(shard);
+            let shard = lock(&shard.0);
             snap.retired += shard.retired;
             snap.live += shard.slots.len() - shard.retired;
-            for (name, slot) in &shard.slots {
+            for slot in shard.slots.iter() {
                 if snap.leases.len() >= limit {
                     snap.truncated = true;
                     break;
                 }
                 snap.leases.push(LeaseRow {
-                    name: name.to_string(),
+                    name: slot.name.to_string(),
                     holders: record::views(&slot.record, &judge),
                     tentative: slot.reservations.iter().filter(|r| r.deadline_ms > now_ms).count(),
                     last_token: slot.record.last_token,
@@ -211,32 +246,31 @@ impl Core {
     }
 }
 
-/// Puts `name` in the retire queue if nothing holds it, then drops the oldest
-/// retired records beyond `retain`.
-pub(super) fn retire_if_idle(shard: &mut Shard, name: &str, now_ms: u64, retain: usize, stats: &Stats) {
-    let Some(slot) = shard.slots.get_mut(name) else { return };
+/// Puts `name` (hash `h`) in the retire queue if nothing holds it, then drops
+/// the oldest retired records beyond `retain`.
+pub(super) fn retire_if_idle(shard: &mut Shard, h: u64, name: &str, now_ms: u64, retain: usize) {
+    let Some(slot) = slot_mut(&mut shard.slots, h, name) else { return };
     if slot.retired != 0 || slot.is_live(now_ms) {
         return;
     }
-    let key = slot.name.clone();
     shard.next_retire += 1;
     slot.retired = shard.next_retire;
     shard.retired += 1;
-    shard.retire_queue.push_back((shard.next_retire, key));
+    shard.retire_queue.push_back(Retiree { seq: shard.next_retire, hash: h });
     while shard.retired > retain {
-        let Some((seq, old)) = shard.retire_queue.pop_front() else { break };
-        if shard.slots.get(&old).is_some_and(|s| s.retired == seq)
-            && let Some(s) = shard.slots.remove(&old)
-        {
+        let Some(old) = shard.retire_queue.pop_front() else { break };
+        // A stale entry (the record was re-acquired since) matches no slot.
+        if let Ok(entry) = shard.slots.find_entry(old.hash, |s| s.retired == old.seq) {
+            let (s, _) = entry.remove();
             shard.retired -= 1;
             shard.dropped_floor = shard.dropped_floor.max(s.record.last_token);
-            bump(&stats.dropped);
+            bump(&shard.stats.dropped);
         }
     }
     // Stale queue entries (records re-acquired since) are skipped above; compact
     // when they pile up so the queue stays proportional to the retired records.
     if shard.retire_queue.len() > 2 * retain + 64 {
         let slots = &shard.slots;
-        shard.retire_queue.retain(|(seq, n)| slots.get(n).is_some_and(|s| s.retired == *seq));
+        shard.retire_queue.retain(|r| slots.find(r.hash, |s| s.retired == r.seq).is_some());
     }
 }
