@@ -14,7 +14,9 @@
 //! # Operations
 //!
 //! - *Append*: `PUT` of a new object with `PutMode::Create` (`If-None-Match: *`);
-//!   the name is unique per writer and sequence, so it never overwrites. After the
+//!   the name is unique per writer and sequence, so it never overwrites. A PUT
+//!   that finds the name taken `GET`s it: our own bytes there are a resent PUT
+//!   whose first attempt landed, and count as written. After the
 //!   PUT, unless clearly early, the writer `HEAD`s the prelock (seed: "writers
 //!   check for a prelock after their PUT"); with read-after-write and list-after-
 //!   write consistency (S3 since 2020, GCS, Azure), a close that `PUT`s the
@@ -119,11 +121,16 @@ impl Storage for ObjectStorage {
     async fn write(&self, bucket: u64, _slot: &mut Slot, writer: &str, seq: u64, frame: &[u8]) -> Result<Wrote> {
         let item = format!("{writer}.{seq:020}");
         let key = self.key(&format!("{}/m/{item}", Self::bucket_key(bucket)));
-        if !self.create(&key, Bytes::copy_from_slice(frame)).await? {
+        if !self.create(&key, Bytes::copy_from_slice(frame)).await?
+            // `object_store` resends a PUT whose answer was lost (a timeout, a
+            // 5xx): if the first one landed, the resend finds it. Our very bytes
+            // there mean the batch is in the bucket, whoever put them.
+            && self.get_opt(&key).await?.as_deref() != Some(frame)
+        {
             return Err(Error::store(
                 &*self.url,
                 format!("appending {key}"),
-                "the batch object already exists: two writers share one writer id",
+                "another batch object already exists under this name: two writers share one writer id",
             ));
         }
         Ok(Wrote::Landed { item, end: frame.len() as u64 })

@@ -149,6 +149,26 @@ async fn garbage_and_truncated_batch_objects_are_skipped_and_a_bad_manifest_is_a
     assert!(matches!(log.read(&ReadOptions::default()).await, Err(tenure::Error::Corrupt { .. })));
 }
 
+/// `object_store` resends a PUT whose answer was lost; if the first attempt had
+/// landed, the resend finds the name taken. Our own bytes there are our batch.
+#[tokio::test]
+async fn a_batch_object_already_there_with_our_bytes_is_our_resent_put_and_others_are_an_error() {
+    let s = Store::memory();
+    let clock = ManualClock::starting_at(T0);
+    let log = s.log(clock.shared());
+    log.config_or_create().await.expect("config");
+    let frame = tenure_bag::frame::encode("w", 0, &[], &[(T0, "mine".into())]).expect("encode");
+    s.put(&format!("b/{T0:016}/m/w.{:020}", 0), &frame).await;
+    let out = log.writer("w").expect("writer").append(Batch::one(T0, "mine")).await.expect("a resent PUT");
+    assert!(out.accepted, "{out:?}");
+    assert_eq!(log.read(&ReadOptions::default()).await.expect("read").messages.len(), 1);
+
+    let other = tenure_bag::frame::encode("v", 0, &[], &[(T0, "theirs".into())]).expect("encode");
+    s.put(&format!("b/{T0:016}/m/v.{:020}", 0), &other).await;
+    let err = log.writer("v").expect("writer").append(Batch::one(T0, "mine")).await.expect_err("name taken");
+    assert!(err.to_string().contains("two writers share one writer id"), "{err}");
+}
+
 /// Delegates reads and lists; every write, delete or copy fails loudly.
 #[derive(Debug)]
 struct ReadOnly(Arc<dyn ObjectStore>);
