@@ -3,8 +3,9 @@
 //! A snapshot covers one *chunk*: a fixed, aligned run of `chunk_buckets`
 //! buckets (in the log's configuration, so every compactor cuts the same
 //! chunks). Compacting a chunk closes each of its buckets (idempotent), reads
-//! them — all closed, so exactly the accepted messages, minus those stamped after
-//! their lease's deadline — and encodes them canonically. Its bytes therefore
+//! them — all closed, so exactly the accepted messages, including those stamped
+//! after their lease's deadline, which readers drop from snapshots as they do
+//! from buckets and audits must still see — and encodes them canonically. Its bytes therefore
 //! depend only on the closed buckets, which never change: two compactors, or one
 //! running twice, produce identical snapshots, and publishing is create-if-absent
 //! (`link(2)` of a complete temp file, or `PutMode::Create`), so a snapshot is
@@ -188,7 +189,7 @@ pub(crate) async fn compact<S: Storage>(s: &S, ctx: &Ctx) -> Result<CompactRepor
                     "it is not closed after a close",
                 ));
             }
-            messages.extend(read.messages.into_iter().filter(|m| m.after_deadline().is_none()));
+            messages.extend(read.messages);
             bucket = cfg.end_of(bucket);
         }
         let bytes = encode(&cfg, chunk, &messages).map_err(|d| Error::InvalidOptions { reason: d })?;

@@ -134,6 +134,17 @@ async fn readers_drop_messages_after_their_deadline_and_the_audit_names_every_vi
     let overlap = report.violations.iter().find(|v| v.kind == ViolationKind::Overlap).expect("overlap");
     assert_eq!(overlap.other.as_ref().map(|o| o.writer.as_str()), Some("next"));
     assert_eq!(overlap.grant.token, 1);
+
+    // Compaction changes neither what readers drop nor what the audit sees.
+    clock.advance(Duration::from_secs(30));
+    assert!(log.compact().await.expect("compact").published > 0);
+    let compacted = log.read(&ReadOptions::default()).await.expect("read");
+    assert!(compacted.snapshots > 0);
+    assert_eq!((compacted.late, &compacted.messages), (1, &plain.messages));
+    let compacted = log.read(&ReadOptions { include_late: true, ..Default::default() }).await.expect("read");
+    assert!(compacted.snapshots > 0);
+    assert_eq!(compacted.messages, all.messages, "a snapshot keeps the late message for the audit");
+    assert_eq!(audit(&compacted, None, 1_000).violations, report.violations);
 }
 
 /// Accepts witnesses whose bytes are `good:<token>`, as a signature check would.
