@@ -69,7 +69,9 @@ const CONCURRENCY: usize = 16;
 
 pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOptions) -> Result<ReadResult> {
     let from = cfg.bucket_of(opts.from_ms.unwrap_or(cfg.first_bucket_ms).max(cfg.first_bucket_ms));
-    let existing_all = s.list_buckets(from, opts.to_ms.unwrap_or(u64::MAX)).await?;
+    // Only bucket-aligned names are buckets (a stray directory is not).
+    let mut existing_all = s.list_buckets(from, opts.to_ms.unwrap_or(u64::MAX)).await?;
+    existing_all.retain(|&b| cfg.bucket_of(b) == b);
     let to = match opts.to_ms {
         Some(t) => cfg.bucket_of(t.saturating_add(cfg.width_ms - 1)).max(from),
         None => existing_all.last().map_or(from, |&b| cfg.end_of(b)),
@@ -77,6 +79,7 @@ pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOp
     let mut out = ReadResult { from_ms: from, to_ms: to, ..ReadResult::default() };
     let mut parts: Vec<(u64, Vec<Message>)> = Vec::new();
     let mut covered: Vec<(u64, u64)> = Vec::new();
+    let mut snapshot_buckets = 0u64;
     if !opts.skip_snapshots && from < to {
         for chunk in s.list_snapshots().await? {
             let (start, end) = cfg.chunk_range(chunk);
@@ -89,7 +92,7 @@ pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOp
                     out.snapshots += 1;
                     let lo = start.max(from);
                     let hi = end.min(to);
-                    out.closed += (hi - lo) / cfg.width_ms;
+                    snapshot_buckets += (hi - lo) / cfg.width_ms;
                     covered.push((lo, hi));
                     parts.push((lo, msgs.into_iter().filter(|m| (lo..hi).contains(&m.ts_ms)).collect()));
                 }
@@ -100,11 +103,12 @@ pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOp
             }
         }
     }
+    out.closed += snapshot_buckets;
     let in_snapshot = |b: u64| covered.iter().any(|&(lo, hi)| (lo..hi).contains(&b));
-    // Only bucket-aligned names are buckets (a stray directory is not).
-    let buckets: Vec<u64> =
-        existing_all.into_iter().filter(|&b| b < to && cfg.bucket_of(b) == b && !in_snapshot(b)).collect();
-    let uncovered = (from..to).step_by(cfg.width_ms as usize).filter(|&b| !in_snapshot(b)).count() as u64;
+    let buckets: Vec<u64> = existing_all.into_iter().filter(|&b| b < to && !in_snapshot(b)).collect();
+    // Counted, not enumerated: a range can hold billions of buckets (`--to` far
+    // ahead, 1 ms buckets). Snapshots cover disjoint, bucket-aligned ranges.
+    let uncovered = (to - from).div_ceil(cfg.width_ms).saturating_sub(snapshot_buckets);
     out.absent = uncovered.saturating_sub(buckets.len() as u64);
     let mut reads =
         futures::stream::iter(buckets.iter().map(|&b| protocol::read_bucket(s, cfg, b))).buffered(CONCURRENCY);

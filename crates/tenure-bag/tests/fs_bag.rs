@@ -147,6 +147,20 @@ async fn garbage_data_files_are_skipped_not_fatal() {
     assert!(closed.open.is_empty(), "a stray directory is not a bucket: {:?}", closed.open);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_to_the_end_of_time_counts_absent_buckets_without_visiting_them() {
+    let d = Dir::new();
+    let clock = ManualClock::starting_at(T0);
+    let (log, _) = written_and_closed(&d, &clock).await;
+    // About 1.8e16 one-second buckets: enumerating them would never end.
+    let read = log.read(&ReadOptions { to_ms: Some(u64::MAX), ..Default::default() }).await.expect("read");
+    assert_eq!(read.messages.len(), 2);
+    assert_eq!(read.open, [T0]);
+    let buckets = (read.to_ms - read.from_ms) / 1_000;
+    assert_eq!(read.absent, buckets - 1, "every bucket but the open one");
+    assert!(!read.exact);
+}
+
 /// Names, sizes, modes and modification times of everything under `root`.
 fn tree(root: &Path) -> BTreeMap<PathBuf, (u64, u32, Option<std::time::SystemTime>)> {
     use std::os::unix::fs::PermissionsExt;
