@@ -14,9 +14,13 @@ use tenure_bag::{
 };
 
 fn journal(dir: &std::path::Path, store: &str, clock: &ManualClock, id: &str) -> Journal {
+    journal_with_ttl(dir, store, clock, id, Duration::from_secs(5))
+}
+
+fn journal_with_ttl(dir: &std::path::Path, store: &str, clock: &ManualClock, id: &str, ttl: Duration) -> Journal {
     let log = Log::on_fs(FsStorage::new(dir, false), options(clock.shared()));
     let leases = tenure::open(store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
-    let opts = LeaseOptions::exclusive().with_ttl(Duration::from_secs(5)).with_timeout(Duration::from_secs(1));
+    let opts = LeaseOptions::exclusive().with_ttl(ttl).with_timeout(Duration::from_secs(1));
     Journal::new(log.writer(id).expect("writer"), Client::new(leases), opts)
 }
 
@@ -61,8 +65,18 @@ async fn after_an_expired_predecessor_the_next_holder_first_closes_its_buckets()
     let mut txn = a.begin(&["acct/9"]).await.expect("begin");
     txn.append(vec!["a: before vanishing".into()]).await.expect("append");
     drop(txn); // dropped, not committed: its deadline becomes the watermark
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let b = journal(dir.path(), &store, &clock, "b");
+    // The drop releases in the background: wait (bounded) for the record to say so.
+    let leases = tenure::open(&store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
+    let leases = Client::new(leases);
+    for _ in 0..6_000 {
+        if leases.inspect("acct/9").await.expect("inspect").holders.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // b's lease outlives the wait for the predecessor's buckets by far, so it
+    // needs no renewal while this test runs the clock ahead of real time.
+    let b = journal_with_ttl(dir.path(), &store, &clock, "b", Duration::from_secs(600));
     let begin = tokio::spawn(async move { b.begin(&["acct/9"]).await.map(|t| (t, b)) });
     // Move time until b has waited out the predecessor's buckets (bounded loop).
     for _ in 0..400 {
