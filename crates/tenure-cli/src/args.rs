@@ -26,10 +26,22 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Run a command while holding a lease (flock for a fleet).
+    ///
+    /// Waits for the lease, runs COMMAND while keeping the lease alive, and releases
+    /// it when COMMAND and every process of its group have ended. If the lease is
+    /// lost, or `tenure` itself dies, COMMAND's whole process group is stopped
+    /// (SIGTERM, then SIGKILL after --kill-grace) before anyone else can get the
+    /// lease.
+    #[command(after_help = LOCK_AFTER_HELP)]
     Lock(LockArgs),
     /// Show leases and their holders (read-only).
     Status(StatusArgs),
-    /// Break a lease: end its grants, conditionally on what you just saw.
+    /// Break a lease: end its grants now, so that others may take it at once.
+    ///
+    /// The record is read, then rewritten only if it has not changed since: a
+    /// holder that renewed or released in between is left alone (exit 75, as when
+    /// there is nothing to break). A holder running `tenure lock` learns of the
+    /// break at its next renewal, stops its command and exits 76.
     Break(BreakArgs),
     /// Run the lease server.
     #[cfg(feature = "server")]
@@ -44,6 +56,26 @@ pub(crate) enum Command {
     #[command(hide = true, name = "__guard")]
     Guard(crate::supervise::GuardArgs),
 }
+
+const LOCK_AFTER_HELP: &str = "\
+COMMAND's environment:
+  TENURE_LEASE     the lease name
+  TENURE_TOKEN     the fencing token, higher for every grant of the lease: pass it to what
+                   COMMAND writes, so that writes from a stale holder can be refused
+  TENURE_DEADLINE  the grant's deadline at start, in unix ms (renewals extend it)
+  TENURE_STORE     the store
+
+Exit status: COMMAND's own (128 + n if signal n ended it), or
+  64   bad arguments, lease name, store URL or option
+  65   the lease record is corrupt
+  69   the store is unreachable, failing, or refused as unsafe
+  70   a bug in tenure
+  75   the lease is busy (--no-wait) or the wait timed out (--timeout)
+  76   the lease was lost while COMMAND ran; COMMAND was stopped
+  126  COMMAND cannot be run, 127 COMMAND not found (the lease is not taken)
+
+Example:
+  tenure lock /mnt/shared/locks deploy/prod --timeout 10m -- ./deploy.sh --prod";
 
 /// `tenure status`.
 #[derive(Debug, Args)]

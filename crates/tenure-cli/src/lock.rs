@@ -70,10 +70,10 @@ pub(crate) struct LockArgs {
     /// The lease name, e.g. `deploy/prod`.
     pub(crate) name: String,
     /// Lease duration: how long the lease outlives a `tenure` that died.
-    #[arg(long, value_parser = duration, default_value = "30s")]
+    #[arg(long, value_parser = duration, default_value = "30s", value_name = "DURATION")]
     pub(crate) ttl: Duration,
-    /// Give up waiting after this long (exit 75).
-    #[arg(long, value_parser = duration, conflicts_with = "no_wait")]
+    /// Give up waiting after this long (exit 75); by default, wait as long as it takes.
+    #[arg(long, value_parser = duration, conflicts_with = "no_wait", value_name = "DURATION")]
     pub(crate) timeout: Option<Duration>,
     /// Do not wait: exit 75 at once if the lease is held.
     #[arg(long)]
@@ -93,7 +93,7 @@ pub(crate) struct LockArgs {
     pub(crate) holder_id: Option<String>,
     /// Time between SIGTERM and SIGKILL when the command must stop (capped at half
     /// the TTL minus its safety margin, so that SIGKILL lands before the deadline).
-    #[arg(long, value_parser = duration, default_value = "5s")]
+    #[arg(long, value_parser = duration, default_value = "5s", value_name = "DURATION")]
     pub(crate) kill_grace: Duration,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]

@@ -9,6 +9,9 @@ use tenure::{CasOptions, LeaseStore, OpenOptions};
 
 use crate::args::duration;
 
+/// The heading the store's options are listed under, after the command's own.
+const STORE_OPTIONS: &str = "Store options";
+
 /// The store and how to talk to it.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct StoreArgs {
@@ -19,24 +22,26 @@ pub(crate) struct StoreArgs {
 
     /// Largest clock difference between machines sharing the store; takeover by
     /// wall-clock deadline waits this much longer.
-    #[arg(long, value_parser = duration, default_value = "2s", env = "TENURE_MAX_SKEW")]
+    #[arg(long, value_parser = duration, default_value = "2s", env = "TENURE_MAX_SKEW", hide_env_values = true,
+          value_name = "DURATION", help_heading = STORE_OPTIONS)]
     pub(crate) max_skew: Duration,
 
     /// Age after which an unreadable lease record may be replaced.
-    #[arg(long, value_parser = duration, default_value = "60s", env = "TENURE_CORRUPT_TTL")]
+    #[arg(long, value_parser = duration, default_value = "60s", env = "TENURE_CORRUPT_TTL", hide_env_values = true,
+          value_name = "DURATION", help_heading = STORE_OPTIONS)]
     pub(crate) corrupt_ttl: Duration,
 
     /// Store-specific setting, repeatable: `--store-opt aws_endpoint=http://…`.
-    #[arg(long = "store-opt", value_name = "KEY=VALUE", value_parser = key_value)]
+    #[arg(long = "store-opt", value_name = "KEY=VALUE", value_parser = key_value, help_heading = STORE_OPTIONS)]
     pub(crate) store_opts: Vec<(String, String)>,
 
     /// Skip the check that the store really enforces conditional writes. Only for
     /// stores you know are safe: on one that ignores them, leases do not exclude.
-    #[arg(long)]
+    #[arg(long, help_heading = STORE_OPTIONS)]
     pub(crate) trust_store: bool,
 }
 
-fn key_value(s: &str) -> Result<(String, String), String> {
+pub(crate) fn key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 

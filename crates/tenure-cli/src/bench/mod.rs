@@ -42,13 +42,13 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub(crate) clients: Vec<usize>,
     /// Measured seconds per target and client count (after a short warm-up).
-    #[arg(long, value_parser = duration, default_value = "3s")]
+    #[arg(long, value_parser = duration, default_value = "3s", value_name = "DURATION")]
     pub(crate) seconds: Duration,
     /// What one measured operation is.
     #[arg(long, value_enum, default_value_t = Op::Cycle)]
     pub(crate) op: Op,
     /// Lease TTL used by the benchmark.
-    #[arg(long, value_parser = duration, default_value = "30s")]
+    #[arg(long, value_parser = duration, default_value = "30s", value_name = "DURATION")]
     pub(crate) ttl: Duration,
     /// Do not add the raw anchor after `file://` targets.
     #[arg(long)]
