@@ -13,13 +13,45 @@ pub(crate) const STORE: u8 = 69;
 /// A bug in tenure.
 pub(crate) const INTERNAL: u8 = 70;
 /// Timed out waiting for the lease, or it was busy with `--no-wait`; also a
-/// `break` that found the lease changed since it was read.
+/// `break` that found the lease changed since it was read, or nothing to break.
 pub(crate) const TIMEOUT: u8 = 75;
 /// The lease was lost while the command ran; the command was stopped.
 pub(crate) const LOST: u8 = 76;
 
+/// An error of the command line itself, with the exit code it ends `tenure` with
+/// (anything not a [`tenure::Error`] or an I/O error would otherwise count as a
+/// bug, 70).
+#[derive(Debug)]
+pub(crate) struct Fail {
+    code: u8,
+    message: String,
+}
+
+impl Fail {
+    /// Bad arguments (64).
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        Self { code: USAGE, message: message.into() }
+    }
+
+    /// An error ending `tenure` with `code`.
+    pub(crate) fn new(code: u8, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for Fail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Fail {}
+
 /// The exit code for an error.
 pub(crate) fn code_for(err: &anyhow::Error) -> u8 {
+    if let Some(fail) = err.chain().find_map(|e| e.downcast_ref::<Fail>()) {
+        return fail.code;
+    }
     match err.chain().find_map(|e| e.downcast_ref::<tenure::Error>()) {
         Some(e) => match e {
             tenure::Error::InvalidName { .. }

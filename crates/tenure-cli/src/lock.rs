@@ -57,7 +57,7 @@ use tenure::{Client, Clock, Health, Holder, Lease, LeaseName, LeaseOptions, Loss
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::args::duration;
-use crate::exit;
+use crate::exit::{self, Fail};
 use crate::stores::StoreArgs;
 use crate::supervise::{Event, Spec, Status, Supervisor, is_ignored, mono_now_ns};
 use crate::waiting::WaitLine;
@@ -116,8 +116,13 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         ));
         return Ok(exit::code(code));
     }
+    if args.poll.is_zero() {
+        anyhow::bail!(Fail::usage("--poll must be longer than zero"));
+    }
     let mode = if args.shared { Mode::Shared } else { Mode::Exclusive };
     let mut opts = LeaseOptions::default().with_mode(mode).with_ttl(args.ttl).with_backoff_max(args.poll);
+    // A poll shorter than the first backoff step polls at that pace from the start.
+    opts.backoff_initial = opts.backoff_initial.min(args.poll);
     opts.timeout = if args.no_wait { Some(Duration::ZERO) } else { args.timeout };
     opts.validate()?;
     let grace = args.kill_grace.min(args.ttl.saturating_sub(opts.safety()) / 2);

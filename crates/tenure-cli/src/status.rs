@@ -9,6 +9,7 @@ use serde::Serialize;
 use tenure::{Clock, HolderView, LeaseName, LeaseState, LeaseStore, SystemClock, human_duration};
 
 use crate::args::{BreakArgs, StatusArgs};
+use crate::exit::{self, Fail};
 
 #[derive(Serialize)]
 struct StatusJson<'a> {
@@ -142,10 +143,11 @@ pub(crate) async fn break_lease(args: BreakArgs) -> Result<ExitCode> {
     let targets: Vec<&HolderView> =
         seen.holders.iter().chain(&seen.expired).filter(|h| args.token.is_none_or(|t| t == h.token)).collect();
     if targets.is_empty() && seen.corrupt.is_none() {
-        match args.token {
-            Some(t) => bail!("{}: lease {name:?} has no grant with token {t}; nothing was broken", store.url()),
-            None => bail!("{}: lease {name:?} is not held; nothing was broken", store.url()),
-        }
+        let what = match args.token {
+            Some(t) => format!("has no grant with token {t}"),
+            None => "is not held".to_string(),
+        };
+        bail!(Fail::new(exit::TIMEOUT, format!("{}: lease {name:?} {what}; nothing was broken", store.url())));
     }
     store.break_lease(&seen, args.token).await?;
     let mut out = std::io::stdout().lock();

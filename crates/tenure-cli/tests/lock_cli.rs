@@ -119,12 +119,14 @@ fn waiting_longer_than_the_timeout_exits_75() {
 fn bad_input_is_a_usage_error_in_one_line() {
     let store = FileStore::new();
     let url = store.url();
-    let cases: [&[&str]; 5] = [
+    let cases: [&[&str]; 7] = [
         &["lock", &url, "../escape", "--", "true"],
         &["lock", &url, "a//b", "--", "true"],
         &["lock", &url, "x", "--ttl", "soon", "--", "true"],
         &["lock", &url, "x"],
         &["lock", &url, "x", "--ttl", "1ms", "--", "true"],
+        &["lock", &url, "x", "--poll", "0", "--", "true"],
+        &["lock", "nosuch://x", "x", "--", "true"],
     ];
     for args in cases {
         let out = run(tenure().args(args), LIMIT);
@@ -207,7 +209,7 @@ fn status_shows_the_holder_and_break_is_conditional() {
 
     // A break aimed at another grant changes nothing.
     let out = run(tenure().args(["break", &url, "jobs/nightly", "--token", &(token + 7).to_string()]), LIMIT);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     assert_one_line_error(&out);
     assert_eq!(holders(&url, "jobs/nightly").len(), 1);
 
@@ -219,6 +221,12 @@ fn status_shows_the_holder_and_break_is_conditional() {
     assert_eq!(status.code(), Some(76));
     let json = status_json(&url, "jobs/nightly");
     assert_ne!(json[0]["state"], "held", "{json}");
+
+    // Nothing left to break: said in one line, exit 75 (not 70, a bug).
+    let out = run(tenure().args(["break", &url, "jobs/nightly"]), LIMIT);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert_one_line_error(&out);
+    assert!(stderr(&out).contains("not held"), "{}", stderr(&out));
 }
 
 #[test]

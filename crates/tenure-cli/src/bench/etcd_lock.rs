@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use tenure_etcd::etcd_client::{Client, LockOptions};
 
 use super::{Op, Target};
+use crate::exit::Fail;
 
 pub(crate) struct EtcdLock {
     endpoint: String,
@@ -32,11 +33,11 @@ pub(crate) struct EtcdLock {
 impl EtcdLock {
     pub(crate) async fn connect(url: &str, op: Op, ttl: Duration) -> Result<Self> {
         if op != Op::Cycle {
-            bail!("the etcd-lock anchor measures acquire+release cycles only (--op cycle)");
+            bail!(Fail::usage("the etcd-lock anchor measures acquire+release cycles only (--op cycle)"));
         }
         let hosts = url.trim_start_matches("etcd-lock://").trim_end_matches('/');
         if hosts.is_empty() || hosts.contains('/') {
-            bail!("expected etcd-lock://host:port[,host:port…], got {url}");
+            bail!(Fail::usage(format!("expected etcd-lock://host:port[,host:port…], got {url}")));
         }
         let endpoints: Vec<String> = hosts.split(',').map(|h| format!("http://{h}")).collect();
         let client = tokio::time::timeout(Duration::from_secs(10), Client::connect(&endpoints, None))

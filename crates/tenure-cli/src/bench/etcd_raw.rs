@@ -15,6 +15,7 @@ use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 use super::{Op, Target};
+use crate::exit::Fail;
 
 pub(crate) struct EtcdRaw {
     endpoint: String,
@@ -26,7 +27,7 @@ pub(crate) struct EtcdRaw {
 impl EtcdRaw {
     pub(crate) async fn connect(url: &str, op: Op, ttl: Duration) -> Result<Self> {
         if op != Op::Cycle {
-            bail!("the etcd-raw anchor measures acquire+release cycles only (--op cycle)");
+            bail!(Fail::usage("the etcd-raw anchor measures acquire+release cycles only (--op cycle)"));
         }
         let endpoint = format!("http://{}", url.trim_start_matches("etcd-raw://").trim_end_matches('/'));
         let client =

@@ -28,6 +28,7 @@ use tenure::{AcquireRequest, Attempt, Grant, Holder, LeaseName, LeaseStore, Mode
 use tokio::sync::Mutex;
 
 use crate::args::duration;
+use crate::exit::Fail;
 use crate::stores::StoreArgs;
 
 /// `tenure bench`.
@@ -75,8 +76,8 @@ pub(crate) enum Op {
 #[derive(Debug, Args)]
 pub(crate) struct BenchStoreFlags {
     /// Store-specific setting, repeatable.
-    #[arg(long = "store-opt", value_name = "KEY=VALUE")]
-    pub(crate) store_opts: Vec<String>,
+    #[arg(long = "store-opt", value_name = "KEY=VALUE", value_parser = crate::stores::key_value)]
+    pub(crate) store_opts: Vec<(String, String)>,
     /// Skip the conditional-write probe of object stores.
     #[arg(long)]
     pub(crate) trust_store: bool,
@@ -85,8 +86,8 @@ pub(crate) struct BenchStoreFlags {
 impl BenchStoreFlags {
     fn store_args(&self, url: &str) -> Result<StoreArgs> {
         let mut args = vec!["tenure".to_string(), url.to_string()];
-        for o in &self.store_opts {
-            args.extend(["--store-opt".to_string(), o.clone()]);
+        for (k, v) in &self.store_opts {
+            args.extend(["--store-opt".to_string(), format!("{k}={v}")]);
         }
         if self.trust_store {
             args.push("--trust-store".into());
@@ -97,7 +98,12 @@ impl BenchStoreFlags {
             store: StoreArgs,
         }
         use clap::Parser;
-        Ok(Wrap::try_parse_from(args)?.store)
+        // Only the environment (TENURE_MAX_SKEW, …) can be wrong here.
+        Wrap::try_parse_from(args).map(|w| w.store).map_err(|e| {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            Fail::usage(first.trim_start_matches("error: ")).into()
+        })
     }
 }
 
@@ -188,7 +194,7 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
         "etcd-lock" => vec![Arc::new(etcd_lock::EtcdLock::connect(url, args.op, args.ttl).await?)],
         #[cfg(not(feature = "etcd"))]
         "etcd-raw" | "etcd-lock" | "etcd" => {
-            bail!("{scheme}:// needs a tenure built with --features etcd (which needs protoc)")
+            bail!(Fail::usage(format!("{scheme}:// needs a tenure built with --features etcd (which needs protoc)")))
         }
         #[cfg(feature = "server")]
         "core" => {
