@@ -22,7 +22,6 @@ pub(crate) struct RawFs {
 impl RawFs {
     pub(crate) fn new(dir: &str, fsync: bool, inline: bool) -> Result<Self> {
         let dir = PathBuf::from(dir).join(format!(".bench-raw-{}", tenure::random_nonce()));
-        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         Ok(Self { dir, fsync, inline })
     }
 
@@ -55,7 +54,11 @@ impl Target for RawFs {
     }
 
     async fn setup(&self, w: usize) -> Result<()> {
-        fs::write(self.paths(w).0, b"holder")?;
+        // Created here, not in `new`: each client count runs setup … teardown,
+        // and teardown removes the directory.
+        fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))?;
+        let tmp = self.paths(w).0;
+        fs::write(&tmp, b"holder").with_context(|| format!("writing {}", tmp.display()))?;
         Ok(())
     }
 

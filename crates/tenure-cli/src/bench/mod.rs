@@ -161,7 +161,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
         // A store's time per operation, to compare the anchors after it with.
         let mut store_rate: Option<f64> = None;
         for t in &targets {
-            let f = measure(t.clone(), clients, args.seconds, args.op).await?;
+            let f = measure(t.clone(), clients, args.seconds, args.op).await.with_context(|| t.label())?;
             if args.json {
                 writeln!(out, "{}", serde_json::to_string(&f)?)?;
             } else {
