@@ -137,7 +137,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         crate::supervise::set_disposition(libc::SIGTTOU, true);
     }
 
-    let store = args.store.open().await?;
+    let store = args.store.open().await.with_context(|| format!("cannot take lease {:?}", name.as_str()))?;
     let mut holder = Holder::current();
     if let Some(label) = &args.label {
         holder = holder.with_label(label);
@@ -269,6 +269,8 @@ async fn supervise(lease: &Lease, sup: &mut Supervisor, signals: &mut Signals, c
     let mut at_risk: Option<(u32, String)> = None;
     loop {
         tokio::select! {
+            // Health first: a loss seen together with the command's exit is reported.
+            biased;
             changed = health.changed(), if watching => {
                 let now = if changed.is_ok() {
                     health.borrow_and_update().clone()
