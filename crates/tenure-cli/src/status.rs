@@ -78,7 +78,12 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if states.is_empty() {
-        ignore_broken_pipe(writeln!(out, "no leases in {}", store.url()))?;
+        // A mistyped directory reads as an empty store: say so.
+        let url = &args.store.url;
+        let is_file = url.starts_with("file://") || !url.contains("://");
+        let missing = is_file && tenure::store::file::open(url).is_ok_and(|b| !b.root().exists());
+        let note = if missing { " (the directory does not exist)" } else { "" };
+        ignore_broken_pipe(writeln!(out, "no leases in {}{note}", store.url()))?;
         return Ok(ExitCode::SUCCESS);
     }
     let now = SystemClock::new().wall_ms();
