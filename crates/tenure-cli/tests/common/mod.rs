@@ -29,6 +29,11 @@ impl FileStore {
         Self { dir: tempfile::tempdir().expect("temp dir") }
     }
 
+    /// A file store in a fresh directory under `parent`.
+    pub fn new_in(parent: impl AsRef<Path>) -> Self {
+        Self { dir: tempfile::tempdir_in(parent).expect("temp dir") }
+    }
+
     /// The store URL (a plain path).
     pub fn url(&self) -> String {
         self.dir.path().join("leases").display().to_string()
