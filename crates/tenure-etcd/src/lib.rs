@@ -62,12 +62,16 @@
 //!
 //! # Fencing tokens
 //!
-//! Tokens come from etcd revisions, as in etcd's own `concurrency.Mutex`: a new
-//! grant's token is `max(last_token, revision seen) + 1`, and when the record has
-//! vanished (its etcd lease expired), the floor is the cluster's current
-//! revision, which is above every revision, hence every token, the record ever
-//! had. A counter key would need a second contended write per grant; revisions
-//! are free.
+//! While the record exists, a new grant's token is its `last_token + 1`, so
+//! tokens stay consecutive. When the record has vanished (its etcd lease
+//! expired), tokens restart from etcd's revisions, as in etcd's own
+//! `concurrency.Mutex`: the floor is the cluster's current revision, and the
+//! token is one above it. That floor is above every token the record ever
+//! granted: each grant is a write, which raises the revision by at least one,
+//! so no token exceeds the revision of the write that granted it. (An
+//! unreadable record's floor is its `mod_revision`, for the same reason.) A
+//! counter key would need a second contended write per grant; revisions are
+//! free.
 //!
 //! One race remains in "read absent, then create": between the read and the
 //! create, another holder could create the record and it could vanish again,
