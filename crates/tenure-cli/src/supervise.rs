@@ -65,7 +65,7 @@ const GUARD_IGNORES: [i32; 7] =
 
 /// Longest sleep of the guard's loop: it also notices a stopped command this often.
 const TICK: Duration = Duration::from_millis(100);
-/// How often the guard checks whether a group whose leader exited has emptied.
+/// How soon the guard first checks whether a group whose leader exited has emptied.
 const DRAIN_TICK: Duration = Duration::from_millis(10);
 
 /// Arguments of the hidden guard process (`tenure __guard`), started by `tenure lock`.
@@ -282,6 +282,9 @@ impl Guard {
     fn supervise(&mut self, pgid: Pid) -> Status {
         let pidfd = rustix::process::pidfd_open(pgid, PidfdFlags::empty()).ok();
         let mut leader: Option<Status> = None;
+        // While the group drains, poll it often at first, then back off to TICK: a
+        // member stuck in the kernel (a hung NFS mount) may take minutes to die.
+        let mut drain = DRAIN_TICK;
         loop {
             let reaped = self.reap(pgid);
             if leader.is_none() && reaped.is_some() {
@@ -297,7 +300,11 @@ impl Guard {
             }
             let now = mono_now_ns();
             self.timers(now);
-            let mut wake = if leader.is_some() { DRAIN_TICK } else { TICK };
+            let mut wake = TICK;
+            if leader.is_some() {
+                wake = drain;
+                drain = (drain * 2).min(TICK);
+            }
             let next = match &self.stopping {
                 None => Some(self.deadline.saturating_sub(self.grace)),
                 Some(s) if !s.killed => Some(s.kill_at),
@@ -511,6 +518,12 @@ impl Supervisor {
         let (control_r, control_w) = io::pipe().context("creating the guard's control pipe")?;
         let (report_r, report_w) = io::pipe().context("creating the guard's report pipe")?;
         let (control_r, report_w) = (OwnedFd::from(control_r), OwnedFd::from(report_w));
+        // Everything that can fail on our side is done before the guard starts: once
+        // it runs the command, only its report may end the supervision.
+        let control_w = OwnedFd::from(control_w);
+        rustix::fs::fcntl_setfl(&control_w, rustix::fs::OFlags::NONBLOCK)?;
+        let report = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(report_r))
+            .context("watching the guard's report pipe")?;
         // The guard's two ends must survive exec. This thread is the only one that
         // starts processes, and our copies are closed right after the spawn; the
         // control pipe's write end stays close-on-exec, so only tenure holds it.
@@ -542,10 +555,6 @@ impl Supervisor {
         cmd.arg("--").args(spec.command).envs(spec.env.iter().map(|(k, v)| (*k, v.as_str()))).process_group(0);
         let guard = cmd.spawn().context("starting the guard process")?;
         drop((control_r, report_w));
-        let control_w = OwnedFd::from(control_w);
-        rustix::fs::fcntl_setfl(&control_w, rustix::fs::OFlags::NONBLOCK)?;
-        let report = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(report_r))
-            .context("watching the guard's report pipe")?;
         Ok(Self { control: Some(control_w), report, guard, buf: Vec::new(), eof: false, pgid: None })
     }
 
