@@ -151,12 +151,16 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
 #[test]
 fn processes_the_command_leaves_in_its_group_are_stopped_before_release() {
     let store = FileStore::new();
-    let (bg, seen) = (store.path("bg"), store.path("seen-at-sigterm"));
-    // The command exits at once, leaving a subshell in its group. Stopped with
-    // SIGTERM, the subshell records the lease's state at that moment.
+    let (bg, trapped, seen) = (store.path("bg"), store.path("trapped"), store.path("seen-at-sigterm"));
+    // The command exits as soon as the subshell it leaves in its group has set its
+    // trap and started its sleep (a process forked after the SIGTERM would only die
+    // at the SIGKILL). Stopped with SIGTERM, the subshell records the lease's state.
     let script = format!(
-        "(trap '\"$0\" status \"$TENURE_STORE\" \"$TENURE_LEASE\" --json > \"{seen}\"; exit 0' TERM; sleep 300 & wait) & echo $! > '{bg}'",
+        "(trap '\"$0\" status \"$TENURE_STORE\" \"$TENURE_LEASE\" --json > \"{seen}\"; exit 0' TERM; \
+         sleep 300 & : > '{trapped}'; wait) & \
+         echo $! > '{bg}'; while [ ! -e '{trapped}' ]; do sleep 0.01; done",
         seen = seen.display(),
+        trapped = trapped.display(),
         bg = bg.display()
     );
     let flags = ["--ttl", "60s", "--kill-grace", "20s"];
