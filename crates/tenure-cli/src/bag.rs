@@ -101,16 +101,17 @@ struct AppendArgs {
     #[arg(long)]
     writer: Option<String>,
     /// Stamp with this time (unix ms) instead of now.
-    #[arg(long, conflicts_with = "lag")]
+    #[arg(long, conflicts_with_all = ["lag", "leases"])]
     at: Option<u64>,
     /// Stamp this long before now (late writers, backfills).
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = duration, conflicts_with = "leases")]
     lag: Option<Duration>,
-    /// Append under this lease (repeatable): the lease-guarded journal.
+    /// Append under this lease (repeatable): the lease-guarded journal, which
+    /// stamps each batch itself (above the predecessors' watermarks).
     #[arg(long = "lease", value_name = "NAME", requires = "lease_store")]
     leases: Vec<String>,
     /// Where the leases live (any store URL `tenure lock` takes).
-    #[arg(long, value_name = "STORE")]
+    #[arg(long, value_name = "STORE", requires = "leases")]
     lease_store: Option<String>,
     /// Lease TTL for the journal.
     #[arg(long, value_parser = duration, default_value = "30s")]

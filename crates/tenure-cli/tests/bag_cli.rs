@@ -14,18 +14,29 @@ fn json_lines(out: &str) -> Vec<serde_json::Value> {
     out.lines().map(|l| serde_json::from_str(l).expect("JSON line")).collect()
 }
 
+/// A stamp 4 s in the past, as `--at` takes it: past its bucket's grace (2 s)
+/// however slowly the commands that use it run, and inside the log's first
+/// buckets.
+fn four_seconds_ago() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970");
+    (now.as_millis() as u64 - 4_000).to_string()
+}
+
 #[test]
 fn append_says_accepted_then_rejected_once_the_bucket_is_closed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("log");
     let log = log.to_str().expect("utf8");
-    let (code, out) = bag(&["append", log, "--json", "--lag", "4s", "first", "second"]);
+    // One stamp for both appends: the second must land in the closed bucket
+    // however long the commands in between take.
+    let at = four_seconds_ago();
+    let (code, out) = bag(&["append", log, "--json", "--at", &at, "first", "second"]);
     assert_eq!(code, 0, "{out}");
     let outcome = &json_lines(&out)[0];
     assert_eq!((outcome["accepted"].as_bool(), outcome["count"].as_u64()), (Some(true), Some(2)));
     let (code, _) = bag(&["close", log, "--json"]);
     assert_eq!(code, 0);
-    let (code, out) = bag(&["append", log, "--json", "--lag", "4s", "too late"]);
+    let (code, out) = bag(&["append", log, "--json", "--at", &at, "too late"]);
     assert_eq!(code, 1, "a rejected append exits 1: {out}");
     assert_eq!(json_lines(&out)[0]["accepted"], false);
     let (code, out) = bag(&["read", log, "--json"]);
@@ -70,6 +81,15 @@ fn bad_input_is_a_usage_error_not_a_panic() {
     assert!(json_lines(&out)[0]["writer"].as_str().is_some_and(|w| w.starts_with("a_b_c-")), "{out}");
     let (code, _) = bag(&["read", "nosuch://x"]);
     assert_eq!(code, 64);
+    let log = log.to_str().expect("utf8");
+    // The journal stamps its batches itself, and needs leases to stamp under.
+    for args in [
+        &["append", log, "--lease", "a", "--lease-store", log, "--at", "1", "x"][..],
+        &["append", log, "--lease", "a", "--lease-store", log, "--lag", "1s", "x"],
+        &["append", log, "--lease-store", log, "x"],
+    ] {
+        assert_eq!(bag(args).0, 64, "{args:?}");
+    }
 }
 
 /// Runs `tenure bag …` as the unprivileged user `nobody`, if this test runs as
@@ -96,13 +116,14 @@ fn with_the_read_only_hint_an_unprivileged_late_writer_is_told_rejected() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let log = dir.path().join("log");
     let log = log.to_str().expect("utf8");
-    let Some((code, out)) = bag_as_nobody(&["append", log, "--json", "--lag", "4s", "first"]) else { return };
+    let at = four_seconds_ago();
+    let Some((code, out)) = bag_as_nobody(&["append", log, "--json", "--at", &at, "first"]) else { return };
     assert_eq!(code, 0, "{out}");
     let (code, _) = bag(&["close", log, "--read-only-hint"]);
     assert_eq!(code, 0);
     // The bucket is now read-only to everyone but root: the late writer cannot
     // even create its file, confirms the close in the manifest, and is rejected.
-    let (code, out) = bag_as_nobody(&["append", log, "--json", "--lag", "4s", "late"]).expect("as nobody");
+    let (code, out) = bag_as_nobody(&["append", log, "--json", "--at", &at, "late"]).expect("as nobody");
     assert_eq!(code, 1, "rejected, not a store error: {out}");
     assert_eq!(json_lines(&out)[0]["decision"], "closed_before_write");
     let (_, out) = bag(&["read", log, "--json"]);
