@@ -52,19 +52,7 @@ macro_rules! shared {
     )*};
 }
 
-shared!(
-    an_early_append_is_accepted_on_the_fast_path,
-    a_late_append_before_any_close_is_accepted_and_the_close_lists_it,
-    an_append_into_a_closed_bucket_is_rejected_and_never_read,
-    a_late_writer_that_finds_a_prelock_helps_finish_the_close,
-    closing_twice_or_from_two_processes_gives_one_manifest,
-    open_buckets_are_provisional_and_closed_ones_exact,
-    readers_merge_by_timestamp_then_writer_then_sequence,
-    timestamps_outside_the_log_or_across_buckets_are_refused,
-    compaction_twice_or_concurrently_gives_the_same_snapshots,
-    a_metronome_closes_due_buckets_until_shut_down,
-    closing_before_the_grace_is_refused,
-);
+common::every_behaviour!(shared);
 
 fn data_files(dir: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = fs::read_dir(dir)
