@@ -263,8 +263,11 @@ async fn append(a: AppendArgs) -> Result<ExitCode> {
                 outcome?
             }
             None => {
+                // One stamp per batch: a batch must fit in one bucket, and a clock
+                // read per message could cross a bucket boundary mid-batch.
+                let ts = stamp();
                 writer
-                    .append(Batch { messages: payloads.into_iter().map(|p| (stamp(), p)).collect(), leases: vec![] })
+                    .append(Batch { messages: payloads.into_iter().map(|p| (ts, p)).collect(), leases: vec![] })
                     .await?
             }
         };

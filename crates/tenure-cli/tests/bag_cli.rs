@@ -48,6 +48,18 @@ fn append_says_accepted_then_rejected_once_the_bucket_is_closed() {
 }
 
 #[test]
+fn the_messages_of_one_append_share_one_stamp_however_narrow_the_buckets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("log");
+    let messages = vec!["m"; 20_000];
+    let mut args = vec!["append", log.to_str().expect("utf8"), "--json", "--bucket-width", "1ms"];
+    args.extend(&messages);
+    let (code, out) = bag(&args);
+    assert_eq!(code, 0, "one batch, one bucket: {out}");
+    assert_eq!(json_lines(&out)[0]["count"].as_u64(), Some(20_000));
+}
+
+#[test]
 fn the_journal_stamps_above_the_watermark_and_the_audit_passes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (log, leases) = (dir.path().join("log"), dir.path().join("leases"));
