@@ -30,12 +30,33 @@ use crate::wire::{self, MAX_RESPONSE, Request, Response};
 /// An answer: the server's time and the response body.
 pub(crate) type Reply = Result<(u64, Bytes), String>;
 
+/// Request ids are distinct small integers: a multiply spreads them over the
+/// table's buckets and tags at a fraction of SipHash's cost.
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, id: u32) {
+        self.0 = u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Pending = HashMap<u32, oneshot::Sender<Reply>, std::hash::BuildHasherDefault<IdHasher>>;
+
 #[derive(Default)]
 struct State {
     out: Vec<u8>,
     /// A leader or the writer task is sending: others only append to `out`.
     writing: bool,
-    pending: HashMap<u32, oneshot::Sender<Reply>>,
+    pending: Pending,
     next_id: u32,
     closed: Option<String>,
 }
@@ -243,6 +264,14 @@ async fn write_loop(inner: Arc<Inner>) {
 
 async fn read_loop(inner: Arc<Inner>) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
+    // Answers of one read, handed to their callers after the lock is released.
+    let mut ready: Vec<(oneshot::Sender<Reply>, u64, Bytes)> = Vec::new();
+    let mut frames: Vec<(u32, u64, Bytes)> = Vec::new();
+    // One timer for the connection's life, re-armed only when it fires (see below).
+    let timer = tokio::time::sleep(inner.timeout);
+    tokio::pin!(timer);
+    // When the server last said something, or requests started waiting.
+    let mut heard = tokio::time::Instant::now();
     let why = loop {
         loop {
             let n = match wire::frame_len(&buf, 12, MAX_RESPONSE) {
@@ -255,49 +284,75 @@ async fn read_loop(inner: Arc<Inner>) {
             };
             let frame = buf.split_to(n).freeze();
             let Some((id, time, body)) = wire::split_response(&frame) else { continue };
+            let body = frame.slice_ref(body);
+            frames.push((id, time, body));
+        }
+        if let Some(&(_, time, _)) = frames.last() {
             let skew = time as i64 - (inner.clock.wall_ms() as i64) * 1000;
             inner.skew_us.store(skew, Ordering::Relaxed);
-            let body = frame.slice_ref(body);
-            let tx = inner.lock().pending.remove(&id);
-            match tx {
-                Some(tx) => {
-                    let _ = tx.send(Ok((time, body)));
-                }
-                // Id 0 with nobody waiting: the server's last word before closing.
-                None => {
-                    if let Ok(Response::Error { message, .. }) = postcard::from_bytes::<Response>(&body) {
-                        inner.close(format!("the server closed the connection: {message}"));
-                        return;
-                    }
+        }
+        // One lock for every answer of the read.
+        let (waiting, orphan) = {
+            let mut st = inner.lock();
+            let mut orphan = None;
+            for (id, time, body) in frames.drain(..) {
+                match st.pending.remove(&id) {
+                    Some(tx) => ready.push((tx, time, body)),
+                    None => orphan = Some(body),
                 }
             }
+            (!st.pending.is_empty(), orphan)
+        };
+        for (tx, time, body) in ready.drain(..) {
+            let _ = tx.send(Ok((time, body)));
+        }
+        // Id 0 with nobody waiting: the server's last word before closing.
+        if let Some(body) = orphan
+            && let Ok(Response::Error { message, .. }) = postcard::from_bytes::<Response>(&body)
+        {
+            inner.close(format!("the server closed the connection: {message}"));
+            return;
         }
         buf.reserve(16 * 1024);
-        let waiting = !inner.lock().pending.is_empty();
-        let ready = if waiting {
-            match tokio::time::timeout(inner.timeout, inner.stream.readable()).await {
-                Ok(r) => r,
-                Err(_) => {
-                    break format!(
-                        "the server said nothing for {} while requests waited",
-                        tenure::human_duration(inner.timeout)
-                    );
+        let readable = if waiting {
+            // The server has `timeout` since it last spoke (or since requests
+            // began waiting) to say anything. The timer is armed at most once per
+            // `timeout`: when it fires early it is pushed to the real deadline.
+            let deadline = heard + inner.timeout;
+            if deadline < timer.deadline() {
+                timer.as_mut().reset(deadline);
+            }
+            tokio::select! {
+                r = inner.stream.readable() => r,
+                () = &mut timer => {
+                    let deadline = heard + inner.timeout;
+                    if tokio::time::Instant::now() >= deadline {
+                        break format!(
+                            "the server said nothing for {} while requests waited",
+                            tenure::human_duration(inner.timeout)
+                        );
+                    }
+                    timer.as_mut().reset(deadline);
+                    continue;
                 }
             }
         } else {
             // Idle: nothing to time out. A request sent meanwhile finds the
-            // connection alive, and the next read is timed.
+            // connection alive, and the next read is timed from then.
             tokio::select! {
                 r = inner.stream.readable() => r,
-                () = inner.request_sent.notified() => continue,
+                () = inner.request_sent.notified() => {
+                    heard = tokio::time::Instant::now();
+                    continue;
+                }
             }
         };
-        if let Err(e) = ready {
+        if let Err(e) = readable {
             break format!("reading from the server failed: {e}");
         }
         match inner.stream.try_read_buf(&mut buf) {
             Ok(0) => break "the server closed the connection".to_string(),
-            Ok(_) => {}
+            Ok(_) => heard = tokio::time::Instant::now(),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => break format!("reading from the server failed: {e}"),
         }

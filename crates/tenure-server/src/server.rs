@@ -29,8 +29,8 @@ use tokio::task::JoinSet;
 
 use crate::core::{Acquired, Ask, Core, Granted, Refusal};
 use crate::wire::{
-    self, AcquireReply, ErrorCode, GrantWire, HolderViewWire, HolderWire, MAGIC, MAX_BATCH, MAX_REQUEST, Outcome,
-    PROTOCOL_VERSION, PredecessorWire, Request, Response, StateWire,
+    self, AcquireReply, ErrorCode, HolderViewWire, HolderWire, MAGIC, MAX_BATCH, MAX_REQUEST, PROTOCOL_VERSION,
+    PredecessorWire, Request, Response, StateWire, out,
 };
 use crate::witness::Signer;
 
@@ -265,8 +265,18 @@ struct Connection {
 /// A handled request whose witnesses may still need signing.
 struct Answer {
     id: u32,
-    resp: Response,
+    resp: Reply,
     close: bool,
+}
+
+/// An answer before encoding. Grants stay as the table decided them (their
+/// witnesses are signed in place, then encoded straight from them).
+enum Reply {
+    Wire(Response),
+    /// `Response::Acquired(AcquireReply::Granted(..))`.
+    Acquired(Vec<Granted>),
+    /// `Response::Granted(..)`: renewals and upgrades.
+    Outcomes(Vec<Result<Granted, String>>),
 }
 
 impl Connection {
@@ -286,6 +296,10 @@ impl Connection {
     /// Serves the connection until the client leaves, errs, or shutdown.
     async fn serve(mut self) -> Result<(), String> {
         let mut greeted = false;
+        // One timer for the connection's life, re-armed only when it fires early
+        // or a shorter wait begins: no timer set up and torn down per read.
+        let timer = tokio::time::sleep(self.shared.opts.idle_timeout);
+        tokio::pin!(timer);
         loop {
             let mut answers = std::mem::take(&mut self.answers);
             answers.clear();
@@ -311,7 +325,11 @@ impl Connection {
                 self.sign(&mut answers);
                 let now = self.shared.core.now_us();
                 for a in &answers {
-                    wire::encode_response(&mut self.wbuf, a.id, now, &a.resp);
+                    match &a.resp {
+                        Reply::Wire(r) => wire::encode_response(&mut self.wbuf, a.id, now, r),
+                        Reply::Acquired(gs) => wire::encode_response_as(&mut self.wbuf, a.id, now, &out::Acquired(gs)),
+                        Reply::Outcomes(os) => wire::encode_response_as(&mut self.wbuf, a.id, now, &out::Outcomes(os)),
+                    }
                 }
                 self.flush().await?;
                 if close {
@@ -334,16 +352,29 @@ impl Connection {
                 self.shared.opts.io_timeout
             };
             self.rbuf.reserve(8 * 1024);
-            let read = tokio::select! {
-                _ = self.stop.changed() => return Ok(()),
-                r = tokio::time::timeout(wait, self.stream.read_buf(&mut self.rbuf)) => r,
+            let deadline = tokio::time::Instant::now() + wait;
+            if deadline < timer.deadline() {
+                timer.as_mut().reset(deadline);
+            }
+            let read = loop {
+                tokio::select! {
+                    _ = self.stop.changed() => return Ok(()),
+                    r = self.stream.read_buf(&mut self.rbuf) => break Ok(r),
+                    () = &mut timer => {
+                        if tokio::time::Instant::now() >= deadline {
+                            break Err(());
+                        }
+                        // Armed for an earlier wait that has since ended.
+                        timer.as_mut().reset(deadline);
+                    }
+                }
             };
             match read {
-                Err(_) if self.rbuf.is_empty() && greeted => {
+                Err(()) if self.rbuf.is_empty() && greeted => {
                     self.fail(ErrorCode::Protocol, "idle for too long; closing").await;
                     return Ok(());
                 }
-                Err(_) => {
+                Err(()) => {
                     let why = format!("a frame took longer than {:?} to arrive", self.shared.opts.io_timeout);
                     self.fail(ErrorCode::Protocol, &why).await;
                     return Err(why);
@@ -366,7 +397,25 @@ impl Connection {
     }
 
     async fn flush(&mut self) -> Result<(), String> {
-        let out = tokio::time::timeout(self.shared.opts.io_timeout, self.stream.write_all(&self.wbuf)).await;
+        // Usually the socket takes the whole batch at once: no timer for that.
+        let mut sent = 0;
+        while sent < self.wbuf.len() {
+            match self.stream.try_write(&self.wbuf[sent..]) {
+                Ok(0) => break,
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    self.wbuf.clear();
+                    return Err(e.to_string());
+                }
+            }
+        }
+        let out = if sent < self.wbuf.len() {
+            let rest = &self.wbuf[sent..];
+            tokio::time::timeout(self.shared.opts.io_timeout, self.stream.write_all(rest)).await
+        } else {
+            Ok(Ok(()))
+        };
         self.wbuf.clear();
         if self.wbuf.capacity() > 1024 * 1024 {
             self.wbuf.shrink_to(64 * 1024);
@@ -424,10 +473,10 @@ impl Connection {
             quarantine_left_ms: core.quarantine_left().as_millis() as u64,
             started_us: core.started_us(),
         };
-        Answer { id, resp, close: false }
+        Answer { id, resp: Reply::Wire(resp), close: false }
     }
 
-    fn dispatch(&mut self, req: Request<'_>) -> Result<Response, (ErrorCode, String)> {
+    fn dispatch(&mut self, req: Request<'_>) -> Result<Reply, (ErrorCode, String)> {
         let shared = self.shared.clone();
         let core = &shared.core;
         let batch = |n: usize| {
@@ -459,9 +508,7 @@ impl Connection {
                     })
                     .collect();
                 match core.acquire(&asks, tentative) {
-                    Ok(Acquired::Granted(gs)) => {
-                        Response::Acquired(AcquireReply::Granted(gs.into_iter().map(grant_wire).collect()))
-                    }
+                    Ok(Acquired::Granted(gs)) => return Ok(Reply::Acquired(gs)),
                     Ok(Acquired::Busy { index, holders, version }) => Response::Acquired(AcquireReply::Busy {
                         index: index as u32,
                         holders: holders.iter().map(HolderViewWire::from).collect(),
@@ -478,18 +525,18 @@ impl Connection {
                 let mut out = Vec::with_capacity(refs.len());
                 for r in refs {
                     let id = r.reservation.unwrap_or(0);
-                    out.push(outcome(core.upgrade(r.name, id, r.nonce).map_err(refusal)?));
+                    out.push(core.upgrade(r.name, id, r.nonce).map_err(refusal)?);
                 }
-                Response::Granted(out)
+                return Ok(Reply::Outcomes(out));
             }
             Request::Renew(items) => {
                 batch(items.len())?;
                 let mut out = Vec::with_capacity(items.len());
                 for it in items {
                     let g = it.grant;
-                    out.push(outcome(core.renew(g.name, g.token, g.reservation, g.nonce, it.ttl_ms).map_err(refusal)?));
+                    out.push(core.renew(g.name, g.token, g.reservation, g.nonce, it.ttl_ms).map_err(refusal)?);
                 }
-                Response::Granted(out)
+                return Ok(Reply::Outcomes(out));
             }
             Request::Release(items) => {
                 batch(items.len())?;
@@ -522,7 +569,8 @@ impl Connection {
                 Response::Done
             }
             Request::Ping => Response::Pong,
-        })
+        }
+        .into())
     }
 
     fn holder(&mut self, w: &HolderWire<'_>) -> Result<Arc<Holder>, String> {
@@ -561,31 +609,17 @@ impl Connection {
     }
 }
 
-fn collect_witnesses<'a>(resp: &'a mut Response, out: &mut Vec<&'a mut Vec<u8>>) {
+fn collect_witnesses<'a>(resp: &'a mut Reply, out: &mut Vec<&'a mut Vec<u8>>) {
     match resp {
-        Response::Acquired(AcquireReply::Granted(gs)) => out.extend(gs.iter_mut().map(|g| &mut g.witness)),
-        Response::Granted(outs) => out.extend(outs.iter_mut().filter_map(|o| match o {
-            Outcome::Ok(g) => Some(&mut g.witness),
-            Outcome::Lost(_) => None,
-        })),
-        _ => {}
+        Reply::Acquired(gs) => out.extend(gs.iter_mut().map(|g| &mut g.witness)),
+        Reply::Outcomes(os) => out.extend(os.iter_mut().filter_map(|o| o.as_mut().ok().map(|g| &mut g.witness))),
+        Reply::Wire(_) => {}
     }
 }
 
-fn grant_wire(g: Granted) -> GrantWire {
-    GrantWire {
-        token: g.token,
-        deadline_ms: g.deadline_ms,
-        version: g.version,
-        predecessor: g.predecessor.map(PredecessorWire::from),
-        witness: g.witness,
-    }
-}
-
-fn outcome(r: Result<Granted, String>) -> Outcome {
-    match r {
-        Ok(g) => Outcome::Ok(grant_wire(g)),
-        Err(detail) => Outcome::Lost(detail),
+impl From<Response> for Reply {
+    fn from(r: Response) -> Self {
+        Reply::Wire(r)
     }
 }
 
@@ -603,7 +637,7 @@ fn refusal(r: Refusal) -> (ErrorCode, String) {
 }
 
 fn error(id: u32, code: ErrorCode, message: String, close: bool) -> Answer {
-    Answer { id, resp: Response::Error { code, message }, close }
+    Answer { id, resp: Reply::Wire(Response::Error { code, message }), close }
 }
 
 /// Compares secrets without an early exit on the first differing byte.

@@ -511,6 +511,12 @@ pub fn encode_request(out: &mut Vec<u8>, id: u32, req: &Request<'_>) {
 
 /// Appends a response frame for request `id` to `out`.
 pub fn encode_response(out: &mut Vec<u8>, id: u32, server_time_us: u64, resp: &Response) {
+    encode_response_as(out, id, server_time_us, resp);
+}
+
+/// Appends a response frame for request `id` to `out`, the body being anything
+/// that serialises exactly as a [`Response`] does (the server's borrowed forms).
+pub(crate) fn encode_response_as<T: Serialize>(out: &mut Vec<u8>, id: u32, server_time_us: u64, resp: &T) {
     let start = out.len();
     out.extend_from_slice(&[0; 16]);
     let mut v = std::mem::take(out);
@@ -520,6 +526,123 @@ pub fn encode_response(out: &mut Vec<u8>, id: u32, server_time_us: u64, resp: &R
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     out[start + 4..start + 8].copy_from_slice(&id.to_le_bytes());
     out[start + 8..start + 16].copy_from_slice(&server_time_us.to_le_bytes());
+}
+
+/// The server's answers to acquisitions, renewals and upgrades, encoded straight
+/// from the table's [`Granted`] values: the same bytes as [`Response::Acquired`]
+/// with [`AcquireReply::Granted`], or [`Response::Granted`], without first copying
+/// every predecessor's holder into owned strings. Variant indices are those of
+/// the owned enums (postcard writes only the index), checked by a test.
+pub(crate) mod out {
+    use serde::Serialize;
+    use serde::ser::{SerializeSeq, SerializeStruct, Serializer};
+    use tenure::Predecessor;
+
+    use super::HolderWire;
+    use crate::core::Granted;
+
+    /// `Response::Acquired(AcquireReply::Granted(grants))`.
+    pub(crate) struct Acquired<'a>(pub(crate) &'a [Granted]);
+    /// `Response::Granted(outcomes)`: `Ok` grants, or `Lost` with why.
+    pub(crate) struct Outcomes<'a>(pub(crate) &'a [Result<Granted, String>]);
+
+    struct Grants<'a>(&'a [Granted]);
+    struct Grant<'a>(&'a Granted);
+    struct Pred<'a>(&'a Predecessor);
+    struct Bytes<'a>(&'a [u8]);
+    enum OutcomeRef<'a> {
+        Ok(&'a Granted),
+        Lost(&'a str),
+    }
+
+    impl Serialize for Acquired<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_newtype_variant("Response", 1, "Acquired", &AcquireReplyGranted(self.0))
+        }
+    }
+
+    struct AcquireReplyGranted<'a>(&'a [Granted]);
+
+    impl Serialize for AcquireReplyGranted<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_newtype_variant("AcquireReply", 0, "Granted", &Grants(self.0))
+        }
+    }
+
+    impl Serialize for Grants<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(self.0.len()))?;
+            for g in self.0 {
+                seq.serialize_element(&Grant(g))?;
+            }
+            seq.end()
+        }
+    }
+
+    impl Serialize for Outcomes<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_newtype_variant("Response", 2, "Granted", &OutcomeSeq(self.0))
+        }
+    }
+
+    struct OutcomeSeq<'a>(&'a [Result<Granted, String>]);
+
+    impl Serialize for OutcomeSeq<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(self.0.len()))?;
+            for o in self.0 {
+                seq.serialize_element(&match o {
+                    Ok(g) => OutcomeRef::Ok(g),
+                    Err(why) => OutcomeRef::Lost(why),
+                })?;
+            }
+            seq.end()
+        }
+    }
+
+    impl Serialize for OutcomeRef<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self {
+                OutcomeRef::Ok(g) => s.serialize_newtype_variant("Outcome", 0, "Ok", &Grant(g)),
+                OutcomeRef::Lost(why) => s.serialize_newtype_variant("Outcome", 1, "Lost", why),
+            }
+        }
+    }
+
+    impl Serialize for Grant<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let g = self.0;
+            let mut st = s.serialize_struct("GrantWire", 5)?;
+            st.serialize_field("token", &g.token)?;
+            st.serialize_field("deadline_ms", &g.deadline_ms)?;
+            st.serialize_field("version", &g.version)?;
+            st.serialize_field("predecessor", &g.predecessor.as_ref().map(Pred))?;
+            st.serialize_field("witness", &Bytes(&g.witness))?;
+            st.end()
+        }
+    }
+
+    impl Serialize for Pred<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let p = self.0;
+            // `HolderWire` borrows and encodes exactly as `HolderOwned`.
+            let holder = p.holder.as_deref().map(HolderWire::of);
+            let mut st = s.serialize_struct("PredecessorWire", 6)?;
+            st.serialize_field("token", &p.token)?;
+            st.serialize_field("holder", &holder)?;
+            st.serialize_field("how", &p.how)?;
+            st.serialize_field("at_ms", &p.at_ms)?;
+            st.serialize_field("watermark_ms", &p.watermark_ms)?;
+            st.serialize_field("meta", &p.meta.as_deref())?;
+            st.end()
+        }
+    }
+
+    impl Serialize for Bytes<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(self.0)
+        }
+    }
 }
 
 /// Where the next frame in `buf` ends: `Ok(None)` if more bytes are needed,
@@ -569,6 +692,62 @@ mod tests {
         let bytes = postcard::to_allocvec(&fast).unwrap_or_default();
         let back: GrantWire = postcard::from_bytes(&bytes).expect("decodes");
         assert_eq!(back.witness, fast.witness);
+    }
+
+    #[test]
+    fn the_servers_borrowed_answers_encode_exactly_as_the_owned_responses() {
+        use crate::core::Granted;
+        let holder = Arc::new(Holder {
+            nonce: "9f2c4e1ab3d07c55".into(),
+            pid: 4242,
+            host: "ci-7".into(),
+            user: "deploy".into(),
+            version: "0.1.0".into(),
+            label: Some("job 1234".into()),
+        });
+        let pred = |meta: Option<&str>, holder: Option<Arc<Holder>>| Predecessor {
+            token: 41,
+            holder,
+            how: EndedHow::Expired,
+            at_ms: 1_767_225_599_500,
+            watermark_ms: Some(1_767_225_599_000),
+            meta: meta.map(str::to_string),
+        };
+        let grants = vec![
+            Granted { token: 42, deadline_ms: 9, version: 3, predecessor: None, witness: vec![1, 2, 3] },
+            Granted {
+                token: 1 << 50,
+                deadline_ms: u64::MAX,
+                version: 0,
+                predecessor: Some(pred(Some("s3://bucket/x"), Some(holder.clone()))),
+                witness: (0..=255).collect(),
+            },
+            Granted { token: 7, deadline_ms: 1, version: 1, predecessor: Some(pred(None, None)), witness: vec![] },
+        ];
+        let wire = |g: &Granted| GrantWire {
+            token: g.token,
+            deadline_ms: g.deadline_ms,
+            version: g.version,
+            predecessor: g.predecessor.as_ref().map(PredecessorWire::from),
+            witness: g.witness.clone(),
+        };
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        encode_response(&mut a, 5, 77, &Response::Acquired(AcquireReply::Granted(grants.iter().map(wire).collect())));
+        encode_response_as(&mut b, 5, 77, &out::Acquired(&grants));
+        assert_eq!(a, b);
+        let outcomes: Vec<Result<Granted, String>> =
+            vec![Ok(grants[1].clone()), Err("our grant was expired".into()), Ok(grants[0].clone())];
+        let owned = outcomes
+            .iter()
+            .map(|o| match o {
+                Ok(g) => Outcome::Ok(wire(g)),
+                Err(why) => Outcome::Lost(why.clone()),
+            })
+            .collect();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        encode_response(&mut a, 6, 78, &Response::Granted(owned));
+        encode_response_as(&mut b, 6, 78, &out::Outcomes(&outcomes));
+        assert_eq!(a, b);
     }
 
     #[test]
