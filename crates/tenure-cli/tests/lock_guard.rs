@@ -73,7 +73,11 @@ fn sigkill_of_tenure_kills_the_commands_whole_group_before_the_lease_is_taken_ov
     let killed_at = Instant::now();
     let _ = holder.wait();
     // The guard stops the group at once (it does not wait for the TTL)…
-    assert!(eventually(LIMIT, || pids.iter().all(|&p| !running(p))), "the command's group outlived tenure");
+    assert!(
+        eventually(LIMIT, || pids.iter().all(|&p| !running(p))),
+        "the command's group outlived tenure: {}",
+        survivors(&pids)
+    );
     // …while the lease itself stays held until it expires: nobody broke it.
     assert_eq!(holders(&store.url(), "crash").len(), 1, "the dead holder's grant is still in the record");
 
@@ -116,7 +120,11 @@ fn breaking_the_lease_stops_the_command_and_exits_76() {
     assert!(out.status.success(), "{}", stderr(&out));
     let status = wait_status(&mut holder, LIMIT);
     assert_eq!(status.code(), Some(76));
-    assert!(pids.iter().all(|&p| !running(p)), "tenure exited before its command's group was gone");
+    assert!(
+        pids.iter().all(|&p| !running(p)),
+        "tenure exited before its command's group was gone: {}",
+        survivors(&pids)
+    );
     let mut err = String::new();
     std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut err).expect("read");
     assert!(err.contains("broken") && err.contains("lost") && err.contains(&store.url()), "{err}");
@@ -230,7 +238,11 @@ fn failing_renewals_stop_the_command_and_exit_76() {
     let status = wait_status(&mut holder, LIMIT);
     drop(frozen);
     assert_eq!(status.code(), Some(76));
-    assert!(pids.iter().all(|&p| !running(p)), "tenure exited before its command's group was gone");
+    assert!(
+        pids.iter().all(|&p| !running(p)),
+        "tenure exited before its command's group was gone: {}",
+        survivors(&pids)
+    );
     let mut err = String::new();
     std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut err).expect("read");
     // Lost after `max_failures` renewals, or — on a machine too loaded to try them
@@ -248,5 +260,9 @@ fn if_the_guard_is_killed_the_command_dies_too_and_tenure_exits_70() {
     let guard = guard_of(&holder);
     signal(guard, Signal::KILL);
     assert_eq!(wait_status(&mut holder, LIMIT).code(), Some(70));
-    assert!(eventually(LIMIT, || pids.iter().all(|&p| !running(p))), "the command outlived its guard");
+    assert!(
+        eventually(LIMIT, || pids.iter().all(|&p| !running(p))),
+        "the command outlived its guard: {}",
+        survivors(&pids)
+    );
 }

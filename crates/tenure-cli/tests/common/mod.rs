@@ -117,6 +117,17 @@ pub fn running(pid: u32) -> bool {
     }
 }
 
+/// Those of `pids` that still run, each with its `/proc` stat line and command
+/// line, for an assertion message ("" when none does).
+pub fn survivors(pids: &[u32]) -> String {
+    let describe = |p: u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        format!("[{} | {}]", stat.trim(), String::from_utf8_lossy(&cmdline).replace('\0', " ").trim())
+    };
+    pids.iter().copied().filter(|&p| running(p)).map(describe).collect::<Vec<_>>().join(" ")
+}
+
 /// Sends `sig` to process `pid`.
 pub fn signal(pid: u32, sig: rustix::process::Signal) {
     let pid = rustix::process::Pid::from_raw(pid as i32).expect("pid");
