@@ -27,9 +27,11 @@
 //! | wait for a busy lease | `Watch` of the key from the revision after the one seen | 1 stream, woken by etcd's event |
 //! | keep our etcd lease alive | `LeaseKeepAlive` (or `LeaseGrant` when none) before a write that needs it | about once per `d/2`, see [`leases`](#etcd-leases-and-keep-alive) |
 //!
-//! So an uncontended acquire + release costs 3 requests (read, write, write;
-//! the holder caches what it wrote), a renewal 1, and a waiting contender 1
-//! read per wake-up instead of a poll loop.
+//! So an uncontended acquire + release of an existing record costs 3 requests
+//! (read, write, write; the holder caches what it wrote, and a handle that wrote
+//! the record last skips the read), plus the count-only `Range` when the record
+//! is absent; a renewal costs 1, and a waiting contender 1 read per wake-up
+//! instead of a poll loop.
 //!
 //! A record's [`Version`](tenure::Version) is its `mod_revision` (`tag` and
 //! `seq`): revisions grow strictly across the whole cluster, so they are exact
