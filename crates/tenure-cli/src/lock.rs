@@ -48,12 +48,15 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use tenure::{Client, Clock, Health, Holder, Lease, LeaseName, LeaseOptions, LossReason, Mode, Mono, Released};
+use tenure::{
+    Client, Clock, Health, Holder, Lease, LeaseName, LeaseOptions, LeaseStore, LossReason, Mode, Mono, Released,
+};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::args::duration;
@@ -137,36 +140,11 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         crate::supervise::set_disposition(libc::SIGTTOU, true);
     }
 
-    let store = args.store.open().await.with_context(|| format!("cannot take lease {:?}", name.as_str()))?;
-    let mut holder = Holder::current();
-    if let Some(label) = &args.label {
-        holder = holder.with_label(label);
-    }
-    if let Some(id) = &args.holder_id {
-        holder = holder.with_nonce(id);
-    }
-    let client = Client::with_holder(store.clone(), holder);
-
-    // The first attempt does not wait: a store that fails on first contact is
-    // misconfigured (exit 69), whereas one that fails while we wait is waited out.
-    let lease = match client.try_acquire(name.as_str(), &opts).await {
-        Ok(lease) => lease,
-        Err(tenure::Error::Busy { .. }) if !args.no_wait => {
-            let mut line = WaitLine::new(store.url(), name.as_str());
-            let acquired = tokio::select! {
-                lease = client.acquire_watching(name.as_str(), &opts, |busy| line.update(busy)) => Ok(lease),
-                sig = signals.recv() => Err(sig),
-            };
-            line.clear();
-            match acquired {
-                Ok(lease) => lease?,
-                Err(sig) => return Ok(exit::code(Status::Signal(sig).exit_code())),
-            }
-        }
-        Err(e @ tenure::Error::Store { .. }) => {
-            return Err(anyhow::Error::new(e).context(format!("cannot take lease {:?}", name.as_str())));
-        }
-        Err(e) => return Err(e.into()),
+    // A signal while the store is opened or the lease awaited ends tenure holding
+    // nothing (a grant whose request was in flight expires after its TTL).
+    let (store, lease) = tokio::select! {
+        taken = take(&args, &name, &opts) => taken?,
+        sig = signals.recv() => return Ok(exit::code(Status::Signal(sig).exit_code())),
     };
     let grant = lease.grant();
     tracing::info!(token = grant.token, "acquired lease {name} in {}", store.url());
@@ -224,6 +202,36 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         Err(e) => say(&format!("releasing {what} failed; it ends by itself after its TTL: {e}")),
     }
     Ok(exit::code(code))
+}
+
+/// Opens the store and acquires the lease, waiting (with the live line on a
+/// terminal) unless `--no-wait`.
+async fn take(args: &LockArgs, name: &LeaseName, opts: &LeaseOptions) -> Result<(Arc<dyn LeaseStore>, Lease)> {
+    let store = args.store.open().await.with_context(|| format!("cannot take lease {:?}", name.as_str()))?;
+    let mut holder = Holder::current();
+    if let Some(label) = &args.label {
+        holder = holder.with_label(label);
+    }
+    if let Some(id) = &args.holder_id {
+        holder = holder.with_nonce(id);
+    }
+    let client = Client::with_holder(store.clone(), holder);
+
+    // The first attempt does not wait: a store that fails on first contact is
+    // misconfigured (exit 69), whereas one that fails while we wait is waited out.
+    let lease = match client.try_acquire(name.as_str(), opts).await {
+        Ok(lease) => lease,
+        Err(tenure::Error::Busy { .. }) if !args.no_wait => {
+            // Erased when dropped, also when a signal ends the wait.
+            let mut line = WaitLine::new(store.url(), name.as_str());
+            client.acquire_watching(name.as_str(), opts, |busy| line.update(busy)).await?
+        }
+        Err(e @ tenure::Error::Store { .. }) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot take lease {:?}", name.as_str())));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok((store, lease))
 }
 
 /// Why the command was stopped, for the one-line report.
