@@ -3,8 +3,9 @@
 //! 1. **Wait.** The lease is acquired with the client's jittered backoff (at most
 //!    `--poll` between polls). On a terminal a live line says who holds it and when
 //!    it could be taken over ([`crate::waiting`]). `--no-wait` and `--timeout` give
-//!    up with exit 75, naming the store, the lease and its holder. A signal while
-//!    waiting ends `tenure` with 128 + the signal, holding nothing.
+//!    up with exit 75, naming the store, the lease and its holder. A signal before
+//!    the command starts (while the store is opened or the lease awaited) ends
+//!    `tenure` with 128 + the signal, holding nothing.
 //! 2. **Run.** The command runs under a guard process ([`crate::supervise`]) in a
 //!    process group of its own, with `TENURE_LEASE`, `TENURE_TOKEN` (the fencing
 //!    token), `TENURE_DEADLINE` (the grant's deadline at start, unix ms; renewals
