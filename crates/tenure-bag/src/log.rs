@@ -30,6 +30,10 @@ pub struct BagOptions {
     pub read_only_hint: bool,
     /// Store settings for object stores (`aws_endpoint`, `aws_access_key_id` …).
     pub params: BTreeMap<String, String>,
+    /// Skip the check, before the first write or close on an object store, that
+    /// it really enforces create-if-absent. Without it two closers could both
+    /// publish a manifest and writers would be told wrong verdicts.
+    pub trust_store: bool,
 }
 
 impl Default for BagOptions {
@@ -39,6 +43,7 @@ impl Default for BagOptions {
             clock: SystemClock::shared(),
             read_only_hint: false,
             params: BTreeMap::new(),
+            trust_store: false,
         }
     }
 }
@@ -73,6 +78,8 @@ struct Inner {
     opts: BagOptions,
     fsync: bool,
     cfg: OnceCell<LogConfig>,
+    /// Set once the object store passed the conditional-write probe.
+    probed: OnceCell<()>,
 }
 
 /// A log: time buckets of messages on a directory or under an object-store prefix.
@@ -132,7 +139,18 @@ impl Log {
     }
 
     fn with_backend(backend: Backend, opts: BagOptions, fsync: bool) -> Log {
-        Log { inner: Arc::new(Inner { backend, opts, fsync, cfg: OnceCell::new() }) }
+        Log { inner: Arc::new(Inner { backend, opts, fsync, cfg: OnceCell::new(), probed: OnceCell::new() }) }
+    }
+
+    /// Before the first write or close on an object store, checks (once per
+    /// handle) that the store enforces create-if-absent: the protocol rests on it.
+    /// Readers never get here, so they never write.
+    async fn ensure_conditional_writes(&self) -> Result<()> {
+        let Backend::Object(storage) = &self.inner.backend else { return Ok(()) };
+        if self.inner.opts.trust_store {
+            return Ok(());
+        }
+        self.inner.probed.get_or_try_init(|| storage.check_create_if_absent()).await.map(|_| ())
     }
 
     /// The log's URL.
@@ -162,6 +180,7 @@ impl Log {
 
     /// The configuration, creating the log if it is new (writers and closers).
     pub async fn config_or_create(&self) -> Result<LogConfig> {
+        self.ensure_conditional_writes().await?;
         if let Some(cfg) = self.config().await? {
             return Ok(cfg);
         }

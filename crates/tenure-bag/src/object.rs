@@ -39,7 +39,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload};
+use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use tenure::{Error, Result};
 
 use crate::layout::{LogConfig, Manifest};
@@ -87,6 +87,33 @@ impl ObjectStorage {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
             Err(e) => Err(self.err(format!("creating {key}"), e)),
+        }
+    }
+
+    /// Checks that the store enforces create-if-absent, the one condition the bag
+    /// protocol rests on (prelocks, manifests and batches are all created only if
+    /// absent): creates a probe object, requires a second create to be refused, then
+    /// deletes it. Three requests, once per handle, before its first write.
+    pub(crate) async fn check_create_if_absent(&self) -> Result<()> {
+        let key = self.key(&format!("~probe-{}", tenure::random_nonce()));
+        let first = self.create(&key, Bytes::from_static(b"1")).await;
+        let second = match first {
+            Ok(_) => self.create(&key, Bytes::from_static(b"2")).await,
+            Err(e) => Err(e),
+        };
+        // The probe object is ours alone (a random name); an unconditional delete is safe.
+        if let Err(e) = self.store.delete(&key).await {
+            tracing::warn!(store = &*self.url, %key, error = %e, "could not delete the probe object");
+        }
+        match second? {
+            false => Ok(()),
+            true => Err(Error::unsupported(
+                &*self.url,
+                "this store does not enforce conditional writes: a create-if-absent (If-None-Match: *) \
+                 overwrote an existing object. Two closers could then both publish a manifest and writers \
+                 would be told wrong verdicts, so tenure refuses to write bags to it. If you are certain the \
+                 store is safe, pass --trust-store (BagOptions::trust_store) to skip this check",
+            )),
         }
     }
 

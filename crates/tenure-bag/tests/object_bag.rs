@@ -241,3 +241,40 @@ async fn readers_of_an_object_store_log_never_write() {
         assert_eq!(read.open, [T0 + 4_000]);
     }
 }
+
+/// Bags rest on create-if-absent: on a store that ignores it (s3rver, the
+/// negative fixture), two closers could both publish a manifest. Writers and
+/// closers refuse it before their first write; readers never write, so they
+/// still read; `trust_store` overrides.
+#[tokio::test]
+async fn writers_refuse_a_store_that_ignores_create_if_absent_and_readers_still_read() {
+    let Some(endpoint) = tenure_conformance::server_from_env("TENURE_TEST_S3RVER") else { return };
+    let s = Store::open(
+        "s3://tenure",
+        &[
+            ("aws_endpoint", endpoint),
+            ("aws_access_key_id", "S3RVER".into()),
+            ("aws_secret_access_key", "S3RVER".into()),
+            ("aws_region", "us-east-1".into()),
+            ("aws_allow_http", "true".into()),
+        ],
+    );
+    let clock = ManualClock::starting_at(T0);
+    let log = s.log(clock.shared());
+    let writer = log.writer("w").expect("writer");
+    match writer.append(Batch::one(T0, "m")).await {
+        Err(e @ tenure::Error::Unsupported { .. }) => {
+            assert!(e.to_string().contains("create-if-absent") && e.to_string().contains("--trust-store"), "{e}")
+        }
+        other => panic!("a store that ignores create-if-absent must be refused, got {other:?}"),
+    }
+    match log.close(T0).await {
+        Err(tenure::Error::Unsupported { .. }) => {}
+        other => panic!("closing must be refused too, got {other:?}"),
+    }
+    assert!(log.read(&ReadOptions::default()).await.expect("readers never probe").messages.is_empty());
+    let mut opts = options(clock.shared());
+    opts.trust_store = true;
+    let trusted = Log::on_object_store(&s.url, s.store.clone(), s.prefix.clone(), opts);
+    trusted.writer("w").expect("writer").append(Batch::one(T0, "m")).await.expect("trusted: the append goes ahead");
+}

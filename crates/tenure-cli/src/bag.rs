@@ -68,6 +68,10 @@ struct LogArgs {
     /// Print JSON lines.
     #[arg(long)]
     json: bool,
+    /// Skip the check that an object store enforces conditional writes before the
+    /// first write or close. Only for stores you know are safe.
+    #[arg(long)]
+    trust_store: bool,
 }
 
 fn key_value(s: &str) -> Result<(String, String), String> {
@@ -84,6 +88,7 @@ impl LogArgs {
         });
         opts.params.extend(self.store_opts.iter().cloned());
         opts.read_only_hint = read_only_hint;
+        opts.trust_store = self.trust_store;
         Log::open(&self.log, opts).with_context(|| format!("opening log {}", self.log))
     }
 }
