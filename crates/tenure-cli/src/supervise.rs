@@ -4,7 +4,8 @@
 //! ```text
 //! shell ── tenure (its own job's process group: receives ^C, kill %1)
 //!            │   control pipe ──▶  deadline <ns> | stop | signal <n>
-//!            │   report pipe  ◀──  started <pid> | stopping <why> | failed <code> <msg> | exited <n> | killed <n>
+//!            │   report pipe  ◀──  started <pid> (from the command, just before exec) |
+//!            │                      stopping <why> | failed <code> <msg> | exited <n> | killed <n>
 //!            └─ tenure __guard (a process group of its own: no terminal or job signals)
 //!                 └─ command (a new process group C, the terminal's foreground if tenure had it)
 //!                      └─ its children (group C)
@@ -238,18 +239,19 @@ impl Guard {
             tracing::debug!(error = %e, "cannot become a child subreaper");
         }
         let take_terminal = foreground.is_some();
+        let report = self.report.as_raw_fd();
         // SAFETY: the closure runs in the forked child before exec. It only makes
-        // async-signal-safe system calls (prctl, getppid, tcsetpgrp, signal) on
-        // data copied into it, and does not allocate.
+        // async-signal-safe system calls (prctl, getppid, getpid, tcsetpgrp,
+        // signal, write) on data copied into it, and does not allocate. `report`
+        // is open: the guard owns it, and the child's copy lives until exec.
         unsafe {
-            cmd.pre_exec(move || child_setup(parent, take_terminal, &reset[..n]));
+            cmd.pre_exec(move || child_setup(parent, take_terminal, &reset[..n], report));
         }
         let spawned = cmd.spawn();
         let status = match &spawned {
             Ok(child) => {
                 let pgid = Pid::from_child(child);
                 self.pgid = Some(pgid);
-                self.send(&format!("started {}", pgid.as_raw_nonzero()));
                 Some(self.supervise(pgid))
             }
             Err(_) => None,
@@ -448,17 +450,22 @@ impl Guard {
 }
 
 /// In the child, between fork and exec: async-signal-safe calls only.
-fn child_setup(parent: Pid, take_terminal: bool, reset: &[i32]) -> io::Result<()> {
+///
+/// The child itself reports `started <pid>` as its last step: the report is in
+/// tenure's pipe before the command can run, so tenure knows the group to kill
+/// even if the guard dies right after the spawn (were the guard to report it
+/// after `spawn` returned, a guard killed in between would leave tenure blind).
+fn child_setup(parent: Pid, take_terminal: bool, reset: &[i32], report: RawFd) -> io::Result<()> {
     // Last resort if the guard itself is killed: its direct child dies with it.
     rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
     if rustix::process::getppid() != Some(parent) {
         // (No allocation here: ESRCH says the parent is gone.)
         return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
+    // std makes the child a group leader too, but possibly only after this
+    // closure: tcsetpgrp and the report below need the group to exist.
+    rustix::process::setpgid(None, None)?;
     if take_terminal {
-        // std makes the child a group leader too, but possibly only after this
-        // closure: tcsetpgrp needs the group to exist.
-        rustix::process::setpgid(None, None)?;
         // SIGTTOU is still ignored (inherited from the guard), so this process,
         // already the leader of a new background group, may take the terminal.
         let _ = rustix::termios::tcsetpgrp(rustix::stdio::stdin(), rustix::process::getpid());
@@ -466,6 +473,16 @@ fn child_setup(parent: Pid, take_terminal: bool, reset: &[i32]) -> io::Result<()
     for &sig in reset {
         set_disposition(sig, false);
     }
+    let mut line = *b"started 0000000000\n";
+    let mut pid = rustix::process::getpid().as_raw_nonzero().get().unsigned_abs();
+    for digit in line[8..18].iter_mut().rev() {
+        *digit = b'0' + (pid % 10) as u8;
+        pid /= 10;
+    }
+    // SAFETY: `report` is open in this process until exec (see the caller).
+    let report = unsafe { std::os::fd::BorrowedFd::borrow_raw(report) };
+    // Far below PIPE_BUF: all or nothing. EPIPE: tenure is gone, the guard acts.
+    let _ = rustix::io::write(report, &line);
     Ok(())
 }
 

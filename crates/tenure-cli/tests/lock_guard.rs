@@ -266,3 +266,20 @@ fn if_the_guard_is_killed_the_command_dies_too_and_tenure_exits_70() {
         survivors(&pids)
     );
 }
+
+#[test]
+fn a_guard_killed_as_the_command_starts_still_leaves_tenure_the_group_to_stop() {
+    let store = FileStore::new();
+    let pids_file = store.path("pids");
+    // The command's first act is to start a sleep in its group and kill its guard
+    // (its parent): tenure must know the group without the guard's word.
+    let script = format!("sleep 300 & echo $! > '{}'; kill -9 $PPID; wait", pids_file.display());
+    let mut holder = start(&store, "guard-killed-early", &[], &script);
+    assert_eq!(wait_status(&mut holder, LIMIT).code(), Some(70));
+    let pids = pids_of(&pids_file, 1);
+    assert!(
+        eventually(LIMIT, || pids.iter().all(|&p| !running(p))),
+        "the command outlived its guard: {}",
+        survivors(&pids)
+    );
+}
