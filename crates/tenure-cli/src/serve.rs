@@ -58,6 +58,10 @@ pub(crate) struct ServeArgs {
     /// Released lease records kept for their watermark and metadata (oldest dropped first).
     #[arg(long, default_value_t = 100_000)]
     pub(crate) retain: usize,
+    /// Threads serving client connections, each keeping its connections for their
+    /// whole life (default: one per core; 0 serves them as tasks of the shared runtime).
+    #[arg(long)]
+    pub(crate) connection_threads: Option<usize>,
 }
 
 /// 2020-01-01: a wall clock before this is unset, and tokens would not grow across restarts.
@@ -96,6 +100,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         idle_timeout: args.idle_timeout,
         io_timeout: args.io_timeout,
         max_connections: args.max_connections,
+        connection_threads: args
+            .connection_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)),
         ..ServerOptions::default()
     };
     let public_key = signer.public_key_hex();

@@ -146,6 +146,13 @@ impl Conn {
 
     /// Sends `req` and waits for its answer (or the connection's death).
     pub(crate) async fn call(&self, req: &Request<'_>) -> Result<(u64, Response), String> {
+        let (time, body) = self.call_raw(req).await?;
+        let resp = postcard::from_bytes::<Response>(&body).map_err(|e| format!("undecodable answer: {e}"))?;
+        Ok((time, resp))
+    }
+
+    /// Sends `req` and waits for its answer, undecoded.
+    pub(crate) async fn call_raw(&self, req: &Request<'_>) -> Result<(u64, Bytes), String> {
         let (tx, rx) = oneshot::channel();
         let (lead, first) = {
             let mut st = self.inner.lock();
@@ -174,10 +181,7 @@ impl Conn {
             }
             send_now(&self.inner);
         }
-        let reply = rx.await.unwrap_or_else(|_| Err("the connection was closed".to_string()));
-        let (time, body) = reply?;
-        let resp = postcard::from_bytes::<Response>(&body).map_err(|e| format!("undecodable answer: {e}"))?;
-        Ok((time, resp))
+        rx.await.unwrap_or_else(|_| Err("the connection was closed".to_string()))
     }
 }
 

@@ -80,6 +80,7 @@ pub mod client;
 mod conn;
 pub mod core;
 pub mod http;
+mod pool;
 pub mod server;
 pub mod wire;
 pub mod witness;

@@ -51,6 +51,10 @@ pub struct ServerOptions {
     pub max_connections: usize,
     /// Grace period for connections at shutdown.
     pub shutdown_grace: Duration,
+    /// Threads of their own for connections, each a single-threaded runtime that
+    /// keeps its connections for their whole life (see `pool`); 0: connections
+    /// are tasks on the runtime that runs the server.
+    pub connection_threads: usize,
 }
 
 impl Default for ServerOptions {
@@ -61,6 +65,7 @@ impl Default for ServerOptions {
             io_timeout: Duration::from_secs(10),
             max_connections: 4096,
             shutdown_grace: Duration::from_secs(2),
+            connection_threads: 0,
         }
     }
 }
@@ -138,6 +143,16 @@ impl Server {
                 }
             }
         });
+        let mut pool = match self.shared.opts.connection_threads {
+            0 => None,
+            n => match crate::pool::Pool::start(n, &self.shared, &stop_rx) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no connection threads; serving connections as tasks");
+                    None
+                }
+            },
+        };
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -150,22 +165,13 @@ impl Server {
                 accepted = self.listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         self.shared.conns.accepted.fetch_add(1, Ordering::Relaxed);
-                        let shared = self.shared.clone();
                         let permit = limit.clone().try_acquire_owned();
-                        let stop = stop_rx.clone();
-                        tasks.spawn(async move {
-                            let Ok(_permit) = permit else {
-                                shared.conns.rejected.fetch_add(1, Ordering::Relaxed);
-                                refuse(stream, &shared.opts, "too many connections; try again later").await;
-                                return;
-                            };
-                            shared.conns.open.fetch_add(1, Ordering::Relaxed);
-                            if let Err(why) = Connection::new(stream, shared.clone(), stop).serve().await {
-                                shared.conns.rejected.fetch_add(1, Ordering::Relaxed);
-                                tracing::debug!(%peer, %why, "closed connection");
+                        match &pool {
+                            Some(pool) => pool.serve(stream, peer, permit),
+                            None => {
+                                tasks.spawn(serve_one(stream, peer, self.shared.clone(), permit, stop_rx.clone()));
                             }
-                            shared.conns.open.fetch_sub(1, Ordering::Relaxed);
-                        });
+                        }
                     }
                     // Out of file descriptors and the like: back off instead of spinning.
                     Err(e) => {
@@ -188,7 +194,32 @@ impl Server {
                 }
             }
         }
+        // The threads keep the same grace period and then abort what is left.
+        if let Some(pool) = &mut pool {
+            pool.finished().await;
+        }
     }
+}
+
+/// Serves one accepted connection (or refuses it when over the limit).
+pub(crate) async fn serve_one(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    permit: Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::TryAcquireError>,
+    stop: watch::Receiver<bool>,
+) {
+    let Ok(_permit) = permit else {
+        shared.conns.rejected.fetch_add(1, Ordering::Relaxed);
+        refuse(stream, &shared.opts, "too many connections; try again later").await;
+        return;
+    };
+    shared.conns.open.fetch_add(1, Ordering::Relaxed);
+    if let Err(why) = Connection::new(stream, shared.clone(), stop).serve().await {
+        shared.conns.rejected.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(%peer, %why, "closed connection");
+    }
+    shared.conns.open.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// A server running on the current runtime, owned by this handle.

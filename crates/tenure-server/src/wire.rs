@@ -645,6 +645,72 @@ pub(crate) mod out {
     }
 }
 
+/// The client's view of the answers it gets most: [`Response`] decoded in place,
+/// grants borrowing their witness and predecessor from the frame, so that a
+/// grant costs no copy of a holder the client already has. Same variants, same
+/// order, same fields as the owned types (a test decodes the owned encoding).
+pub(crate) mod inbound {
+    use serde::Deserialize;
+    use tenure::EndedHow;
+
+    use super::{ErrorCode, HolderViewWire, HolderWire, StateWire};
+
+    /// [`super::Response`], borrowed where it matters.
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)] // decoded for their place in the enum; the client reads them as `Response`
+    pub(crate) enum ResponseIn<'a> {
+        Hello { version: u16, public_key: [u8; 32], max_lease_ms: u64, quarantine_left_ms: u64, started_us: u64 },
+        Acquired(#[serde(borrow)] AcquireReplyIn<'a>),
+        Granted(#[serde(borrow)] Vec<OutcomeIn<'a>>),
+        Released(Vec<bool>),
+        State(StateWire),
+        Names(Vec<String>),
+        Done,
+        Pong,
+        Error { code: ErrorCode, message: String },
+    }
+
+    /// [`super::AcquireReply`].
+    #[derive(Debug, Deserialize)]
+    pub(crate) enum AcquireReplyIn<'a> {
+        Granted(#[serde(borrow)] Vec<GrantIn<'a>>),
+        Busy { index: u32, holders: Vec<HolderViewWire>, version: u64 },
+        Quarantine { left_ms: u64 },
+    }
+
+    /// [`super::Outcome`].
+    #[derive(Debug, Deserialize)]
+    pub(crate) enum OutcomeIn<'a> {
+        Ok(#[serde(borrow)] GrantIn<'a>),
+        Lost(String),
+    }
+
+    /// [`super::GrantWire`].
+    #[derive(Debug, Deserialize)]
+    pub(crate) struct GrantIn<'a> {
+        pub(crate) token: u64,
+        pub(crate) deadline_ms: u64,
+        pub(crate) version: u64,
+        #[serde(borrow)]
+        pub(crate) predecessor: Option<PredIn<'a>>,
+        #[serde(borrow)]
+        pub(crate) witness: &'a [u8],
+    }
+
+    /// [`super::PredecessorWire`].
+    #[derive(Debug, Deserialize)]
+    pub(crate) struct PredIn<'a> {
+        pub(crate) token: u64,
+        #[serde(borrow)]
+        pub(crate) holder: Option<HolderWire<'a>>,
+        pub(crate) how: EndedHow,
+        pub(crate) at_ms: u64,
+        pub(crate) watermark_ms: Option<u64>,
+        #[serde(borrow)]
+        pub(crate) meta: Option<&'a str>,
+    }
+}
+
 /// Where the next frame in `buf` ends: `Ok(None)` if more bytes are needed,
 /// `Err` if the length field is out of bounds (`min` ..= `max` bytes after it).
 pub fn frame_len(buf: &[u8], min: usize, max: usize) -> Result<Option<usize>, String> {
@@ -748,6 +814,82 @@ mod tests {
         encode_response(&mut a, 6, 78, &Response::Granted(owned));
         encode_response_as(&mut b, 6, 78, &out::Outcomes(&outcomes));
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn the_clients_borrowed_view_decodes_the_owned_responses() {
+        use inbound::{AcquireReplyIn, OutcomeIn, ResponseIn};
+        let holder = HolderOwned {
+            nonce: "9f2c4e1ab3d07c55".into(),
+            pid: 4242,
+            host: "ci-7".into(),
+            user: "deploy".into(),
+            version: "0.1.0".into(),
+            label: None,
+        };
+        let pred = PredecessorWire {
+            token: 41,
+            holder: Some(holder.clone()),
+            how: EndedHow::Broken,
+            at_ms: 5,
+            watermark_ms: None,
+            meta: Some("where".into()),
+        };
+        let grant = |p: Option<PredecessorWire>| GrantWire {
+            token: 42,
+            deadline_ms: 9,
+            version: 3,
+            predecessor: p,
+            witness: (0..200).collect(),
+        };
+        let bytes = |r: &Response| postcard::to_allocvec(r).expect("encodes");
+        let acquired = bytes(&Response::Acquired(AcquireReply::Granted(vec![grant(Some(pred.clone())), grant(None)])));
+        match postcard::from_bytes::<ResponseIn<'_>>(&acquired).expect("decodes") {
+            ResponseIn::Acquired(AcquireReplyIn::Granted(gs)) => {
+                assert_eq!(gs.len(), 2);
+                let p = gs[0].predecessor.as_ref().expect("predecessor");
+                assert_eq!(
+                    (p.token, p.how, p.at_ms, p.watermark_ms, p.meta),
+                    (41, EndedHow::Broken, 5, None, Some("where"))
+                );
+                let h = p.holder.expect("holder");
+                assert_eq!(
+                    (h.nonce, h.pid, h.host, h.user, h.version, h.label),
+                    ("9f2c4e1ab3d07c55", 4242, "ci-7", "deploy", "0.1.0", None)
+                );
+                assert_eq!((gs[1].token, gs[1].deadline_ms, gs[1].version), (42, 9, 3));
+                assert_eq!(gs[1].witness, (0..200).collect::<Vec<u8>>().as_slice());
+                assert!(gs[1].predecessor.is_none());
+            }
+            other => panic!("decoded as {other:?}"),
+        }
+        let outcomes = bytes(&Response::Granted(vec![Outcome::Lost("gone".into()), Outcome::Ok(grant(None))]));
+        match postcard::from_bytes::<ResponseIn<'_>>(&outcomes).expect("decodes") {
+            ResponseIn::Granted(os) => {
+                assert!(matches!(&os[0], OutcomeIn::Lost(why) if why == "gone"));
+                assert!(matches!(&os[1], OutcomeIn::Ok(g) if g.token == 42));
+            }
+            other => panic!("decoded as {other:?}"),
+        }
+        let busy = bytes(&Response::Acquired(AcquireReply::Busy { index: 1, holders: Vec::new(), version: 8 }));
+        assert!(matches!(
+            postcard::from_bytes::<ResponseIn<'_>>(&busy),
+            Ok(ResponseIn::Acquired(AcquireReplyIn::Busy { index: 1, version: 8, .. }))
+        ));
+        let quarantine = bytes(&Response::Acquired(AcquireReply::Quarantine { left_ms: 3 }));
+        assert!(matches!(
+            postcard::from_bytes::<ResponseIn<'_>>(&quarantine),
+            Ok(ResponseIn::Acquired(AcquireReplyIn::Quarantine { left_ms: 3 }))
+        ));
+        let released = bytes(&Response::Released(vec![true, false]));
+        assert!(
+            matches!(postcard::from_bytes::<ResponseIn<'_>>(&released), Ok(ResponseIn::Released(v)) if v == [true, false])
+        );
+        let error = bytes(&Response::Error { code: ErrorCode::Invalid, message: "no".into() });
+        assert!(matches!(
+            postcard::from_bytes::<ResponseIn<'_>>(&error),
+            Ok(ResponseIn::Error { code: ErrorCode::Invalid, message }) if message == "no"
+        ));
     }
 
     #[test]

@@ -21,17 +21,17 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use tenure::{
     AcquireRequest, AllAttempt, Attempt, Busy, Clock, Error, Grant, Holder, HolderView, LeaseName, LeaseState,
-    LeaseStore, LossReason, Mode, Mono, OpenOptions, ReleaseRequest, Released, Result, Version,
+    LeaseStore, LossReason, Mode, Mono, OpenOptions, Predecessor, ReleaseRequest, Released, Result, Version,
 };
 
 use crate::conn::Conn;
+use crate::wire::inbound::{AcquireReplyIn, GrantIn, OutcomeIn, PredIn, ResponseIn};
 
 mod rendezvous;
 mod two_phase;
 
 use crate::wire::{
-    AcquireReply, AskWire, ErrorCode, GrantWire, HolderWire, MAGIC, Outcome, PROTOCOL_VERSION, RefWire, ReleaseWire,
-    RenewWire, Request, Response,
+    AskWire, ErrorCode, HolderWire, MAGIC, PROTOCOL_VERSION, RefWire, ReleaseWire, RenewWire, Request, Response,
 };
 pub use rendezvous::rendezvous_score;
 use two_phase::reservation_id;
@@ -159,6 +159,9 @@ impl TenureStore {
 
     /// Index (in [`TenureStore::servers`]) of the server that owns `name`.
     pub fn server_for(&self, name: &str) -> usize {
+        if self.endpoints.len() == 1 {
+            return 0;
+        }
         let mut best = (0u64, 0usize);
         for (i, e) in self.endpoints.iter().enumerate() {
             let score = rendezvous_score(&e.addr, name);
@@ -185,7 +188,11 @@ impl TenureStore {
     }
 
     async fn conn(&self, e: &Endpoint) -> Result<Arc<Conn>> {
-        let i = e.next.fetch_add(1, Ordering::Relaxed) % e.slots.len();
+        // One connection (the default): no shared counter to bump on every call.
+        let i = match e.slots.len() {
+            1 => 0,
+            n => e.next.fetch_add(1, Ordering::Relaxed) % n,
+        };
         if let Some(c) = lock(&e.slots[i]).as_ref().filter(|c| !c.is_dead()) {
             return Ok(c.clone());
         }
@@ -223,6 +230,19 @@ impl TenureStore {
         }
     }
 
+    /// Like [`TenureStore::call`], for the answers decoded in place
+    /// ([`ResponseIn`]): the frame's bytes, checked to decode and not to be an error.
+    async fn call_in(&self, server: usize, op: &str, req: &Request<'_>) -> Result<bytes::Bytes> {
+        let e = &self.endpoints[server];
+        let conn = self.conn(e).await?;
+        let (_, body) = conn.call_raw(req).await.map_err(|m| Error::store(&self.url, op, m))?;
+        match postcard::from_bytes::<ResponseIn<'_>>(&body) {
+            Ok(ResponseIn::Error { code, message }) => Err(self.server_error(op, code, message)),
+            Ok(_) => Ok(body),
+            Err(e) => Err(Error::store(&self.url, op, format!("undecodable answer: {e}"))),
+        }
+    }
+
     fn server_error(&self, op: &str, code: ErrorCode, message: String) -> Error {
         match code {
             ErrorCode::Invalid => Error::InvalidOptions { reason: message },
@@ -234,17 +254,17 @@ impl TenureStore {
         }
     }
 
-    fn unexpected(&self, op: &str, resp: &Response) -> Error {
+    fn unexpected(&self, op: &str, resp: &impl std::fmt::Debug) -> Error {
         Error::store(&self.url, op, format!("unexpected answer {resp:?}"))
     }
 
-    async fn renew_on(&self, server: usize, idx: &[usize], grants: &[Grant]) -> (Result<Response>, Mono) {
+    async fn renew_on(&self, server: usize, idx: &[usize], grants: &[Grant]) -> (Result<bytes::Bytes>, Mono) {
         let items: Vec<RenewWire<'_>> = idx
             .iter()
             .map(|&i| RenewWire { grant: grant_ref(&grants[i]), ttl_ms: grants[i].ttl.as_millis() as u64 })
             .collect();
         let sent = self.clock.mono();
-        (self.call(server, "renewing", &Request::Renew(items)).await, sent)
+        (self.call_in(server, "renewing", &Request::Renew(items)).await, sent)
     }
 
     async fn release_on(
@@ -298,12 +318,14 @@ impl TenureStore {
             })
             .collect();
         let sent = self.clock.mono();
-        let resp = self.call(server, "acquiring", &Request::Acquire { tentative, asks }).await?;
+        let body = self.call_in(server, "acquiring", &Request::Acquire { tentative, asks }).await?;
+        let resp = postcard::from_bytes::<ResponseIn<'_>>(&body)
+            .map_err(|e| Error::store(&self.url, "acquiring", format!("undecodable answer: {e}")))?;
         match resp {
-            Response::Acquired(AcquireReply::Granted(gs)) if gs.len() == reqs.len() => {
+            ResponseIn::Acquired(AcquireReplyIn::Granted(gs)) if gs.len() == reqs.len() => {
                 Ok(Ok(gs.into_iter().zip(reqs).map(|(g, r)| grant(r, g, sent, tentative)).collect()))
             }
-            Response::Acquired(AcquireReply::Busy { index, holders, version }) => {
+            ResponseIn::Acquired(AcquireReplyIn::Busy { index, holders, version }) => {
                 let index = (index as usize).min(reqs.len().saturating_sub(1));
                 let busy = Busy {
                     name: reqs[index].name.clone(),
@@ -313,7 +335,7 @@ impl TenureStore {
                 };
                 Ok(Err((index, busy)))
             }
-            Response::Acquired(AcquireReply::Quarantine { left_ms }) => {
+            ResponseIn::Acquired(AcquireReplyIn::Quarantine { left_ms }) => {
                 let busy = self.quarantine_busy(server, reqs[0].name.clone(), left_ms);
                 Ok(Err((0, busy)))
             }
@@ -387,7 +409,7 @@ fn grant_ref(g: &Grant) -> RefWire<'_> {
     RefWire { name: g.name.as_str(), token: g.token, reservation: reservation_id(g), nonce: &g.holder.nonce }
 }
 
-fn grant(r: &AcquireRequest, g: GrantWire, sent: Mono, tentative: bool) -> Grant {
+fn grant(r: &AcquireRequest, g: GrantIn<'_>, sent: Mono, tentative: bool) -> Grant {
     let version = if tentative {
         Version { tag: format!("reservation-{}", g.version), seq: Some(g.version) }
     } else {
@@ -401,9 +423,42 @@ fn grant(r: &AcquireRequest, g: GrantWire, sent: Mono, tentative: bool) -> Grant
         deadline_ms: g.deadline_ms,
         local_deadline: sent + r.ttl,
         holder: r.holder.clone(),
-        predecessor: g.predecessor.map(Into::into),
+        predecessor: g.predecessor.map(|p| predecessor(p, &r.holder)),
         version,
-        witness: Some(g.witness),
+        witness: Some(g.witness.to_vec()),
+    }
+}
+
+/// A predecessor from the wire. Its holder is very often the asker itself (a
+/// process re-taking a lease it released), whose identity is shared, not copied.
+fn predecessor(p: PredIn<'_>, asker: &Arc<Holder>) -> Predecessor {
+    let holder = p.holder.map(|h| {
+        let same = h.nonce == asker.nonce
+            && h.pid == asker.pid
+            && h.host == asker.host
+            && h.user == asker.user
+            && h.version == asker.version
+            && h.label == asker.label.as_deref();
+        if same {
+            asker.clone()
+        } else {
+            Arc::new(Holder {
+                nonce: h.nonce.to_string(),
+                pid: h.pid,
+                host: h.host.to_string(),
+                user: h.user.to_string(),
+                version: h.version.to_string(),
+                label: h.label.map(str::to_string),
+            })
+        }
+    });
+    Predecessor {
+        token: p.token,
+        holder,
+        how: p.how,
+        at_ms: p.at_ms,
+        watermark_ms: p.watermark_ms,
+        meta: p.meta.map(str::to_string),
     }
 }
 
@@ -439,10 +494,15 @@ impl LeaseStore for TenureStore {
     }
 
     async fn release(&self, grant: &Grant, req: &ReleaseRequest) -> Result<Released> {
-        self.release_all(std::slice::from_ref(grant), req)
-            .await
-            .pop()
-            .unwrap_or_else(|| Err(Error::store(&self.url, "releasing", "no answer")))
+        // `release_all` of one grant, without its grouping and joining.
+        let server = self.server_for(grant.name.as_str());
+        match self.release_on(server, &[0], std::slice::from_ref(grant), req).await {
+            Ok(Response::Released(flags)) if flags.len() == 1 => {
+                Ok(if flags[0] { Released::Released } else { Released::NotHeld })
+            }
+            Ok(other) => Err(Error::store(&self.url, "releasing", format!("unexpected answer {other:?}"))),
+            Err(e) => Err(Error::store(&self.url, "releasing", e.to_string())),
+        }
     }
 
     async fn inspect(&self, name: &LeaseName) -> Result<LeaseState> {
@@ -509,19 +569,34 @@ impl LeaseStore for TenureStore {
         };
         let mut out: Vec<Option<Result<Grant>>> = grants.iter().map(|_| None).collect();
         for ((_, idx), (answer, sent)) in groups.iter().zip(answers) {
+            let body = match answer {
+                Ok(body) => body,
+                Err(e) => {
+                    let msg = e.to_string();
+                    idx.iter().for_each(|&i| out[i] = Some(Err(Error::store(&self.url, "renewing", msg.clone()))));
+                    continue;
+                }
+            };
+            let answer = postcard::from_bytes::<ResponseIn<'_>>(&body)
+                .map_err(|e| Error::store(&self.url, "renewing", format!("undecodable answer: {e}")));
             match answer {
-                Ok(Response::Granted(outs)) if outs.len() == idx.len() => {
+                Ok(ResponseIn::Granted(outs)) if outs.len() == idx.len() => {
                     for (&i, o) in idx.iter().zip(outs) {
                         let g = &grants[i];
                         out[i] = Some(match o {
-                            Outcome::Ok(w) => Ok(Grant {
+                            OutcomeIn::Ok(w) => Ok(Grant {
+                                name: g.name.clone(),
+                                mode: g.mode,
+                                token: g.token,
+                                ttl: g.ttl,
                                 deadline_ms: w.deadline_ms,
                                 local_deadline: sent + g.ttl,
+                                holder: g.holder.clone(),
+                                predecessor: g.predecessor.clone(),
                                 version: if is_reservation(g) { g.version.clone() } else { Version::seq(w.version) },
-                                witness: Some(w.witness),
-                                ..g.clone()
+                                witness: Some(w.witness.to_vec()),
                             }),
-                            Outcome::Lost(detail) => Err(Error::Lost {
+                            OutcomeIn::Lost(detail) => Err(Error::Lost {
                                 store: self.url.clone(),
                                 name: g.name.to_string(),
                                 token: g.token,

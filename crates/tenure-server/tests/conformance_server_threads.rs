@@ -1,0 +1,103 @@
+//! The conformance suite over `tenure://` again, with the server's connections on
+//! threads of their own (`connection_threads`, as `tenure serve` runs them), and
+//! what ownership of those threads means: a graceful shutdown waits for them, and
+//! dropping the server closes every connection at once, as a crash does.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure::{AcquireRequest, Attempt, Backend, Holder, LeaseName, LeaseStore, ManualClock, Mode};
+use tenure_conformance::{Harness, Time, conformance_tests};
+use tenure_server::server::RunningServer;
+use tenure_server::{CoreOptions, ServerOptions};
+
+struct Served {
+    clock: ManualClock,
+    server: RunningServer,
+}
+
+#[async_trait]
+impl Harness for Served {
+    async fn store(&self) -> Arc<dyn LeaseStore> {
+        Arc::new(common::store(&[&self.server], &self.clock))
+    }
+    fn time(&self) -> Time {
+        Time::Manual(self.clock.clone())
+    }
+    fn backend(&self) -> Option<Arc<dyn Backend>> {
+        None
+    }
+    /// The server keeps records in RAM only: nothing can damage them.
+    async fn corrupt(&self, _name: &str, _bytes: &[u8]) -> bool {
+        false
+    }
+    fn settle(&self) -> Duration {
+        Duration::from_millis(10)
+    }
+}
+
+async fn start(clock: &ManualClock) -> RunningServer {
+    let opts = ServerOptions { connection_threads: 2, ..ServerOptions::default() };
+    let server = common::start(clock.shared(), CoreOptions::new(common::MAX_LEASE), opts).await;
+    clock.advance(common::MAX_LEASE + Duration::from_secs(1));
+    server
+}
+
+async fn served() -> Option<Served> {
+    let clock = ManualClock::new();
+    let server = start(&clock).await;
+    Some(Served { clock, server })
+}
+
+conformance_tests!(served);
+
+fn req(name: &str, holder: &Arc<Holder>) -> AcquireRequest {
+    AcquireRequest {
+        name: LeaseName::new(name).expect("name"),
+        mode: Mode::Exclusive,
+        ttl: Duration::from_secs(5),
+        holder: holder.clone(),
+        retake: false,
+        meta: None,
+    }
+}
+
+#[tokio::test]
+async fn connection_threads_serve_many_connections_and_stop_with_the_server() {
+    let clock = ManualClock::new();
+    let server = start(&clock).await;
+    let url = format!("tenure://{}?connections=4", server.addr());
+    let store = tenure_server::TenureStore::new(&url, &tenure::OpenOptions::default().with_clock(clock.shared()))
+        .expect("store");
+    let me = Arc::new(Holder::current());
+    for i in 0..40 {
+        let name = format!("threads/{}", i % 7);
+        match store.try_acquire(&req(&name, &me)).await.expect("acquire") {
+            Attempt::Granted(g) => assert!(store.release(&g, &Default::default()).await.is_ok()),
+            Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+        }
+    }
+    assert_eq!(server.shared().conns.open.load(std::sync::atomic::Ordering::Relaxed), 4);
+    // A graceful shutdown returns once the threads have closed their connections.
+    tokio::time::timeout(Duration::from_secs(10), server.shutdown()).await.expect("shutdown finishes");
+    assert!(store.try_acquire(&req("threads/after", &me)).await.is_err(), "nothing serves after shutdown");
+}
+
+#[tokio::test]
+async fn dropping_the_server_closes_the_connections_on_its_threads() {
+    let clock = ManualClock::new();
+    let server = start(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let me = Arc::new(Holder::current());
+    let Attempt::Granted(held) = store.try_acquire(&req("threads/crash", &me)).await.expect("acquire") else {
+        panic!("busy")
+    };
+    drop(server); // a crash: no goodbye
+    // The connection's thread drops it with its runtime: the client sees the close
+    // (or, once it notices, finds nothing listening) instead of an answer.
+    let renewed = tokio::time::timeout(Duration::from_secs(5), store.renew(&held)).await;
+    assert!(matches!(renewed, Ok(Err(_))), "a dropped server must renew nothing: {renewed:?}");
+}
