@@ -342,10 +342,17 @@ fn to_mono_ns(clock: &dyn Clock, at: Mono) -> u64 {
     }
 }
 
-/// Whether stdin is the terminal and our process group is in its foreground.
+/// Whether to hand the terminal to the command: stdin and stdout are the
+/// terminal and our process group is in its foreground. With stdout piped (`|
+/// less`, `| head`), the pipeline's other members share our job and may read the
+/// terminal themselves (a pager does), so the terminal stays with the job; the
+/// command then runs in the background process group, and signals typed at the
+/// terminal still reach it through tenure.
 fn owns_terminal() -> bool {
-    let stdin = rustix::stdio::stdin();
-    rustix::termios::isatty(stdin) && rustix::termios::tcgetpgrp(stdin).is_ok_and(|fg| fg == rustix::process::getpgrp())
+    let (stdin, stdout) = (rustix::stdio::stdin(), rustix::stdio::stdout());
+    rustix::termios::isatty(stdin)
+        && rustix::termios::isatty(stdout)
+        && rustix::termios::tcgetpgrp(stdin).is_ok_and(|fg| fg == rustix::process::getpgrp())
 }
 
 /// Whether `program` can be started, as a shell decides: `Err((127, …))` if not

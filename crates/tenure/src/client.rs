@@ -149,7 +149,8 @@ impl Client {
                 Ok(AllAttempt::Busy(busy)) => busy,
                 // While waiting, a store outage is waited out like a busy lease.
                 Err(e) if e.is_transient() && opts.timeout != Some(Duration::ZERO) => {
-                    tracing::warn!(error = %e, "store error while waiting for a lease; retrying");
+                    // on_wait shows it to the caller; a log line would only duplicate it.
+                    tracing::debug!(error = %e, "store error while waiting for a lease; retrying");
                     Busy {
                         name: names[0].clone(),
                         holders: Vec::new(),

@@ -64,7 +64,8 @@ impl fmt::Display for Holder {
         if let Some(label) = &self.label {
             write!(f, " ({label})")?;
         }
-        write!(f, " [{}]", self.nonce)
+        // Eight hex digits tell holders apart at a glance; JSON output has them all.
+        write!(f, " [{}]", self.nonce.get(..8).unwrap_or(&self.nonce))
     }
 }
 

@@ -152,7 +152,7 @@ async fn waiting_gives_up_at_the_timeout_naming_the_holder() {
     advance_until(&s, Duration::from_secs(5), || task.is_finished()).await;
     match task.await.expect("join") {
         Err(Error::Timeout { holder, waited, .. }) => {
-            assert!(holder.contains(&s.client.holder().nonce), "{holder}");
+            assert!(holder.contains(&s.client.holder().nonce[..8]), "{holder}");
             assert!(waited >= Duration::from_secs(3));
         }
         other => panic!("expected a timeout, got {other:?}"),
