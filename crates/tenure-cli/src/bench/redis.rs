@@ -1,6 +1,12 @@
 //! The Redis anchor: the classic Redis lock, through one multiplexed connection
 //! shared by every worker (what a careful client does).
 //!
+//! The comparison with `tenure://` is like for like: both are driven by the same
+//! load generator on the same runtime, and both put every worker's requests on
+//! one pipelined connection (the `tenure://` store opens one connection per
+//! server unless told otherwise). redis-server runs commands on one thread; a
+//! `tenure serve` connection is served by one thread too.
+//!
 //! - acquire: `SET key holder NX PX ttl` (must answer OK);
 //! - release: the compare-and-delete script
 //!   `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`
