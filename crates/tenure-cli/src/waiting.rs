@@ -59,7 +59,7 @@ impl WaitLine {
             self.shown = true;
         } else {
             let holders: Vec<String> = busy.holders.iter().map(|h| format!("{}:{}", h.holder.nonce, h.token)).collect();
-            let key = format!("{holders:?} {:?}", busy.corrupt);
+            let key = format!("{holders:?} {:?} {}", busy.corrupt, busy.failure.is_some());
             if self.last_holders.as_ref() != Some(&key) {
                 tracing::info!("waiting for lease {} in {}: held by {}", self.name, self.store, busy.describe());
                 self.last_holders = Some(key);

@@ -334,6 +334,7 @@ impl LeaseStore for CasStore {
                             holders: Vec::new(),
                             corrupt: Some(detail),
                             version: Some(s.version),
+                            failure: None,
                         }));
                     }
                     tracing::warn!(store = self.url(), lease = name, %detail, "replacing a stale unreadable lease record");
@@ -361,7 +362,13 @@ impl LeaseStore for CasStore {
                         continue;
                     }
                     Decision::Busy(holders) => {
-                        return Ok(Attempt::Busy(Busy { name: req.name.clone(), holders, corrupt: None, version }));
+                        return Ok(Attempt::Busy(Busy {
+                            name: req.name.clone(),
+                            holders,
+                            corrupt: None,
+                            version,
+                            failure: None,
+                        }));
                     }
                     Decision::Grant { record, token, predecessor } => (record, token, predecessor),
                 };
@@ -398,7 +405,13 @@ impl LeaseStore for CasStore {
                         // Someone else wrote since: the cached copy is stale.
                         self.forget(name);
                     }
-                    last_busy = Some(Busy { name: req.name.clone(), holders: Vec::new(), corrupt: None, version });
+                    last_busy = Some(Busy {
+                        name: req.name.clone(),
+                        holders: Vec::new(),
+                        corrupt: None,
+                        version,
+                        failure: None,
+                    });
                 }
             }
         }
@@ -408,6 +421,7 @@ impl LeaseStore for CasStore {
             holders: Vec::new(),
             corrupt: None,
             version: None,
+            failure: None,
         })))
     }
 

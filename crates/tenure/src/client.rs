@@ -80,7 +80,9 @@ impl Client {
         self.acquire(name, &opts.clone().no_wait()).await
     }
 
-    /// Acquires `name`, waiting up to `opts.timeout`.
+    /// Acquires `name`, waiting up to `opts.timeout`: [`Error::Timeout`] if it
+    /// was still busy then. Transient store errors while waiting are waited out
+    /// like a busy lease; a wait whose last attempt failed ends with that error.
     pub async fn acquire(&self, name: &str, opts: &LeaseOptions) -> Result<Lease> {
         self.acquire_watching(name, opts, |_| {}).await
     }
@@ -144,19 +146,23 @@ impl Client {
                 }),
                 many => self.store.try_acquire_all(many).await,
             };
-            let busy = match attempt {
+            // `failed`: the store error of this attempt, if it failed; a wait that
+            // ends on one reports the store's failure, not a busy lease.
+            let (busy, failed) = match attempt {
                 Ok(AllAttempt::Granted(grants)) => return Ok(grants),
-                Ok(AllAttempt::Busy(busy)) => busy,
+                Ok(AllAttempt::Busy(busy)) => (busy, None),
                 // While waiting, a store outage is waited out like a busy lease.
                 Err(e) if e.is_transient() && opts.timeout != Some(Duration::ZERO) => {
                     // on_wait shows it to the caller; a log line would only duplicate it.
                     tracing::debug!(error = %e, "store error while waiting for a lease; retrying");
-                    Busy {
+                    let busy = Busy {
                         name: names[0].clone(),
                         holders: Vec::new(),
-                        corrupt: Some(format!("store error: {e}")),
+                        corrupt: None,
                         version: None,
-                    }
+                        failure: Some(e.to_string()),
+                    };
+                    (busy, Some(e))
                 }
                 Err(e) => return Err(e),
             };
@@ -165,7 +171,7 @@ impl Client {
             if let Some(deadline) = deadline
                 && now >= deadline
             {
-                return Err(self.gave_up(&busy, opts, now.saturating_since(started)));
+                return Err(failed.unwrap_or_else(|| self.gave_up(&busy, opts, now.saturating_since(started))));
             }
             let sleep = self.next_sleep(&busy, backoff, deadline, now);
             self.store.wait_for_change(&busy, sleep).await;

@@ -162,11 +162,17 @@ pub struct Busy {
     pub corrupt: Option<String>,
     /// The version that blocked us (waiters may watch it change).
     pub version: Option<Version>,
+    /// The store failed on this attempt, with this error: a waiter waits it out
+    /// as if the lease were busy, and does not know who holds it.
+    pub failure: Option<String>,
 }
 
 impl Busy {
     /// One line for humans: who holds it and when it could be taken over.
     pub fn describe(&self) -> String {
+        if let Some(error) = &self.failure {
+            return format!("nobody known: the store failed ({error}); retrying");
+        }
         if let Some(detail) = &self.corrupt {
             return format!("an unreadable record ({detail}), waiting for it to go stale");
         }

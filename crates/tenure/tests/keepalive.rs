@@ -193,3 +193,24 @@ async fn a_waiter_wakes_on_release_through_the_store_watch_without_waiting_out_i
     assert!(task.is_finished(), "the release must wake the waiter through the watch");
     assert!(task.await.expect("join").is_ok());
 }
+
+#[tokio::test]
+async fn a_wait_through_a_store_outage_says_the_store_failed_and_ends_with_its_error() {
+    let s = setup();
+    s.flaky.writes.store(FAIL, Ordering::SeqCst);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (client, log) = (s.client.clone(), seen.clone());
+    let waiting = tokio::spawn(async move {
+        let opts = LeaseOptions::exclusive().with_ttl(Duration::from_secs(8)).with_timeout(Duration::from_secs(1));
+        client.acquire_watching("l", &opts, |busy| log.lock().expect("log").push(busy.describe())).await
+    });
+    advance_until(&s, Duration::from_secs(5), || waiting.is_finished()).await;
+    let err = waiting.await.expect("task").expect_err("no lease can be taken while every write fails");
+    assert!(matches!(err, Error::Store { .. }), "the wait must end with the store's error, got {err:?}");
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    let seen = seen.lock().expect("log");
+    assert!(!seen.is_empty(), "the waiter was never told why it waits");
+    for line in seen.iter() {
+        assert!(line.contains("the store failed") && line.contains("injected failure"), "{line}");
+    }
+}

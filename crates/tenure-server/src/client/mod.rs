@@ -332,6 +332,7 @@ impl TenureStore {
                     holders: holders.into_iter().map(HolderView::from).collect(),
                     corrupt: None,
                     version: Some(Version::seq(version)),
+                    failure: None,
                 };
                 Ok(Err((index, busy)))
             }
@@ -364,7 +365,7 @@ impl TenureStore {
             ttl_ms: left_ms,
             expires_in_ms: left_ms,
         };
-        Busy { name, holders: vec![view], corrupt: None, version: None }
+        Busy { name, holders: vec![view], corrupt: None, version: None, failure: None }
     }
 
     async fn acquire_all(&self, reqs: &[AcquireRequest], tentative: bool) -> Result<AllAttempt> {

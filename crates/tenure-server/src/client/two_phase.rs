@@ -102,6 +102,7 @@ impl TenureStore {
                     holders: state.map(|s| s.holders).unwrap_or_default(),
                     corrupt: None,
                     version: None,
+                    failure: None,
                 }))
                 .inspect(|_| tracing::debug!(%detail, "a reservation was broken before its upgrade"))
             }
