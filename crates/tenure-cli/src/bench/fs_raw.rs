@@ -46,7 +46,8 @@ impl RawFs {
 #[async_trait]
 impl Target for RawFs {
     fn label(&self) -> String {
-        format!("raw link+unlink{} (anchor)", if self.fsync { "+fsync(dir)" } else { "" })
+        let fsync = if self.fsync { "+fsync(dir)" } else { "" };
+        format!("raw link+unlink{fsync}{} (anchor)", if self.inline { "" } else { " via the pool" })
     }
 
     fn is_anchor(&self) -> bool {

@@ -158,7 +158,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
         )?;
     }
     for &clients in &args.clients {
-        // A store's time per operation, to compare the anchors after it with.
+        // A store's rate, to compare the anchors after it with.
         let mut store_rate: Option<f64> = None;
         for t in &targets {
             let f = measure(t.clone(), clients, args.seconds, args.op).await.with_context(|| t.label())?;
@@ -166,7 +166,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
                 writeln!(out, "{}", serde_json::to_string(&f)?)?;
             } else {
                 let ratio = match (f.anchor, store_rate) {
-                    (true, Some(store)) => format!("  store cycle = {:.1}× this", f.cycles_per_sec / store),
+                    (true, Some(store)) => format!("  store: {:.2}× this rate", store / f.cycles_per_sec),
                     _ => String::new(),
                 };
                 writeln!(
@@ -204,7 +204,7 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
         "fs-raw+fsync" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw+fsync://"), true, false)?)],
         _ => {
             let store = args.store.store_args(url)?.open().await?;
-            let mut v: Vec<Arc<dyn Target>> = vec![Arc::new(StoreTarget::new(store, args.op, args.ttl))];
+            let mut v: Vec<Arc<dyn Target>> = vec![Arc::new(StoreTarget::new(url, store, args.op, args.ttl))];
             if scheme == "file" && !args.no_anchor {
                 let rest = url.trim_start_matches("file://");
                 let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -270,6 +270,8 @@ async fn measure(target: Arc<dyn Target>, clients: usize, seconds: Duration, op:
 
 /// A lease store: acquire+release cycles, or renewals, on one lease per worker.
 struct StoreTarget {
+    /// The URL as given, options included (the store's own URL drops them).
+    url: String,
     store: Arc<dyn LeaseStore>,
     op: Op,
     ttl: Duration,
@@ -279,8 +281,9 @@ struct StoreTarget {
 }
 
 impl StoreTarget {
-    fn new(store: Arc<dyn LeaseStore>, op: Op, ttl: Duration) -> Self {
+    fn new(url: &str, store: Arc<dyn LeaseStore>, op: Op, ttl: Duration) -> Self {
         Self {
+            url: url.to_string(),
             store,
             op,
             ttl,
@@ -312,7 +315,7 @@ impl StoreTarget {
 #[async_trait]
 impl Target for StoreTarget {
     fn label(&self) -> String {
-        format!("{} {}", self.store.url(), if self.op == Op::Cycle { "acquire+release" } else { "renew" })
+        format!("{} {}", self.url, if self.op == Op::Cycle { "acquire+release" } else { "renew" })
     }
 
     async fn setup(&self, w: usize) -> Result<()> {
