@@ -120,6 +120,14 @@ impl Log {
     /// (with `opts.params`: `aws_endpoint`, `aws_access_key_id`, …).
     pub fn open(url: &str, opts: BagOptions) -> Result<Log> {
         if url.starts_with("file://") || !url.contains("://") {
+            if let Some(key) = opts.params.keys().next() {
+                return Err(Error::InvalidStore {
+                    url: url.into(),
+                    reason: format!(
+                        "unknown option {key:?} (a directory log takes its options in the URL: ?fsync=false)"
+                    ),
+                });
+            }
             let fs = crate::fs::open(url)?;
             return Ok(Self::on_fs(fs, opts));
         }

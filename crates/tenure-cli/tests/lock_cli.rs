@@ -119,8 +119,9 @@ fn waiting_longer_than_the_timeout_exits_75() {
 fn bad_input_is_a_usage_error_in_one_line() {
     let store = FileStore::new();
     let url = store.url();
-    let cases: [&[&str]; 7] = [
+    let cases: [&[&str]; 8] = [
         &["lock", &url, "../escape", "--", "true"],
+        &["lock", &url, "x", "--store-opt", "aws_region=eu-west-1", "--", "true"],
         &["lock", &url, "a//b", "--", "true"],
         &["lock", &url, "x", "--ttl", "soon", "--", "true"],
         &["lock", &url, "x"],
@@ -133,6 +134,13 @@ fn bad_input_is_a_usage_error_in_one_line() {
         assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
         assert_one_line_error(&out);
     }
+}
+
+#[test]
+fn directory_settings_may_come_as_store_opts() {
+    let store = FileStore::new();
+    let out = run(tenure().args(["lock", &store.url(), "x", "--store-opt", "fsync=false", "--", "true"]), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
 #[test]

@@ -68,9 +68,15 @@ impl OpenOptions {
 /// `tenure` command knows them all.
 pub fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
     let backend: Arc<dyn crate::Backend> = if url.starts_with("memory://") {
+        if let Some(key) = opts.params.keys().next() {
+            return Err(Error::InvalidStore {
+                url: url.into(),
+                reason: format!("unknown option {key:?} (memory:// takes none)"),
+            });
+        }
         store::memory::open(url)?
     } else if url.starts_with("file://") || !url.contains("://") {
-        Arc::new(store::file::open(url)?)
+        Arc::new(store::file::open_with(url, &opts.params)?)
     } else {
         return Err(Error::InvalidStore {
             url: url.into(),

@@ -63,6 +63,7 @@
 //!
 //! Deleting a key's directory by hand resets its token counter: don't.
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind, Read, Write};
@@ -361,6 +362,12 @@ impl Backend for FileBackend {
 
 /// Opens `file:///dir[?fsync=false&io=inline]` or a plain path.
 pub fn open(url: &str) -> Result<FileBackend> {
+    open_with(url, &BTreeMap::new())
+}
+
+/// Like [`open`], with settings given apart from the URL (`--store-opt
+/// fsync=false`), which take the same keys as the query and override it.
+pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FileBackend> {
     let invalid = |reason: &str| Error::InvalidStore { url: url.into(), reason: reason.into() };
     let (path, query) = match url.strip_prefix("file://") {
         Some(rest) => {
@@ -375,14 +382,20 @@ pub fn open(url: &str) -> Result<FileBackend> {
     if path.is_empty() {
         return Err(invalid("the directory is empty"));
     }
+    let from_query = query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")));
+    let from_params = params.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     let (mut fsync, mut inline) = (true, false);
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("fsync", "true" | "1")) => fsync = true,
-            Some(("fsync", "false" | "0")) => fsync = false,
-            Some(("io", "inline")) => inline = true,
-            Some(("io", "pool")) => inline = false,
-            _ => return Err(invalid(&format!("unknown option {pair:?} (known: fsync=true|false, io=pool|inline)"))),
+    for (key, value) in from_query.chain(from_params) {
+        match (key, value) {
+            ("fsync", "true" | "1") => fsync = true,
+            ("fsync", "false" | "0") => fsync = false,
+            ("io", "inline") => inline = true,
+            ("io", "pool") => inline = false,
+            _ => {
+                return Err(invalid(&format!(
+                    "unknown option {key}={value:?} (known: fsync=true|false, io=pool|inline)"
+                )));
+            }
         }
     }
     Ok(FileBackend::new(path).with_fsync(fsync).with_inline_io(inline))
@@ -509,5 +522,16 @@ mod tests {
         assert!(open("./relative/dir").expect("path").fsync);
         assert!(matches!(open("file://relative"), Err(Error::InvalidStore { .. })));
         assert!(matches!(open("file:///x?sync=1"), Err(Error::InvalidStore { .. })));
+    }
+
+    #[test]
+    fn settings_given_apart_from_the_url_apply_and_unknown_ones_are_refused() {
+        let params = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let b = open_with("/tmp/x", &params(&[("fsync", "false"), ("io", "inline")])).expect("params");
+        assert!(!b.fsync && b.inline);
+        let b = open_with("file:///tmp/x?fsync=false", &params(&[("fsync", "true")])).expect("override");
+        assert!(b.fsync, "a --store-opt overrides the URL's query");
+        let err = open_with("/tmp/x", &params(&[("aws_region", "eu-west-1")])).expect_err("unknown key");
+        assert!(err.to_string().contains("aws_region"), "{err}");
     }
 }
