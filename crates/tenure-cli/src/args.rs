@@ -67,7 +67,8 @@ COMMAND's environment:
 
 Exit status: COMMAND's own (128 + n if signal n ended it), or
   64   bad arguments, lease name, store URL or option
-  65   the lease record is corrupt
+  65   stored data tenure will not overwrite is corrupt (a corrupt lease record
+       instead blocks until --corrupt-ttl, then is replaced with a warning)
   69   the store is unreachable, failing, or refused as unsafe
   70   a bug in tenure
   75   the lease is busy (--no-wait) or the wait timed out (--timeout)

@@ -46,8 +46,8 @@
 //!   them have ended (by their holders' own monotonic clocks too) before the new
 //!   incarnation grants anything. Renewals of old grants are refused (the server
 //!   has no record of them), so their holders learn they lost them.
-//! - **time in the token**: a grant's token is `max(previous token + 1, server
-//!   time in µs)`, where server time is the wall clock read once at start plus
+//! - **time in the token**: a grant's token is `max(previous token, server time
+//!   in µs) + 1`, where server time is the wall clock read once at start plus
 //!   the monotonic time since. The server refuses grants that would put a token
 //!   more than `max_lease / 2` ahead of its clock (more than one grant per µs on
 //!   one name, sustained), so every token of an incarnation that crashed at wall
