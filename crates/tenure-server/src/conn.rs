@@ -308,7 +308,20 @@ async fn write_loop(inner: Arc<Inner>) {
     }
 }
 
+/// Closes the connection when the reader ends any other way than by closing it
+/// (a panic, an abort): callers waiting for answers get an error, never a hang.
+struct CloseOnDrop(Arc<Inner>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        if !self.0.dead.load(Ordering::Acquire) {
+            self.0.close("the connection's reader stopped".into());
+        }
+    }
+}
+
 async fn read_loop(inner: Arc<Inner>) {
+    let _closer = CloseOnDrop(inner.clone());
     let mut buf = BytesMut::with_capacity(64 * 1024);
     // Answers of one read, handed to their callers after the lock is released.
     let mut ready: Vec<(oneshot::Sender<Reply>, u64, Bytes)> = Vec::new();
@@ -318,6 +331,7 @@ async fn read_loop(inner: Arc<Inner>) {
     tokio::pin!(timer);
     // When the server last said something, or requests started waiting.
     let mut heard = tokio::time::Instant::now();
+    let mut was_waiting = false;
     let why = loop {
         loop {
             let n = match wire::frame_len(&buf, 12, MAX_RESPONSE) {
@@ -334,7 +348,9 @@ async fn read_loop(inner: Arc<Inner>) {
             frames.push((id, time, body));
         }
         if let Some(&(_, time, _)) = frames.last() {
-            let skew = time as i64 - (inner.clock.wall_ms() as i64) * 1000;
+            // Saturating: a server's time is whatever it sends, and must not panic us.
+            let ours = i64::try_from(inner.clock.wall_ms()).unwrap_or(i64::MAX).saturating_mul(1000);
+            let skew = i64::try_from(time).unwrap_or(i64::MAX).saturating_sub(ours);
             inner.skew_us.store(skew, Ordering::Relaxed);
         }
         // One lock for every answer of the read.
@@ -361,6 +377,12 @@ async fn read_loop(inner: Arc<Inner>) {
             return;
         }
         buf.reserve(16 * 1024);
+        if waiting && !was_waiting {
+            // Requests began waiting since the last pass (the idle branch may have
+            // missed their signal on a spurious wake-up): time them from now.
+            heard = tokio::time::Instant::now();
+        }
+        was_waiting = waiting;
         let readable = if waiting {
             // The server has `timeout` since it last spoke (or since requests
             // began waiting) to say anything. The timer is armed at most once per

@@ -88,6 +88,17 @@ async fn run_thread(mut rx: mpsc::UnboundedReceiver<Handoff>, shared: Arc<Shared
     let mut stopping = stop.clone();
     loop {
         tokio::select! {
+            // Stopping first: a dropped server (its stop sender gone) is a crash,
+            // and must not be taken for a graceful stop while connections go on.
+            biased;
+            changed = stopping.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                if *stopping.borrow() {
+                    break;
+                }
+            }
             next = rx.recv() => match next {
                 Some((stream, peer, permit)) => match tokio::net::TcpStream::from_std(stream) {
                     Ok(stream) => {
@@ -101,11 +112,6 @@ async fn run_thread(mut rx: mpsc::UnboundedReceiver<Handoff>, shared: Arc<Shared
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Err(e) = done && e.is_panic() {
                     tracing::error!(error = %e, "a connection task panicked");
-                }
-            }
-            changed = stopping.changed() => {
-                if changed.is_err() || *stopping.borrow() {
-                    break;
                 }
             }
         }

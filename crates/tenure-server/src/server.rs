@@ -17,7 +17,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -33,6 +33,9 @@ use crate::wire::{
     PredecessorWire, Request, Response, StateWire, out,
 };
 use crate::witness::Signer;
+
+/// A wait that never ends, as a deadline that does not overflow (about 30 years).
+const FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 
 /// Most frames handled before their answers are written.
 pub const MAX_FRAMES_PER_BATCH: usize = 1024;
@@ -101,6 +104,9 @@ pub struct Shared {
     pub opts: ServerOptions,
     /// Counters.
     pub conns: ConnStats,
+    /// Set at once when a [`RunningServer`] is dropped (a crash): connections on
+    /// threads of their own stop answering before the abort reaches them.
+    aborted: AtomicBool,
 }
 
 /// A bound server, ready to run.
@@ -114,7 +120,16 @@ impl Server {
     /// Binds `addr` (port 0 picks one).
     pub async fn bind(addr: SocketAddr, core: Arc<Core>, signer: Signer, opts: ServerOptions) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
-        Ok(Self { listener, shared: Arc::new(Shared { core, signer, opts, conns: ConnStats::default() }) })
+        Ok(Self {
+            listener,
+            shared: Arc::new(Shared {
+                core,
+                signer,
+                opts,
+                conns: ConnStats::default(),
+                aborted: AtomicBool::new(false),
+            }),
+        })
     }
 
     /// The address it listens on.
@@ -269,6 +284,7 @@ impl RunningServer {
 
 impl Drop for RunningServer {
     fn drop(&mut self) {
+        self.shared.aborted.store(true, Ordering::Release);
         self.task.abort();
     }
 }
@@ -329,9 +345,12 @@ impl Connection {
         let mut greeted = false;
         // One timer for the connection's life, re-armed only when it fires early
         // or a shorter wait begins: no timer set up and torn down per read.
-        let timer = tokio::time::sleep(self.shared.opts.idle_timeout);
+        let timer = tokio::time::sleep(self.shared.opts.idle_timeout.min(FOREVER));
         tokio::pin!(timer);
         loop {
+            if self.shared.aborted.load(Ordering::Acquire) {
+                return Err("the server was aborted".into());
+            }
             let mut answers = std::mem::take(&mut self.answers);
             answers.clear();
             loop {
@@ -383,7 +402,9 @@ impl Connection {
                 self.shared.opts.io_timeout
             };
             self.rbuf.reserve(8 * 1024);
-            let deadline = tokio::time::Instant::now() + wait;
+            let now = tokio::time::Instant::now();
+            // `Duration::MAX` means never: a deadline decades away, not an overflow.
+            let deadline = now.checked_add(wait).unwrap_or_else(|| now + FOREVER);
             if deadline < timer.deadline() {
                 timer.as_mut().reset(deadline);
             }

@@ -23,7 +23,7 @@ async fn read_request(s: &mut TcpStream) -> Option<u32> {
     }
 }
 
-async fn answer_hello(s: &mut TcpStream) {
+async fn answer_hello(s: &mut TcpStream, server_time_us: u64) {
     let id = read_request(s).await.expect("hello");
     let mut out = Vec::new();
     let hello = Response::Hello {
@@ -33,7 +33,7 @@ async fn answer_hello(s: &mut TcpStream) {
         quarantine_left_ms: 0,
         started_us: 0,
     };
-    wire::encode_response(&mut out, id, 1, &hello);
+    wire::encode_response(&mut out, id, server_time_us, &hello);
     s.write_all(&out).await.expect("write hello");
 }
 
@@ -44,9 +44,9 @@ async fn fake(then: &'static str) -> (std::net::SocketAddr, tokio::task::JoinHan
     let task = tokio::spawn(async move {
         loop {
             let Ok((mut s, _)) = listener.accept().await else { return };
-            answer_hello(&mut s).await;
+            answer_hello(&mut s, if then == "far-future" { 1 << 63 } else { 1 }).await;
             match then {
-                "silent" => {
+                "silent" | "far-future" => {
                     let mut sink = Vec::new();
                     let _ = s.read_to_end(&mut sink).await;
                 }
@@ -83,6 +83,18 @@ async fn a_silent_server_fails_waiting_callers_after_the_timeout() {
             Err(e @ Error::Store { .. }) => assert!(e.to_string().contains("said nothing"), "{e}"),
             other => panic!("expected a store error, got {other:?}"),
         }
+    }
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_server_time_beyond_any_clock_neither_panics_the_client_nor_hangs_its_callers() {
+    let (addr, task) = fake("far-future").await;
+    let s = store(addr);
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), s.inspect(&name())).await;
+    match answer {
+        Ok(Err(e @ Error::Store { .. })) => assert!(e.to_string().contains("said nothing"), "{e}"),
+        other => panic!("expected the timeout's store error, got {other:?}"),
     }
     task.abort();
 }

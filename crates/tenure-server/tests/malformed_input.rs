@@ -211,6 +211,18 @@ async fn an_idle_client_is_closed_after_the_idle_timeout() {
 }
 
 #[tokio::test]
+async fn an_idle_timeout_of_duration_max_means_never_not_a_crash_of_the_connection() {
+    let clock = ManualClock::new();
+    let opts = ServerOptions { idle_timeout: Duration::MAX, ..opts() };
+    let srv = common::start(clock.shared(), CoreOptions::new(common::MAX_LEASE), opts).await;
+    clock.advance(common::MAX_LEASE + Duration::from_secs(1));
+    let store = common::store(&[&srv], &clock);
+    let name = tenure::LeaseName::new("x").expect("name");
+    let state = tokio::time::timeout(PATIENCE, tenure::LeaseStore::inspect(&store, &name)).await;
+    assert!(matches!(state, Ok(Ok(_))), "{state:?}");
+}
+
+#[tokio::test]
 async fn invalid_requests_get_an_error_and_the_connection_stays_open() {
     let (_clock, srv) = server().await;
     let mut s = TcpStream::connect(srv.addr()).await.expect("connect");
