@@ -8,9 +8,15 @@
 //! 2. **Learn the predecessors' watermarks**: each grant says up to when its
 //!    predecessors wrote. If a predecessor did not end gracefully (expired,
 //!    dropped, broken), its messages may still be in flight: the journal *helps*
-//!    close the buckets up to its watermark (waiting for their grace, at most
-//!    width + grace) so that every late message of the predecessor is decided
-//!    before this operation reads or writes on top of it.
+//!    close the buckets from one TTL (this grant's) below its watermark up to the
+//!    watermark (waiting for their grace, at most width + grace), so that every
+//!    late message of the predecessor stamped in that window is decided before
+//!    this operation reads or writes on top of it. A predecessor's append stalled
+//!    in flight for longer than that (a predecessor with a longer TTL, or a write
+//!    hung on a hard-mounted NFS while its keep-alive went on renewing) may still
+//!    land in an older bucket nobody closed; it keeps its older timestamp, so the
+//!    order holds, but this operation did not see it. A metronome (`tenure bag
+//!    close --loop`) closes every bucket within its grace and so bounds that too.
 //! 3. **Stamp** every message with a timestamp strictly above all those
 //!    watermarks and strictly below every lease's deadline; never on a lease the
 //!    keep-alive reports lost. A stamp more than [`MAX_AHEAD`] ahead of the clock
