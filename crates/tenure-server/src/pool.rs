@@ -41,14 +41,26 @@ impl Pool {
         for i in 0..n.max(1) {
             let (tx, rx) = mpsc::unbounded_channel();
             let (done_tx, done_rx) = oneshot::channel();
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let (shared, stop) = (shared.clone(), stop.clone());
+            // The runtime is built on its thread: one built here could not be
+            // dropped here (inside async code) if the thread failed to start.
+            let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
             std::thread::Builder::new().name(format!("tenure-conn-{i}")).spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
                 runtime.block_on(run_thread(rx, shared, stop));
                 // Dropping the runtime drops whatever connections are left.
                 drop(runtime);
                 let _ = done_tx.send(());
             })?;
+            // Building a runtime takes microseconds: waiting for it here is brief.
+            ready_rx.recv().map_err(|_| std::io::Error::other("a connection thread ended while starting"))??;
             threads.push(tx);
             done.push(done_rx);
         }
