@@ -8,36 +8,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use tenure::{AcquireRequest, Attempt, Backend, Holder, LeaseName, LeaseStore, ManualClock, Mode};
-use tenure_conformance::{Harness, Time, conformance_tests};
+use tenure::{Attempt, Holder, LeaseStore, ManualClock};
+use tenure_conformance::conformance_tests;
 use tenure_server::server::RunningServer;
 use tenure_server::{CoreOptions, ServerOptions};
-
-struct Served {
-    clock: ManualClock,
-    server: RunningServer,
-}
-
-#[async_trait]
-impl Harness for Served {
-    async fn store(&self) -> Arc<dyn LeaseStore> {
-        Arc::new(common::store(&[&self.server], &self.clock))
-    }
-    fn time(&self) -> Time {
-        Time::Manual(self.clock.clone())
-    }
-    fn backend(&self) -> Option<Arc<dyn Backend>> {
-        None
-    }
-    /// The server keeps records in RAM only: nothing can damage them.
-    async fn corrupt(&self, _name: &str, _bytes: &[u8]) -> bool {
-        false
-    }
-    fn settle(&self) -> Duration {
-        Duration::from_millis(10)
-    }
-}
 
 async fn start(clock: &ManualClock) -> RunningServer {
     let opts = ServerOptions { connection_threads: 2, ..ServerOptions::default() };
@@ -46,24 +20,13 @@ async fn start(clock: &ManualClock) -> RunningServer {
     server
 }
 
-async fn served() -> Option<Served> {
+async fn served() -> Option<common::Served> {
     let clock = ManualClock::new();
     let server = start(&clock).await;
-    Some(Served { clock, server })
+    Some(common::Served { clock, server })
 }
 
 conformance_tests!(served);
-
-fn req(name: &str, holder: &Arc<Holder>) -> AcquireRequest {
-    AcquireRequest {
-        name: LeaseName::new(name).expect("name"),
-        mode: Mode::Exclusive,
-        ttl: Duration::from_secs(5),
-        holder: holder.clone(),
-        retake: false,
-        meta: None,
-    }
-}
 
 #[tokio::test]
 async fn connection_threads_serve_many_connections_and_stop_with_the_server() {
@@ -75,7 +38,7 @@ async fn connection_threads_serve_many_connections_and_stop_with_the_server() {
     let me = Arc::new(Holder::current());
     for i in 0..40 {
         let name = format!("threads/{}", i % 7);
-        match store.try_acquire(&req(&name, &me)).await.expect("acquire") {
+        match store.try_acquire(&common::req(&name, &me)).await.expect("acquire") {
             Attempt::Granted(g) => assert!(store.release(&g, &Default::default()).await.is_ok()),
             Attempt::Busy(b) => panic!("busy: {}", b.describe()),
         }
@@ -83,7 +46,7 @@ async fn connection_threads_serve_many_connections_and_stop_with_the_server() {
     assert_eq!(server.shared().conns.open.load(std::sync::atomic::Ordering::Relaxed), 4);
     // A graceful shutdown returns once the threads have closed their connections.
     tokio::time::timeout(Duration::from_secs(10), server.shutdown()).await.expect("shutdown finishes");
-    assert!(store.try_acquire(&req("threads/after", &me)).await.is_err(), "nothing serves after shutdown");
+    assert!(store.try_acquire(&common::req("threads/after", &me)).await.is_err(), "nothing serves after shutdown");
 }
 
 #[tokio::test]
@@ -92,7 +55,7 @@ async fn dropping_the_server_closes_the_connections_on_its_threads() {
     let server = start(&clock).await;
     let store = common::store(&[&server], &clock);
     let me = Arc::new(Holder::current());
-    let Attempt::Granted(held) = store.try_acquire(&req("threads/crash", &me)).await.expect("acquire") else {
+    let Attempt::Granted(held) = store.try_acquire(&common::req("threads/crash", &me)).await.expect("acquire") else {
         panic!("busy")
     };
     drop(server); // a crash: no goodbye

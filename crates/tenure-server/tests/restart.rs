@@ -6,19 +6,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{AcquireRequest, Attempt, Error, Holder, LeaseName, LeaseStore, ManualClock, Mode};
+use tenure::{Attempt, Error, Holder, LeaseStore, ManualClock};
 use tenure_server::{CoreOptions, ServerOptions};
-
-fn req(name: &str, holder: &Arc<Holder>) -> AcquireRequest {
-    AcquireRequest {
-        name: LeaseName::new(name).expect("name"),
-        mode: Mode::Exclusive,
-        ttl: common::MAX_LEASE,
-        holder: holder.clone(),
-        retake: false,
-        meta: None,
-    }
-}
 
 #[tokio::test]
 async fn a_restarted_server_grants_nothing_in_quarantine_then_tokens_exceed_every_earlier_one() {
@@ -29,7 +18,7 @@ async fn a_restarted_server_grants_nothing_in_quarantine_then_tokens_exceed_ever
     let mut before = Vec::new();
     let mut held = None;
     for i in 0..50 {
-        match store.try_acquire(&req(&format!("r/{}", i % 5), &me)).await.expect("acquire") {
+        match store.try_acquire(&common::req(&format!("r/{}", i % 5), &me)).await.expect("acquire") {
             Attempt::Granted(g) => {
                 before.push(g.token);
                 if i == 49 {
@@ -49,7 +38,7 @@ async fn a_restarted_server_grants_nothing_in_quarantine_then_tokens_exceed_ever
     let quarantine = common::MAX_LEASE + Duration::from_secs(1);
     let mut waited = Duration::ZERO;
     while waited < quarantine {
-        match store.try_acquire(&req("r/0", &Arc::new(Holder::current()))).await.expect("ask") {
+        match store.try_acquire(&common::req("r/0", &Arc::new(Holder::current()))).await.expect("ask") {
             Attempt::Busy(b) => assert_eq!(b.holders[0].holder.nonce, "quarantine", "{}", b.describe()),
             Attempt::Granted(g) => panic!("granted token {} {waited:?} into a {quarantine:?} quarantine", g.token),
         }
@@ -63,7 +52,7 @@ async fn a_restarted_server_grants_nothing_in_quarantine_then_tokens_exceed_ever
     }
     let top = before.iter().copied().max().expect("tokens");
     for i in 0..5 {
-        match store.try_acquire(&req(&format!("r/{i}"), &me)).await.expect("acquire") {
+        match store.try_acquire(&common::req(&format!("r/{i}"), &me)).await.expect("acquire") {
             Attempt::Granted(g) => assert!(g.token > top, "token {} after restart must exceed {top}", g.token),
             Attempt::Busy(b) => panic!("busy after the quarantine: {}", b.describe()),
         }

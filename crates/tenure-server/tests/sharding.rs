@@ -5,19 +5,8 @@ mod common;
 
 use std::sync::Arc;
 
-use tenure::{AcquireRequest, AllAttempt, Attempt, Holder, LeaseName, LeaseStore, ManualClock, Mode, Released};
+use tenure::{AcquireRequest, AllAttempt, Attempt, Holder, LeaseName, LeaseStore, ManualClock, Released};
 use tenure_server::TenureStore;
-
-fn req(name: &str, holder: &Arc<Holder>) -> AcquireRequest {
-    AcquireRequest {
-        name: LeaseName::new(name).expect("name"),
-        mode: Mode::Exclusive,
-        ttl: common::MAX_LEASE,
-        holder: holder.clone(),
-        retake: false,
-        meta: None,
-    }
-}
 
 #[tokio::test]
 async fn leases_spread_over_three_servers_and_each_lives_on_its_rendezvous_server() {
@@ -29,7 +18,7 @@ async fn leases_spread_over_three_servers_and_each_lives_on_its_rendezvous_serve
     let names: Vec<String> = (0..60).map(|i| format!("shard/{i}")).collect();
     let mut per_server = [0usize; 3];
     for n in &names {
-        match all.try_acquire(&req(n, &me)).await.expect("acquire") {
+        match all.try_acquire(&common::req(n, &me)).await.expect("acquire") {
             Attempt::Granted(_) => per_server[all.server_for(n)] += 1,
             Attempt::Busy(b) => panic!("busy: {}", b.describe()),
         }
@@ -81,12 +70,12 @@ async fn a_batch_spanning_servers_is_all_or_nothing() {
         }
     }
     let blocker = Arc::new(Holder::current());
-    let held = match all.try_acquire(&req(&names[2], &blocker)).await.expect("acquire") {
+    let held = match all.try_acquire(&common::req(&names[2], &blocker)).await.expect("acquire") {
         Attempt::Granted(g) => g,
         Attempt::Busy(_) => panic!("busy"),
     };
     let me = Arc::new(Holder::current());
-    let reqs: Vec<AcquireRequest> = names.iter().map(|n| req(n, &me)).collect();
+    let reqs: Vec<AcquireRequest> = names.iter().map(|n| common::req(n, &me)).collect();
     match all.try_acquire_all(&reqs).await.expect("batch") {
         AllAttempt::Busy(b) => assert_eq!(b.name.as_str(), names[2]),
         AllAttempt::Granted(_) => panic!("granted while one lease was held"),

@@ -5,22 +5,9 @@ mod common;
 
 use std::sync::Arc;
 
-use tenure::{
-    AcquireRequest, AllAttempt, Attempt, EndedHow, Holder, LeaseName, LeaseStore, ManualClock, Mode, ReleaseRequest,
-};
+use tenure::{AcquireRequest, AllAttempt, Attempt, EndedHow, Holder, LeaseStore, ManualClock, ReleaseRequest};
 use tenure_server::witness::{WitnessKind, verify};
 use tenure_server::{Upgrade, is_reservation};
-
-fn req(name: &str, holder: &Arc<Holder>) -> AcquireRequest {
-    AcquireRequest {
-        name: LeaseName::new(name).expect("name"),
-        mode: Mode::Exclusive,
-        ttl: common::MAX_LEASE,
-        holder: holder.clone(),
-        retake: false,
-        meta: None,
-    }
-}
 
 #[tokio::test]
 async fn grants_and_renewals_carry_witnesses_that_verify_and_describe_them() {
@@ -29,7 +16,7 @@ async fn grants_and_renewals_carry_witnesses_that_verify_and_describe_them() {
     let store = common::store(&[&server], &clock);
     let key = store.server_info(0).await.expect("hello").public_key;
     let (a, b) = (Arc::new(Holder::current()), Arc::new(Holder::current()));
-    let first = match store.try_acquire(&req("w", &a)).await.expect("acquire") {
+    let first = match store.try_acquire(&common::req("w", &a)).await.expect("acquire") {
         Attempt::Granted(g) => g,
         Attempt::Busy(_) => panic!("busy"),
     };
@@ -49,8 +36,8 @@ async fn grants_and_renewals_carry_witnesses_that_verify_and_describe_them() {
 
     // A batch: one signature, every witness verifies on its own and names the predecessor.
     let names: Vec<String> = (0..7).map(|i| format!("w{i}")).collect();
-    let mut reqs: Vec<AcquireRequest> = names.iter().map(|n| req(n, &b)).collect();
-    reqs.push(req("w", &b));
+    let mut reqs: Vec<AcquireRequest> = names.iter().map(|n| common::req(n, &b)).collect();
+    reqs.push(common::req("w", &b));
     let grants = match store.try_acquire_all(&reqs).await.expect("batch") {
         AllAttempt::Granted(g) => g,
         AllAttempt::Busy(_) => panic!("busy"),
@@ -89,7 +76,7 @@ async fn two_phase_acquisition_upgrades_reservations_unless_a_full_request_broke
     let store = common::store(&[&server], &clock);
     let key = store.server_info(0).await.expect("hello").public_key;
     let (me, rival) = (Arc::new(Holder::current()), Arc::new(Holder::current()));
-    let reqs = [req("tp/a", &me), req("tp/b", &me)];
+    let reqs = [common::req("tp/a", &me), common::req("tp/b", &me)];
 
     let reservations = match store.try_acquire_tentative_all(&reqs).await.expect("reserve") {
         AllAttempt::Granted(r) => r,
@@ -111,7 +98,7 @@ async fn two_phase_acquisition_upgrades_reservations_unless_a_full_request_broke
         AllAttempt::Granted(r) => r,
         AllAttempt::Busy(_) => panic!("busy"),
     };
-    let full = match store.try_acquire(&req("tp/b", &rival)).await.expect("full request") {
+    let full = match store.try_acquire(&common::req("tp/b", &rival)).await.expect("full request") {
         Attempt::Granted(g) => g,
         Attempt::Busy(b) => panic!("a full request must break a reservation, got busy: {}", b.describe()),
     };
@@ -119,7 +106,7 @@ async fn two_phase_acquisition_upgrades_reservations_unless_a_full_request_broke
         Upgrade::Broken { name, .. } => assert_eq!(name.as_str(), "tp/b"),
         Upgrade::Upgraded(_) => panic!("the upgrade of a broken reservation must fail"),
     }
-    let a_free = store.try_acquire(&req("tp/a", &rival)).await.expect("acquire");
+    let a_free = store.try_acquire(&common::req("tp/a", &rival)).await.expect("acquire");
     assert!(matches!(a_free, Attempt::Granted(_)), "a failed upgrade leaves nothing held");
     assert!(matches!(store.acquire_two_phase(&reqs).await.expect("two-phase"), AllAttempt::Busy(_)));
     store.release(&full, &ReleaseRequest::default()).await.expect("release");

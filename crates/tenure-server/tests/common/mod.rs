@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{Clock, ManualClock, OpenOptions};
+use async_trait::async_trait;
+use tenure::{AcquireRequest, Backend, Clock, Holder, LeaseName, LeaseStore, ManualClock, Mode, OpenOptions};
+use tenure_conformance::{Harness, Time};
 use tenure_server::server::RunningServer;
 use tenure_server::{Core, CoreOptions, Server, ServerOptions, Signer, TenureStore};
 
@@ -34,4 +36,42 @@ pub fn store(servers: &[&RunningServer], clock: &ManualClock) -> TenureStore {
     let hosts: Vec<String> = servers.iter().map(|s| s.addr().to_string()).collect();
     TenureStore::new(&format!("tenure://{}", hosts.join(",")), &OpenOptions::default().with_clock(clock.shared()))
         .expect("store")
+}
+
+/// An exclusive request for `name` by `holder`, for `MAX_LEASE`.
+pub fn req(name: &str, holder: &Arc<Holder>) -> AcquireRequest {
+    AcquireRequest {
+        name: LeaseName::new(name).expect("name"),
+        mode: Mode::Exclusive,
+        ttl: MAX_LEASE,
+        holder: holder.clone(),
+        retake: false,
+        meta: None,
+    }
+}
+
+/// The conformance harness over one running server on a manual clock.
+pub struct Served {
+    pub clock: ManualClock,
+    pub server: RunningServer,
+}
+
+#[async_trait]
+impl Harness for Served {
+    async fn store(&self) -> Arc<dyn LeaseStore> {
+        Arc::new(store(&[&self.server], &self.clock))
+    }
+    fn time(&self) -> Time {
+        Time::Manual(self.clock.clone())
+    }
+    fn backend(&self) -> Option<Arc<dyn Backend>> {
+        None
+    }
+    /// The server keeps records in RAM only: nothing can damage them.
+    async fn corrupt(&self, _name: &str, _bytes: &[u8]) -> bool {
+        false
+    }
+    fn settle(&self) -> Duration {
+        Duration::from_millis(10)
+    }
 }
