@@ -443,8 +443,7 @@ impl Core {
         let seq = std::mem::take(&mut slot.retired);
         unretire(&mut shard.retired, &mut shard.retire_queue, seq);
         let deadline_ms = now_ms.saturating_add(ask.ttl_ms);
-        let mut witness = witness_buf(ask.name.len());
-        BodyRef {
+        let witness = encoded(BodyRef {
             kind: WitnessKind::Grant,
             name: ask.name,
             mode: ask.mode,
@@ -453,8 +452,7 @@ impl Core {
             server_time_us: now_us,
             holder_nonce: &ask.holder.nonce,
             predecessor: predecessor.as_ref().map(PredRef::of),
-        }
-        .encode(&mut witness);
+        });
         let granted = Granted { token, deadline_ms, version: slot.version, predecessor, witness };
         Ok(Some(Acquired::Granted(vec![granted])))
     }
@@ -556,8 +554,7 @@ impl Core {
         if tentative {
             shard.next_reservation = res_id;
         }
-        let mut witness = witness_buf(ask.name.len());
-        BodyRef {
+        let witness = encoded(BodyRef {
             kind,
             name: ask.name,
             mode: ask.mode,
@@ -566,8 +563,7 @@ impl Core {
             server_time_us: now_us,
             holder_nonce: &ask.holder.nonce,
             predecessor: predecessor.as_ref().map(PredRef::of),
-        }
-        .encode(&mut witness);
+        });
         Granted { token, deadline_ms, version, predecessor, witness }
     }
 
@@ -626,8 +622,7 @@ impl Core {
                 slot.modified_ms = now_ms;
                 bump(&stats.grants);
                 let deadline_ms = now_ms.saturating_add(r.ttl_ms);
-                let mut witness = witness_buf(name.len());
-                BodyRef {
+                let witness = encoded(BodyRef {
                     kind: WitnessKind::Upgrade,
                     name,
                     mode: r.mode,
@@ -636,8 +631,7 @@ impl Core {
                     server_time_us: now_us,
                     holder_nonce: nonce,
                     predecessor: predecessor.as_ref().map(PredRef::of),
-                }
-                .encode(&mut witness);
+                });
                 Ok(Ok(Granted { token, deadline_ms, version: slot.version, predecessor, witness }))
             }
         }
@@ -760,8 +754,21 @@ fn guard<'g, 'a>(guards: &'g mut [(usize, MutexGuard<'a, Shard>)], sid: usize) -
 }
 
 fn body(kind: WitnessKind, name: &str, mode: Mode, token: u64, deadline_ms: u64, now_us: u64, nonce: &str) -> Vec<u8> {
-    let mut witness = witness_buf(name.len());
-    BodyRef { kind, name, mode, token, deadline_ms, server_time_us: now_us, holder_nonce: nonce, predecessor: None }
-        .encode(&mut witness);
+    encoded(BodyRef {
+        kind,
+        name,
+        mode,
+        token,
+        deadline_ms,
+        server_time_us: now_us,
+        holder_nonce: nonce,
+        predecessor: None,
+    })
+}
+
+/// A witness body, encoded into a buffer sized for it.
+fn encoded(body: BodyRef<'_>) -> Vec<u8> {
+    let mut witness = witness_buf(body.name.len());
+    body.encode(&mut witness);
     witness
 }
