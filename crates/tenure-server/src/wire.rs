@@ -498,15 +498,7 @@ pub enum ErrorCode {
 
 /// Appends a request frame with `id` to `out`.
 pub fn encode_request(out: &mut Vec<u8>, id: u32, req: &Request<'_>) {
-    let start = out.len();
-    out.extend_from_slice(&[0; 8]);
-    let mut v = std::mem::take(out);
-    // Serialising plain data into a Vec cannot fail.
-    v = postcard::to_extend(req, v).unwrap_or_else(|_| Vec::new());
-    *out = v;
-    let len = (out.len() - start - 4) as u32;
-    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-    out[start + 4..start + 8].copy_from_slice(&id.to_le_bytes());
+    append_frame(out, &id.to_le_bytes(), req);
 }
 
 /// Appends a response frame for request `id` to `out`.
@@ -517,15 +509,22 @@ pub fn encode_response(out: &mut Vec<u8>, id: u32, server_time_us: u64, resp: &R
 /// Appends a response frame for request `id` to `out`, the body being anything
 /// that serialises exactly as a [`Response`] does (the server's borrowed forms).
 pub(crate) fn encode_response_as<T: Serialize>(out: &mut Vec<u8>, id: u32, server_time_us: u64, resp: &T) {
+    let mut header = [0; 12];
+    header[..4].copy_from_slice(&id.to_le_bytes());
+    header[4..].copy_from_slice(&server_time_us.to_le_bytes());
+    append_frame(out, &header, resp);
+}
+
+/// Appends one frame to `out`: `len:u32`, `header`, then `body` in postcard,
+/// where `len` counts the bytes after itself.
+fn append_frame<T: Serialize + ?Sized>(out: &mut Vec<u8>, header: &[u8], body: &T) {
     let start = out.len();
-    out.extend_from_slice(&[0; 16]);
-    let mut v = std::mem::take(out);
-    v = postcard::to_extend(resp, v).unwrap_or_else(|_| Vec::new());
-    *out = v;
-    let len = (out.len() - start - 4) as u32;
-    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-    out[start + 4..start + 8].copy_from_slice(&id.to_le_bytes());
-    out[start + 8..start + 16].copy_from_slice(&server_time_us.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(header);
+    // Serialising plain data into a Vec cannot fail.
+    *out = postcard::to_extend(body, std::mem::take(out)).unwrap_or_else(|_| Vec::new());
+    let Some(len) = out.len().checked_sub(start + 4) else { return };
+    out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
 }
 
 /// The server's answers to acquisitions, renewals and upgrades, encoded straight
