@@ -109,6 +109,21 @@ fn a_frozen_tenure_cannot_keep_its_command_running_past_the_lease() {
     assert_eq!(status.code(), Some(76), "the lease was lost while the command ran");
 }
 
+/// Waits for `holder` to exit 76 and checks that its command's group (`pids`)
+/// was gone by then; returns what it printed on stderr.
+fn exits_76_after_its_group(holder: &mut std::process::Child, pids: &[u32]) -> String {
+    let status = wait_status(holder, LIMIT);
+    assert_eq!(status.code(), Some(76));
+    assert!(
+        pids.iter().all(|&p| !running(p)),
+        "tenure exited before its command's group was gone: {}",
+        survivors(pids)
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut err).expect("read");
+    err
+}
+
 #[test]
 fn breaking_the_lease_stops_the_command_and_exits_76() {
     let store = FileStore::new();
@@ -118,15 +133,7 @@ fn breaking_the_lease_stops_the_command_and_exits_76() {
 
     let out = run(tenure().args(["break", &store.url(), "broken"]), LIMIT);
     assert!(out.status.success(), "{}", stderr(&out));
-    let status = wait_status(&mut holder, LIMIT);
-    assert_eq!(status.code(), Some(76));
-    assert!(
-        pids.iter().all(|&p| !running(p)),
-        "tenure exited before its command's group was gone: {}",
-        survivors(&pids)
-    );
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut err).expect("read");
+    let err = exits_76_after_its_group(&mut holder, &pids);
     assert!(err.contains("broken") && err.contains("lost") && err.contains(&store.url()), "{err}");
     // One report line (the keep-alive's own timestamped WARN log may precede it).
     assert_eq!(err.lines().filter(|l| l.starts_with("tenure:")).count(), 1, "one line: {err}");
@@ -235,16 +242,8 @@ fn failing_renewals_stop_the_command_and_exit_76() {
         let _ = holder.wait();
         return;
     };
-    let status = wait_status(&mut holder, LIMIT);
+    let err = exits_76_after_its_group(&mut holder, &pids);
     drop(frozen);
-    assert_eq!(status.code(), Some(76));
-    assert!(
-        pids.iter().all(|&p| !running(p)),
-        "tenure exited before its command's group was gone: {}",
-        survivors(&pids)
-    );
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut err).expect("read");
     // Lost after `max_failures` renewals, or — on a machine too loaded to try them
     // all in time — stopped at the deadline while at risk: both name the failures.
     assert!(err.contains("renewals kept failing") || err.contains("renewal(s) failed"), "{err}");
