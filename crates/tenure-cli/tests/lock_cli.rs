@@ -137,10 +137,14 @@ fn bad_input_is_a_usage_error_in_one_line() {
 }
 
 #[test]
-fn directory_settings_may_come_as_store_opts() {
+fn directory_settings_may_come_as_store_opts_and_are_checked_there() {
     let store = FileStore::new();
     let out = run(tenure().args(["lock", &store.url(), "x", "--store-opt", "fsync=false", "--", "true"]), LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Read, not ignored: a value the file store does not know is refused.
+    let out = run(tenure().args(["lock", &store.url(), "x", "--store-opt", "fsync=maybe", "--", "true"]), LIMIT);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(stderr(&out).contains("fsync"), "{}", stderr(&out));
 }
 
 #[test]
