@@ -5,12 +5,14 @@
 //! *leader* (flat combining): while callers whose answers just came in have not
 //! yet added their next request, it yields (a few times at most), then it sends
 //! everything with one non-blocking write, and again for what was added during
-//! that write. A lone caller sends at once. On a multi-threaded runtime the woken
-//! callers run on every worker; waiting for them cut the client's writes (and the
-//! server's wake-ups) at 64 callers from about one per 4 requests to one per 11.
-//! Only if the socket is full does the writer task take over, with async writes.
-//! A reader task routes answers back by request id, all answers of a read under
-//! one lock.
+//! that write. A lone caller sends at once. The leader does not wait for all of
+//! them: once a quarter of the requests in flight are queued it sends those, so
+//! that several chunks are in flight and the server decides one while this side
+//! prepares the next (one chunk at a time made the two sides take turns, each idle
+//! half the time). Only if the socket is full does the writer task take over, with
+//! async writes. A reader task routes answers back by request id, all answers of a
+//! read under one lock; while answers tend to come quickly, it polls for them
+//! briefly before it sleeps (see `spin`).
 //!
 //! Requests have no timer each: the reader gives the server `timeout` to say
 //! *anything* while requests are waiting, and otherwise declares the connection
@@ -29,6 +31,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::spin::Spin;
 use crate::wire::{self, MAX_RESPONSE, Request, Response};
 
 /// An answer: the server's time and the response body.
@@ -68,6 +71,8 @@ struct State {
     /// A leader waits a little for them, so that one write carries their
     /// requests too; reset when they do not come.
     returning: usize,
+    /// Requests added to `out` since it was last taken.
+    queued: usize,
 }
 
 struct Inner {
@@ -126,7 +131,7 @@ impl Drop for Conn {
 
 impl Conn {
     /// Wraps a connected socket.
-    pub(crate) fn start(stream: TcpStream, timeout: Duration, clock: Arc<dyn tenure::Clock>) -> Self {
+    pub(crate) fn start(stream: TcpStream, timeout: Duration, spin: Duration, clock: Arc<dyn tenure::Clock>) -> Self {
         let _ = stream.set_nodelay(true);
         let stream = Arc::new(stream);
         let inner = Arc::new(Inner {
@@ -139,7 +144,7 @@ impl Conn {
             dead: AtomicBool::new(false),
             skew_us: AtomicI64::new(0),
         });
-        let reader = tokio::spawn(read_loop(inner.clone()));
+        let reader = tokio::spawn(read_loop(inner.clone(), Spin::new(spin)));
         let writer = tokio::spawn(write_loop(inner.clone()));
         Self { inner, reader, writer }
     }
@@ -172,6 +177,7 @@ impl Conn {
             st.next_id = st.next_id.wrapping_add(1).max(1);
             let id = st.next_id;
             wire::encode_request(&mut st.out, id, req);
+            st.queued += 1;
             st.pending.insert(id, tx);
             st.returning = st.returning.saturating_sub(1);
             let lead = !std::mem::replace(&mut st.writing, true);
@@ -197,13 +203,18 @@ impl Conn {
     /// answers just came in have not added their next request, a few times at
     /// most: on a multi-threaded runtime they run on the other workers too, and
     /// every separate write is a syscall here and a wake-up of the server there.
-    /// Requests added while a write was under way are sent the same way.
+    /// It stops waiting once a quarter of the requests in flight are queued (two
+    /// at least): the server starts on those while the rest are prepared. Requests
+    /// added while a write was under way are sent the same way.
     async fn lead(&self) {
         let handover = Handover(&self.inner);
         loop {
             for round in 0..=MAX_LEADER_YIELDS {
-                if self.inner.lock().returning == 0 {
-                    break;
+                {
+                    let st = self.inner.lock();
+                    if st.returning == 0 || st.queued >= (st.pending.len() / CHUNKS_IN_FLIGHT).max(2) {
+                        break;
+                    }
                 }
                 if round == MAX_LEADER_YIELDS {
                     // They are not coming (callers that stopped, or do other work
@@ -223,6 +234,9 @@ impl Conn {
 
 /// Most times a leader yields for callers on their way (see [`Conn::lead`]).
 const MAX_LEADER_YIELDS: usize = 4;
+
+/// A leader sends once `1 / CHUNKS_IN_FLIGHT` of the requests in flight are queued.
+const CHUNKS_IN_FLIGHT: usize = 4;
 
 /// If a leader is cancelled before it sent, the writer task sends for it.
 struct Handover<'a>(&'a Inner);
@@ -244,6 +258,7 @@ fn send_once(inner: &Inner) -> bool {
             st.writing = false;
             return false;
         }
+        st.queued = 0;
         std::mem::take(&mut st.out)
     };
     let mut sent = 0;
@@ -287,6 +302,7 @@ async fn write_loop(inner: Arc<Inner>) {
                     st.writing = false;
                     break;
                 }
+                st.queued = 0;
                 std::mem::take(&mut st.out)
             };
             let mut sent = 0;
@@ -320,7 +336,7 @@ impl Drop for CloseOnDrop {
     }
 }
 
-async fn read_loop(inner: Arc<Inner>) {
+async fn read_loop(inner: Arc<Inner>, mut spin: Spin) {
     let _closer = CloseOnDrop(inner.clone());
     let mut buf = BytesMut::with_capacity(64 * 1024);
     // Answers of one read, handed to their callers after the lock is released.
@@ -383,43 +399,55 @@ async fn read_loop(inner: Arc<Inner>) {
             heard = tokio::time::Instant::now();
         }
         was_waiting = waiting;
-        let readable = if waiting {
-            // The server has `timeout` since it last spoke (or since requests
-            // began waiting) to say anything. The timer is armed at most once per
-            // `timeout`: when it fires early it is pushed to the real deadline.
-            let deadline = heard + inner.timeout;
-            if deadline < timer.deadline() {
-                timer.as_mut().reset(deadline);
-            }
-            tokio::select! {
-                r = inner.stream.readable() => r,
-                () = &mut timer => {
+        // While answers tend to come quickly, poll for them before sleeping.
+        let spun = if waiting { spin.read(&inner.stream, &mut buf).await } else { None };
+        let read = match spun {
+            Some(read) => read,
+            None => {
+                let readable = if waiting {
+                    // The server has `timeout` since it last spoke (or since requests
+                    // began waiting) to say anything. The timer is armed at most once per
+                    // `timeout`: when it fires early it is pushed to the real deadline.
                     let deadline = heard + inner.timeout;
-                    if tokio::time::Instant::now() >= deadline {
-                        break format!(
-                            "the server said nothing for {} while requests waited",
-                            tenure::human_duration(inner.timeout)
-                        );
+                    if deadline < timer.deadline() {
+                        timer.as_mut().reset(deadline);
                     }
-                    timer.as_mut().reset(deadline);
-                    continue;
+                    tokio::select! {
+                        r = inner.stream.readable() => r,
+                        () = &mut timer => {
+                            let deadline = heard + inner.timeout;
+                            if tokio::time::Instant::now() >= deadline {
+                                break format!(
+                                    "the server said nothing for {} while requests waited",
+                                    tenure::human_duration(inner.timeout)
+                                );
+                            }
+                            timer.as_mut().reset(deadline);
+                            continue;
+                        }
+                    }
+                } else {
+                    // Idle: nothing to time out. A request sent meanwhile finds the
+                    // connection alive, and the next read is timed from then.
+                    tokio::select! {
+                        r = inner.stream.readable() => r,
+                        () = inner.request_sent.notified() => {
+                            heard = tokio::time::Instant::now();
+                            continue;
+                        }
+                    }
+                };
+                if let Err(e) = readable {
+                    break format!("reading from the server failed: {e}");
                 }
-            }
-        } else {
-            // Idle: nothing to time out. A request sent meanwhile finds the
-            // connection alive, and the next read is timed from then.
-            tokio::select! {
-                r = inner.stream.readable() => r,
-                () = inner.request_sent.notified() => {
-                    heard = tokio::time::Instant::now();
-                    continue;
+                let read = inner.stream.try_read_buf(&mut buf);
+                if waiting && matches!(read, Ok(n) if n > 0) {
+                    spin.woke();
                 }
+                read
             }
         };
-        if let Err(e) = readable {
-            break format!("reading from the server failed: {e}");
-        }
-        match inner.stream.try_read_buf(&mut buf) {
+        match read {
             Ok(0) => break "the server closed the connection".to_string(),
             Ok(_) => heard = tokio::time::Instant::now(),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}

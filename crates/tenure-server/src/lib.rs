@@ -82,6 +82,7 @@ pub mod core;
 pub mod http;
 mod pool;
 pub mod server;
+mod spin;
 pub mod wire;
 pub mod witness;
 

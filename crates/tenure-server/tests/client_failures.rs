@@ -131,3 +131,13 @@ async fn nothing_listening_is_a_store_error_naming_the_address() {
     let err = store(addr).inspect(&name()).await.expect_err("nobody there");
     assert!(err.is_transient() && err.to_string().contains(&addr.to_string()), "{err}");
 }
+
+#[test]
+fn a_spin_outside_its_range_is_refused_naming_the_parameter() {
+    for bad in ["spin_us=10001", "spin_us=-1", "spin_us=fast"] {
+        let err = TenureStore::new(&format!("tenure://127.0.0.1:1?{bad}"), &OpenOptions::default())
+            .expect_err("an invalid spin");
+        assert!(matches!(err, Error::InvalidStore { .. }) && err.to_string().contains(bad), "{bad}: {err}");
+    }
+    assert!(TenureStore::new("tenure://127.0.0.1:1?spin_us=0", &OpenOptions::default()).is_ok());
+}

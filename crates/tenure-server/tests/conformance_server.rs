@@ -9,7 +9,7 @@ use tenure_conformance::conformance_tests;
 async fn served() -> Option<common::Served> {
     let clock = ManualClock::new();
     let server = common::start_open(&clock).await;
-    Some(common::Served { clock, server })
+    Some(common::Served { clock, server, query: "" })
 }
 
 conformance_tests!(served);

@@ -1,5 +1,6 @@
 //! The conformance suite over `tenure://` again, with the server's connections on
-//! threads of their own (`connection_threads`, as `tenure serve` runs them), and
+//! threads of their own (`connection_threads`, as `tenure serve` runs them) and
+//! no polling on either side (`spin`: every wait sleeps, as across a network), and
 //! what ownership of those threads means: a graceful shutdown waits for them, and
 //! dropping the server closes every connection at once, as a crash does.
 
@@ -14,7 +15,7 @@ use tenure_server::server::RunningServer;
 use tenure_server::{CoreOptions, ServerOptions};
 
 async fn start(clock: &ManualClock) -> RunningServer {
-    let opts = ServerOptions { connection_threads: 2, ..ServerOptions::default() };
+    let opts = ServerOptions { connection_threads: 2, spin: Duration::ZERO, ..ServerOptions::default() };
     let server = common::start(clock.shared(), CoreOptions::new(common::MAX_LEASE), opts).await;
     clock.advance(common::MAX_LEASE + Duration::from_secs(1));
     server
@@ -23,7 +24,7 @@ async fn start(clock: &ManualClock) -> RunningServer {
 async fn served() -> Option<common::Served> {
     let clock = ManualClock::new();
     let server = start(&clock).await;
-    Some(common::Served { clock, server })
+    Some(common::Served { clock, server, query: "spin_us=0" })
 }
 
 conformance_tests!(served);

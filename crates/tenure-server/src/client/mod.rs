@@ -47,11 +47,15 @@ pub struct ClientOptions {
     pub timeout: Duration,
     /// Connections per server, used in turn (param `connections`; default 1).
     pub connections: usize,
+    /// How long a connection polls for answers before it sleeps, while answers
+    /// tend to come that soon: a server on the same host or a close one (param
+    /// `spin_us`; default 100; 0: never). It yields to other tasks while it polls.
+    pub spin: Duration,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        Self { auth_token: None, timeout: Duration::from_secs(10), connections: 1 }
+        Self { auth_token: None, timeout: Duration::from_secs(10), connections: 1, spin: Duration::from_micros(100) }
     }
 }
 
@@ -115,6 +119,14 @@ impl TenureStore {
                 }
                 "timeout_ms" => {
                     copts.timeout = Duration::from_millis(v.parse().map_err(|_| invalid(format!("timeout_ms={v}")))?)
+                }
+                "spin_us" => {
+                    copts.spin = Duration::from_micros(
+                        v.parse()
+                            .ok()
+                            .filter(|n| *n <= 10_000)
+                            .ok_or_else(|| invalid(format!("spin_us={v} (0..=10000)")))?,
+                    )
                 }
                 "connections" => {
                     copts.connections = v
@@ -206,7 +218,7 @@ impl TenureStore {
             Ok(Err(err)) => return Err(Error::store(&self.url, op, err)),
             Err(_) => return Err(Error::store(&self.url, op, "timed out")),
         };
-        let conn = Arc::new(Conn::start(stream, self.opts.timeout, self.clock.clone()));
+        let conn = Arc::new(Conn::start(stream, self.opts.timeout, self.opts.spin, self.clock.clone()));
         let hello = Request::Hello { magic: MAGIC, version: PROTOCOL_VERSION, auth: self.opts.auth_token.as_deref() };
         match conn.call(&hello).await.map_err(|m| Error::store(&self.url, op.clone(), m))? {
             (_, Response::Hello { version: _, public_key, max_lease_ms, quarantine_left_ms: _, started_us }) => {

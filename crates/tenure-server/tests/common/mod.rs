@@ -33,9 +33,14 @@ pub async fn start_open(clock: &ManualClock) -> RunningServer {
 
 /// A store on `servers`, on `clock`.
 pub fn store(servers: &[&RunningServer], clock: &ManualClock) -> TenureStore {
+    store_with(servers, clock, "")
+}
+
+/// A store on `servers`, on `clock`, with URL parameters `query` (`a=1&b=2`).
+pub fn store_with(servers: &[&RunningServer], clock: &ManualClock, query: &str) -> TenureStore {
     let hosts: Vec<String> = servers.iter().map(|s| s.addr().to_string()).collect();
-    TenureStore::new(&format!("tenure://{}", hosts.join(",")), &OpenOptions::default().with_clock(clock.shared()))
-        .expect("store")
+    let url = format!("tenure://{}?{query}", hosts.join(","));
+    TenureStore::new(&url, &OpenOptions::default().with_clock(clock.shared())).expect("store")
 }
 
 /// An exclusive request for `name` by `holder`, for `MAX_LEASE`.
@@ -54,12 +59,14 @@ pub fn req(name: &str, holder: &Arc<Holder>) -> AcquireRequest {
 pub struct Served {
     pub clock: ManualClock,
     pub server: RunningServer,
+    /// URL parameters of the stores (`""` for none).
+    pub query: &'static str,
 }
 
 #[async_trait]
 impl Harness for Served {
     async fn store(&self) -> Arc<dyn LeaseStore> {
-        Arc::new(store(&[&self.server], &self.clock))
+        Arc::new(store_with(&[&self.server], &self.clock, self.query))
     }
     fn time(&self) -> Time {
         Time::Manual(self.clock.clone())
