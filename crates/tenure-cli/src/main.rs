@@ -34,19 +34,19 @@ fn main() -> ExitCode {
     if let Command::Guard(args) = &cli.command {
         return supervise::guard_main(args);
     }
-    // The server and the benchmark use every core; everything else is one thread,
-    // which also keeps the child process of `lock` tied to a thread that lives as
-    // long as the process.
-    let multi = match &cli.command {
-        Command::Bench(_) => true,
+    // The server uses every core and the benchmark as many as it is told;
+    // everything else is one thread, which also keeps the child process of `lock`
+    // tied to a thread that lives as long as the process.
+    let mut builder = match &cli.command {
+        Command::Bench(_) => tokio::runtime::Builder::new_multi_thread(),
         #[cfg(feature = "server")]
-        Command::Serve(_) => true,
-        _ => false,
+        Command::Serve(_) => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
     };
-    let runtime =
-        if multi { tokio::runtime::Builder::new_multi_thread() } else { tokio::runtime::Builder::new_current_thread() }
-            .enable_all()
-            .build();
+    if let Command::Bench(args) = &cli.command {
+        builder.worker_threads(args.threads.into());
+    }
+    let runtime = builder.enable_all().build();
     let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {

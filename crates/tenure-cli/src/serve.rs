@@ -62,6 +62,11 @@ pub(crate) struct ServeArgs {
     /// whole life (default: one per core; 0 serves them as tasks of the shared runtime).
     #[arg(long)]
     pub(crate) connection_threads: Option<usize>,
+    /// After answering, how long a connection polls for its client's next
+    /// requests before sleeping, while that client tends to send them that soon
+    /// (0 turns it off). Cheaper than a wake-up on most VMs; costs CPU while busy.
+    #[arg(long, value_parser = duration, default_value = "50us", value_name = "DURATION")]
+    pub(crate) spin: Duration,
 }
 
 /// 2020-01-01: a wall clock before this is unset, and tokens would not grow across restarts.
@@ -100,6 +105,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         idle_timeout: args.idle_timeout,
         io_timeout: args.io_timeout,
         max_connections: args.max_connections,
+        spin: args.spin,
         connection_threads: args
             .connection_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)),

@@ -57,6 +57,10 @@ pub(crate) struct BenchArgs {
     /// One JSON object per line per target and client count.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Threads of the load generator. One leaves the other cores to a server on
+    /// the same machine; the in-process `core://` wants one per core.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub(crate) threads: u16,
     /// Store flags (the URL given here is ignored; targets name the stores).
     #[command(flatten)]
     pub(crate) store: BenchStoreFlags,
@@ -136,6 +140,8 @@ pub(crate) struct Figures {
     pub(crate) anchor: bool,
     pub(crate) op: Op,
     pub(crate) clients: usize,
+    /// Threads of the load generator.
+    pub(crate) threads: u16,
     pub(crate) ops: u64,
     pub(crate) seconds: f64,
     pub(crate) cycles_per_sec: f64,
@@ -151,6 +157,8 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
     }
     let mut out = std::io::stdout().lock();
     if !args.json {
+        let s = if args.threads == 1 { "" } else { "s" };
+        writeln!(out, "load generator: {} thread{s}", args.threads)?;
         writeln!(
             out,
             "{:<52} {:>7} {:>12} {:>10} {:>10} {:>10}",
@@ -161,7 +169,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
         // A store's rate, to compare the anchors after it with.
         let mut store_rate: Option<f64> = None;
         for t in &targets {
-            let f = measure(t.clone(), clients, args.seconds, args.op).await.with_context(|| t.label())?;
+            let f = measure(t.clone(), clients, &args).await.with_context(|| t.label())?;
             if args.json {
                 writeln!(out, "{}", serde_json::to_string(&f)?)?;
             } else {
@@ -219,7 +227,8 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
     })
 }
 
-async fn measure(target: Arc<dyn Target>, clients: usize, seconds: Duration, op: Op) -> Result<Figures> {
+async fn measure(target: Arc<dyn Target>, clients: usize, args: &BenchArgs) -> Result<Figures> {
+    let seconds = args.seconds;
     for w in 0..clients {
         target.setup(w).await?;
     }
@@ -257,8 +266,9 @@ async fn measure(target: Arc<dyn Target>, clients: usize, seconds: Duration, op:
     Ok(Figures {
         target: target.label(),
         anchor: target.is_anchor(),
-        op,
+        op: args.op,
         clients,
+        threads: args.threads,
         ops: hist.len(),
         seconds: secs,
         cycles_per_sec: hist.len() as f64 / secs,
@@ -276,6 +286,9 @@ struct StoreTarget {
     op: Op,
     ttl: Duration,
     holder: Arc<Holder>,
+    /// Each worker's request, made in `setup`: the load generator's own cost
+    /// stays out of the figures.
+    requests: std::sync::RwLock<Vec<Arc<AcquireRequest>>>,
     held: Mutex<Vec<Option<Grant>>>,
     run: String,
 }
@@ -288,24 +301,19 @@ impl StoreTarget {
             op,
             ttl,
             holder: Arc::new(Holder::current()),
+            requests: std::sync::RwLock::new(Vec::new()),
             held: Mutex::new(Vec::new()),
             run: tenure::random_nonce()[..6].to_string(),
         }
     }
 
-    fn request(&self, w: usize) -> Result<AcquireRequest> {
-        Ok(AcquireRequest {
-            name: LeaseName::new(format!("bench-{}/w{w}", self.run))?,
-            mode: Mode::Exclusive,
-            ttl: self.ttl,
-            holder: self.holder.clone(),
-            retake: true,
-            meta: None,
-        })
+    fn request(&self, w: usize) -> Result<Arc<AcquireRequest>> {
+        let requests = self.requests.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        requests.get(w).cloned().context("bench worker without a request")
     }
 
     async fn acquire(&self, w: usize) -> Result<Grant> {
-        match self.store.try_acquire(&self.request(w)?).await? {
+        match self.store.try_acquire(&*self.request(w)?).await? {
             Attempt::Granted(g) => Ok(g),
             Attempt::Busy(b) => bail!("bench lease unexpectedly busy: {}", b.describe()),
         }
@@ -319,6 +327,20 @@ impl Target for StoreTarget {
     }
 
     async fn setup(&self, w: usize) -> Result<()> {
+        {
+            let mut requests = self.requests.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            while requests.len() <= w {
+                let name = LeaseName::new(format!("bench-{}/w{}", self.run, requests.len()))?;
+                requests.push(Arc::new(AcquireRequest {
+                    name,
+                    mode: Mode::Exclusive,
+                    ttl: self.ttl,
+                    holder: self.holder.clone(),
+                    retake: true,
+                    meta: None,
+                }));
+            }
+        }
         let mut held = self.held.lock().await;
         if held.len() <= w {
             held.resize(w + 1, None);

@@ -39,6 +39,8 @@ pub(crate) struct RedisLock {
     ttl_ms: u64,
     run: String,
     holder: String,
+    /// Each worker's key, made in `setup` (as the store targets' names are).
+    keys: std::sync::RwLock<Vec<std::sync::Arc<str>>>,
 }
 
 impl RedisLock {
@@ -54,11 +56,13 @@ impl RedisLock {
             ttl_ms: ttl.as_millis() as u64,
             run: tenure::random_nonce(),
             holder: tenure::random_nonce(),
+            keys: std::sync::RwLock::new(Vec::new()),
         })
     }
 
-    fn key(&self, w: usize) -> String {
-        format!("tenure-bench:{}:w{w}", self.run)
+    fn key(&self, w: usize) -> Result<std::sync::Arc<str>> {
+        let keys = self.keys.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        keys.get(w).cloned().context("bench worker without a key")
     }
 
     async fn acquire(&self, key: &str) -> Result<()> {
@@ -93,26 +97,33 @@ impl Target for RedisLock {
     }
 
     async fn setup(&self, w: usize) -> Result<()> {
+        {
+            let mut keys = self.keys.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            while keys.len() <= w {
+                let key = format!("tenure-bench:{}:w{}", self.run, keys.len());
+                keys.push(key.into());
+            }
+        }
         if self.op == Op::Renew {
-            self.acquire(&self.key(w)).await?;
+            self.acquire(&self.key(w)?).await?;
         }
         Ok(())
     }
 
     async fn op(&self, w: usize) -> Result<()> {
-        let key = self.key(w);
+        let key = self.key(w)?;
         let mut conn = self.conn.clone();
         match self.op {
             Op::Cycle => {
                 self.acquire(&key).await?;
-                let deleted: i64 = self.release.key(&key).arg(&self.holder).invoke_async(&mut conn).await?;
+                let deleted: i64 = self.release.key(&*key).arg(&self.holder).invoke_async(&mut conn).await?;
                 if deleted != 1 {
                     bail!("redis lock {key} was not ours at release");
                 }
             }
             Op::Renew => {
                 let renewed: i64 =
-                    self.renew.key(&key).arg(&self.holder).arg(self.ttl_ms).invoke_async(&mut conn).await?;
+                    self.renew.key(&*key).arg(&self.holder).arg(self.ttl_ms).invoke_async(&mut conn).await?;
                 if renewed != 1 {
                     bail!("redis lock {key} was not ours at renewal");
                 }
