@@ -242,15 +242,21 @@ impl TenureStore {
         }
     }
 
-    /// Like [`TenureStore::call`], for the answers decoded in place
-    /// ([`ResponseIn`]): the frame's bytes, checked to decode and not to be an error.
+    /// Like [`TenureStore::call`], for the answers decoded in place: the frame's
+    /// bytes, for [`TenureStore::decode_in`].
     async fn call_in(&self, server: usize, op: &str, req: &Request<'_>) -> Result<bytes::Bytes> {
         let e = &self.endpoints[server];
         let conn = self.conn(e).await?;
         let (_, body) = conn.call_raw(req).await.map_err(|m| Error::store(&self.url, op, m))?;
-        match postcard::from_bytes::<ResponseIn<'_>>(&body) {
+        Ok(body)
+    }
+
+    /// Decodes an answer in place ([`ResponseIn`], borrowing from `body`), once;
+    /// an error answer becomes the error.
+    fn decode_in<'b>(&self, op: &str, body: &'b [u8]) -> Result<ResponseIn<'b>> {
+        match postcard::from_bytes::<ResponseIn<'_>>(body) {
             Ok(ResponseIn::Error { code, message }) => Err(self.server_error(op, code, message)),
-            Ok(_) => Ok(body),
+            Ok(resp) => Ok(resp),
             Err(e) => Err(Error::store(&self.url, op, format!("undecodable answer: {e}"))),
         }
     }
@@ -331,9 +337,7 @@ impl TenureStore {
             .collect();
         let sent = self.clock.mono();
         let body = self.call_in(server, "acquiring", &Request::Acquire { tentative, asks }).await?;
-        let resp = postcard::from_bytes::<ResponseIn<'_>>(&body)
-            .map_err(|e| Error::store(&self.url, "acquiring", format!("undecodable answer: {e}")))?;
-        match resp {
+        match self.decode_in("acquiring", &body)? {
             ResponseIn::Acquired(AcquireReplyIn::Granted(gs)) if gs.len() == reqs.len() => {
                 Ok(Ok(gs.into_iter().zip(reqs).map(|(g, r)| grant(r, g, sent, tentative)).collect()))
             }
@@ -590,9 +594,7 @@ impl LeaseStore for TenureStore {
                     continue;
                 }
             };
-            let answer = postcard::from_bytes::<ResponseIn<'_>>(&body)
-                .map_err(|e| Error::store(&self.url, "renewing", format!("undecodable answer: {e}")));
-            match answer {
+            match self.decode_in("renewing", &body) {
                 Ok(ResponseIn::Granted(outs)) if outs.len() == idx.len() => {
                     for (&i, o) in idx.iter().zip(outs) {
                         let g = &grants[i];
