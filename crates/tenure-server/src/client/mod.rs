@@ -49,13 +49,13 @@ pub struct ClientOptions {
     pub connections: usize,
     /// How long a connection polls for answers before it sleeps, while answers
     /// tend to come that soon: a server on the same host or a close one (param
-    /// `spin_us`; default 100; 0: never). It yields to other tasks while it polls.
+    /// `spin_us`; default 40; 0: never). It yields to other tasks while it polls.
     pub spin: Duration,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        Self { auth_token: None, timeout: Duration::from_secs(10), connections: 1, spin: Duration::from_micros(100) }
+        Self { auth_token: None, timeout: Duration::from_secs(10), connections: 1, spin: Duration::from_micros(40) }
     }
 }
 
