@@ -55,18 +55,21 @@ fn fence(h: &dyn Harness, name: &str) -> FencedRecord {
     FencedRecord::new(backend, name).expect("fence")
 }
 
-/// Runs `fut` while time flows: on a manual clock, a ticker advances it.
+/// Runs `fut` while time flows: on a manual clock, a ticker advances it, pausing
+/// for renewals in flight as [`advance`] does.
 async fn with_time_flowing<F: std::future::Future>(h: &dyn Harness, fut: F) -> F::Output {
     let Time::Manual(clock) = h.time() else { return fut.await };
-    let ticker = tokio::spawn(async move {
+    let ticker = async {
         loop {
+            crate::paced::until_no_renewal(h).await;
             clock.advance(Duration::from_millis(2));
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-    });
-    let out = fut.await;
-    ticker.abort();
-    out
+    };
+    tokio::select! {
+        out = fut => out,
+        never = ticker => never,
+    }
 }
 
 /// Invariant 1: while one holder has an exclusive lease, nobody else gets it in
