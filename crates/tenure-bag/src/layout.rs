@@ -74,7 +74,10 @@ impl Default for LogSettings {
     }
 }
 
-/// Buckets before "now" at creation that the log still accepts (slow clocks).
+/// Buckets before "now" at creation that the log still accepts (slow clocks, and
+/// a batch stamped just before its append created the log). The margin is at
+/// least the clock-skew bound too, however narrow the buckets: a writer whose
+/// clock is within the bound of the creator's is never before the first bucket.
 pub const CREATION_MARGIN_BUCKETS: u64 = 10;
 
 impl LogSettings {
@@ -90,11 +93,13 @@ impl LogSettings {
         if self.chunk_buckets == 0 {
             return Err("a snapshot chunk needs at least one bucket".into());
         }
-        let first = (now_ms / width_ms).saturating_sub(CREATION_MARGIN_BUCKETS) * width_ms;
+        let max_skew_ms = self.max_skew.as_millis() as u64;
+        let margin_ms = width_ms.saturating_mul(CREATION_MARGIN_BUCKETS).max(max_skew_ms);
+        let first = now_ms.saturating_sub(margin_ms) / width_ms * width_ms;
         Ok(LogConfig {
             width_ms,
             grace_ms: self.grace.as_millis() as u64,
-            max_skew_ms: self.max_skew.as_millis() as u64,
+            max_skew_ms,
             chunk_buckets: self.chunk_buckets,
             first_bucket_ms: first,
         })
@@ -271,6 +276,20 @@ mod tests {
         for now in 14_500..15_100 {
             assert!(!c.clearly_early(12_000, now) || !c.closable(12_000, now + c.max_skew_ms));
         }
+    }
+
+    #[test]
+    fn a_new_log_starts_ten_buckets_and_at_least_the_skew_bound_before_its_creation() {
+        let now = 1_767_225_600_123;
+        let wide = LogSettings::default().config_at(now).expect("settings");
+        assert_eq!(wide.first_bucket_ms, 1_767_225_590_000, "ten 1 s buckets before the bucket of now");
+        let narrow = LogSettings { width: Duration::from_millis(1), ..LogSettings::default() };
+        let c = narrow.config_at(now).expect("settings");
+        // Ten 1 ms buckets would refuse a writer whose clock is 11 ms slow.
+        assert_eq!(c.first_bucket_ms, now - 500, "the skew bound, not ten buckets");
+        let slow_writer = c.bucket_of(now - c.max_skew_ms);
+        assert!(slow_writer >= c.first_bucket_ms, "a writer within the skew bound is after the first bucket");
+        assert!(c.first_bucket_ms.is_multiple_of(c.width_ms));
     }
 
     #[test]
