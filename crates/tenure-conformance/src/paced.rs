@@ -10,7 +10,7 @@
 //! ([`RENEWAL_WAIT`]) is over.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -74,33 +74,44 @@ pub(crate) async fn until_no_renewal(h: &dyn Harness) {
     }
 }
 
-/// When each renewal in flight began, by the order it began in.
+/// The renewals in flight, by the order they began in.
 #[derive(Debug, Default)]
-struct Renewals(Mutex<(u64, BTreeMap<u64, Instant>)>);
+struct Renewals(Mutex<Began>);
+
+#[derive(Debug, Default)]
+struct Began {
+    next_id: u64,
+    at: BTreeMap<u64, Instant>,
+}
 
 impl Renewals {
+    fn lock(&self) -> MutexGuard<'_, Began> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn latest(&self) -> Option<Instant> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).1.last_key_value().map(|(_, began)| *began)
+        self.lock().at.last_key_value().map(|(_, began)| *began)
+    }
+
+    fn begin(self: &Arc<Self>) -> InFlight {
+        let mut began = self.lock();
+        let id = began.next_id;
+        began.next_id += 1;
+        began.at.insert(id, Instant::now());
+        InFlight { renewals: self.clone(), id }
     }
 }
 
 /// One renewal in flight, until dropped: a renewal abandoned at its budget
 /// stops counting too.
-struct InFlight(Arc<Renewals>, u64);
-
-impl InFlight {
-    fn new(renewals: &Arc<Renewals>) -> Self {
-        let mut st = renewals.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let id = st.0;
-        st.0 += 1;
-        st.1.insert(id, Instant::now());
-        Self(renewals.clone(), id)
-    }
+struct InFlight {
+    renewals: Arc<Renewals>,
+    id: u64,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.0.lock().unwrap_or_else(PoisonError::into_inner).1.remove(&self.1);
+        self.renewals.lock().at.remove(&self.id);
     }
 }
 
@@ -123,7 +134,7 @@ impl LeaseStore for Noting {
         self.inner.try_acquire(req).await
     }
     async fn renew(&self, grant: &Grant) -> Result<Grant> {
-        let _counted = InFlight::new(&self.renewing);
+        let _in_flight = self.renewing.begin();
         self.inner.renew(grant).await
     }
     async fn release(&self, grant: &Grant, req: &ReleaseRequest) -> Result<Released> {
@@ -142,7 +153,7 @@ impl LeaseStore for Noting {
         self.inner.try_acquire_all(reqs).await
     }
     async fn renew_all(&self, grants: &[Grant]) -> Vec<Result<Grant>> {
-        let _counted = InFlight::new(&self.renewing);
+        let _in_flight = self.renewing.begin();
         self.inner.renew_all(grants).await
     }
     async fn release_all(&self, grants: &[Grant], req: &ReleaseRequest) -> Vec<Result<Released>> {
