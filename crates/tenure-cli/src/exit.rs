@@ -59,7 +59,7 @@ pub(crate) fn code_for(err: &anyhow::Error) -> u8 {
             | tenure::Error::InvalidOptions { .. } => USAGE,
             tenure::Error::Busy { .. } | tenure::Error::Timeout { .. } | tenure::Error::Changed { .. } => TIMEOUT,
             tenure::Error::Lost { .. } | tenure::Error::Fenced { .. } => LOST,
-            tenure::Error::Corrupt { .. } => DATA,
+            tenure::Error::Corrupt { .. } | tenure::Error::TokensExhausted { .. } => DATA,
             _ => STORE,
         },
         None if err.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some()) => STORE,

@@ -360,13 +360,9 @@ impl Backend for EtcdBackend {
         let k = self.etcd_key(key);
         let resp = self.range(&|| format!("reading key {k:?}"), &k, None).await?;
         let Some(found) = resp.kvs().first() else { return Ok(None) };
-        Ok(Some(Stored {
-            value: Bytes::copy_from_slice(found.value()),
-            version: self.version(&k, found.mod_revision())?,
-            // etcd keeps no modification time; unreadable records are judged by
-            // how long a contender has watched them instead.
-            modified_ms: None,
-        }))
+        // etcd keeps no modification time; unreadable records are judged by how
+        // long a contender has watched them instead.
+        Ok(Some(Stored::new(Bytes::copy_from_slice(found.value()), self.version(&k, found.mod_revision())?, None)))
     }
 
     /// One `Txn`: compare, then put (with the shadow, when it expires); plus, now

@@ -306,7 +306,7 @@ impl Backend for ObjectBackend {
         let cached = if self.uses_conditional_get() { lock(&self.cache).get(key).cloned() } else { None };
         match self.get_object(&path, cached.as_ref().map(|c| c.etag.clone())).await {
             Ok((meta, value)) => {
-                let stored = Stored { value, version: self.version_of_get(&meta)?, modified_ms: modified_ms(&meta) };
+                let stored = Stored::new(value, self.version_of_get(&meta)?, modified_ms(&meta));
                 if let Some(etag) = meta.e_tag.filter(|_| self.uses_conditional_get()) {
                     self.remember(key, Cached { etag, stored: stored.clone() });
                 }
@@ -352,7 +352,7 @@ impl Backend for ObjectBackend {
                 // it, so that read costs a 304 rather than the body. (The write's
                 // answer has no modification time.)
                 if let Some(etag) = r.e_tag.filter(|_| self.uses_conditional_get()) {
-                    let stored = Stored { value, version: version.clone(), modified_ms: None };
+                    let stored = Stored::new(value, version.clone(), None);
                     self.remember(key, Cached { etag, stored });
                 }
                 Ok(Put::Done(version))

@@ -407,6 +407,7 @@ impl From<PredecessorWire> for Predecessor {
             holder: p.holder.map(Arc::from),
             how: p.how,
             at_ms: p.at_ms,
+            acquired_ms: None,
             watermark_ms: p.watermark_ms,
             meta: p.meta,
         }
@@ -775,6 +776,7 @@ mod tests {
             holder,
             how: EndedHow::Expired,
             at_ms: 1_767_225_599_500,
+            acquired_ms: None,
             watermark_ms: Some(1_767_225_599_000),
             meta: meta.map(str::to_string),
         };

@@ -30,6 +30,19 @@ pub struct Stored {
     pub version: Version,
     /// When the store last modified it (the store's wall clock, ms), if known.
     pub modified_ms: Option<u64>,
+    /// Set when what is stored at this version is not something tenure could have
+    /// written — a directory, a FIFO, a symlink or a device where a record belongs,
+    /// or a value over [`crate::limits::MAX_RECORD_BYTES`] — saying what it is.
+    /// `value` is then empty, and the record counts as corrupt: judged by its age,
+    /// never followed or read.
+    pub foreign: Option<String>,
+}
+
+impl Stored {
+    /// A readable value at `version`.
+    pub fn new(value: Bytes, version: Version, modified_ms: Option<u64>) -> Self {
+        Self { value, version, modified_ms, foreign: None }
+    }
 }
 
 /// A write's precondition.

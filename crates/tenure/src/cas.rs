@@ -50,6 +50,7 @@ use bytes::Bytes;
 use crate::backend::{Backend, Put, PutOptions, Stored};
 use crate::clock::{Clock, ClockExt, Mono};
 use crate::error::{Error, Result};
+use crate::limits::millis;
 use crate::name::LeaseName;
 use crate::record::{self, Decision, Entry, Judge, LeaseRecord, Unreadable};
 use crate::store::{AcquireRequest, LeaseStore, ReleaseRequest};
@@ -188,7 +189,7 @@ impl CasStore {
     }
 
     fn judge<'a>(&self, watched: &'a HashMap<Stamp, Duration>) -> Observer<'a> {
-        Observer { now_ms: self.clock.wall_ms(), max_skew_ms: self.opts.max_skew.as_millis() as u64, watched }
+        Observer { now_ms: self.clock.wall_ms(), max_skew_ms: millis(self.opts.max_skew), watched }
     }
 
     /// Whether an unreadable record may be replaced, and if not, how long until it may.
@@ -197,7 +198,7 @@ impl CasStore {
             .get(&Stamp::Unreadable(stored.version.tag.clone()))
             .map_or(self.opts.corrupt_ttl, |w| self.opts.corrupt_ttl.saturating_sub(*w));
         let by_age = stored.modified_ms.map_or(by_watch, |m| {
-            let stale_at = m.saturating_add((self.opts.corrupt_ttl + self.opts.max_skew).as_millis() as u64);
+            let stale_at = m.saturating_add(millis(self.opts.corrupt_ttl.saturating_add(self.opts.max_skew)));
             Duration::from_millis(stale_at.saturating_sub(self.clock.wall_ms()))
         });
         by_watch.min(by_age)
@@ -276,7 +277,7 @@ struct Observer<'a> {
 
 impl Observer<'_> {
     fn watched_ms(&self, e: &Entry) -> u64 {
-        self.watched.get(&Stamp::Entry { token: e.token, renewals: e.renewals }).map_or(0, |d| d.as_millis() as u64)
+        self.watched.get(&Stamp::Entry { token: e.token, renewals: e.renewals }).map_or(0, |d| millis(*d))
     }
 }
 
@@ -303,7 +304,7 @@ impl LeaseStore for CasStore {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Attempt> {
         let name = req.name.as_str();
-        let ttl_ms = req.ttl.as_millis() as u64;
+        let ttl_ms = millis(req.ttl);
         let mut last_busy = None;
         let mut use_cache = true;
         for _ in 0..MAX_CONFLICTS {
@@ -315,7 +316,7 @@ impl LeaseStore for CasStore {
             use_cache = false;
             let (read, watched) = match cached {
                 Some((version, rec)) => {
-                    (Read::Valid(Stored { value: Bytes::new(), version, modified_ms: None }, rec), self.watched(name))
+                    (Read::Valid(Stored::new(Bytes::new(), version, None), rec), self.watched(name))
                 }
                 None => {
                     let read = self.read(name).await?;
@@ -371,6 +372,13 @@ impl LeaseStore for CasStore {
                         }));
                     }
                     Decision::Grant { record, token, predecessor } => (record, token, predecessor),
+                    Decision::Exhausted { last_token } => {
+                        return Err(Error::TokensExhausted {
+                            store: self.url().to_string(),
+                            name: name.to_string(),
+                            last_token,
+                        });
+                    }
                 };
             let predecessor = match replaced {
                 Some(floor) => Some(Predecessor {
@@ -378,12 +386,14 @@ impl LeaseStore for CasStore {
                     holder: None,
                     how: EndedHow::Corrupt,
                     at_ms: now_ms,
+                    acquired_ms: None,
                     watermark_ms: None,
                     meta: None,
                 }),
                 None => predecessor,
             };
-            let opts = PutOptions::after(stored.as_ref()).with_expires_after(req.ttl + self.opts.max_skew);
+            let opts =
+                PutOptions::after(stored.as_ref()).with_expires_after(req.ttl.saturating_add(self.opts.max_skew));
             match self.put(name, &rec, opts).await? {
                 Put::Done(version) => {
                     self.remember(name, version.clone(), rec);
@@ -427,7 +437,7 @@ impl LeaseStore for CasStore {
 
     async fn renew(&self, grant: &Grant) -> Result<Grant> {
         let name = grant.name.as_str();
-        let ttl_ms = grant.ttl.as_millis() as u64;
+        let ttl_ms = millis(grant.ttl);
         let mut use_cache = true;
         for _ in 0..MAX_CONFLICTS {
             let (version, current) = self.current_for(grant, use_cache).await?;
@@ -435,7 +445,7 @@ impl LeaseStore for CasStore {
             let sent = self.clock.mono();
             let rec = record::decide_renew(&current, grant.token, &grant.holder.nonce, ttl_ms, now_ms, None)
                 .map_err(|g| self.lost(grant, g.detail))?;
-            let opts = PutOptions::update(version).with_expires_after(grant.ttl + self.opts.max_skew);
+            let opts = PutOptions::update(version).with_expires_after(grant.ttl.saturating_add(self.opts.max_skew));
             match self.put(name, &rec, opts).await? {
                 Put::Done(version) => {
                     self.remember(name, version.clone(), rec);

@@ -8,6 +8,7 @@
 //! | [`Error::Fenced`] | a newer holder has written: **stop**, your grant is stale |
 //! | [`Error::Changed`] | the record moved since you inspected it: inspect again, then decide |
 //! | [`Error::Corrupt`] | stored data is damaged: it is reported, never silently repaired |
+//! | [`Error::TokensExhausted`] | the lease's tokens reached the top of their range: nothing is granted; an operator must retire the name |
 //! | [`Error::Unsupported`] | the store lacks a capability or ignores conditional writes: fix configuration |
 //! | [`Error::Store`] | I/O or network trouble: retry (unless [`Error::is_transient`] says it cannot help), or check the store |
 //! | [`Error::Closed`] | a bag bucket is closed: the message was not accepted |
@@ -116,6 +117,21 @@ pub enum Error {
         location: String,
         /// What is wrong.
         detail: String,
+    },
+
+    /// The lease's fencing tokens reached [`crate::limits::MAX_TOKEN`]: granting
+    /// again would wrap or reset them, so nothing is granted under this name. Only a
+    /// damaged or hostile record gets there; use another lease name.
+    #[error(
+        "{store}: lease {name:?} has used up its fencing tokens (last token {last_token}); it cannot be granted again without tokens going backwards: use another lease name"
+    )]
+    TokensExhausted {
+        /// Store URL.
+        store: String,
+        /// Lease name.
+        name: String,
+        /// The highest token the record claims.
+        last_token: u64,
     },
 
     /// The store cannot do what was asked (or does not honour conditional writes).

@@ -33,6 +33,7 @@ mod error;
 pub mod fence;
 mod holder;
 mod keepalive;
+pub mod limits;
 mod name;
 mod open;
 mod options;

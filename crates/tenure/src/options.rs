@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::limits::{MAX_DURATION, MAX_TTL, check_duration};
 use crate::types::Mode;
 
 /// Options for acquiring and holding leases.
@@ -120,6 +121,17 @@ impl LeaseOptions {
         if self.ttl < Duration::from_millis(10) {
             return bad(format!("ttl {:?} is too short (at least 10ms)", self.ttl));
         }
+        check_duration("ttl", self.ttl, MAX_TTL)?;
+        for (what, d) in [
+            ("timeout", self.timeout),
+            ("renew interval", self.renew_every),
+            ("safety margin", self.safety_margin),
+            ("backoff", Some(self.backoff_max)),
+        ] {
+            if let Some(d) = d {
+                check_duration(what, d, MAX_DURATION)?;
+            }
+        }
         if self.renew_interval().is_zero() || self.renew_interval() > self.ttl / 3 {
             return bad(format!(
                 "renewing every {:?} does not fit a ttl of {:?}: renew at most every ttl/3",
@@ -164,5 +176,14 @@ mod tests {
         let greedy = LeaseOptions::default().with_safety_margin(Duration::from_secs(28));
         assert!(greedy.validate().is_err());
         assert!(LeaseOptions::default().with_ttl(Duration::from_millis(1)).validate().is_err());
+    }
+
+    #[test]
+    fn durations_beyond_the_limits_are_refused_not_wrapped() {
+        let huge = Duration::from_secs(u64::MAX / 1000);
+        let err = LeaseOptions::default().with_ttl(huge).validate().expect_err("a ttl of centuries");
+        assert!(err.to_string().contains("ttl of"), "{err}");
+        assert!(LeaseOptions::default().with_ttl(MAX_TTL).validate().is_ok());
+        assert!(LeaseOptions::default().with_timeout(Duration::MAX).validate().is_err());
     }
 }

@@ -50,9 +50,7 @@ use crate::types::{EndedHow, HolderView, Mode, Predecessor};
 /// The record format's major version written by this tenure.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// Tokens stay below this; a record claiming more is unreadable (it could only
-/// come from damage or a foreign writer, and would otherwise overflow).
-pub const MAX_TOKEN: u64 = u64::MAX / 2;
+pub use crate::limits::MAX_TOKEN;
 
 /// One lease name's record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +111,9 @@ pub struct Ending {
     pub how: EndedHow,
     /// When (wall ms of whoever ended it).
     pub at_ms: u64,
+    /// When it was granted (its holder's wall clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired_ms: Option<u64>,
     /// Its watermark: published on release, its deadline otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermark_ms: Option<u64>,
@@ -164,15 +165,28 @@ impl LeaseRecord {
         Ok(record)
     }
 
-    /// Rejects well-formed JSON that breaks the record's own rules: a counter that
-    /// cannot grow any more, or grants with tokens above it (either would let a
-    /// token repeat).
+    /// Rejects well-formed JSON that breaks the record's own rules or tenure's
+    /// limits ([`crate::limits`]): grants with tokens above the counter (a token
+    /// could repeat), lease durations no holder can have asked for, times past the
+    /// year 9999. A counter at the top of the token space is *not* corrupt: the
+    /// record stays readable, and [`acquire`] refuses to grant from it.
     fn check(&self) -> Result<(), String> {
-        if self.last_token >= MAX_TOKEN {
-            return Err(format!("last_token {} leaves no room for another token", self.last_token));
-        }
+        use crate::limits::{MAX_TIME_MS, MAX_TTL, millis};
         if let Some((e, _)) = self.entries().find(|(e, _)| e.token > self.last_token) {
             return Err(format!("a grant has token {} above last_token {}", e.token, self.last_token));
+        }
+        for (e, _) in self.entries() {
+            if e.ttl_ms == 0 || e.ttl_ms > millis(MAX_TTL) {
+                return Err(format!("grant {} has a ttl of {} ms (1..={} ms)", e.token, e.ttl_ms, millis(MAX_TTL)));
+            }
+            if e.deadline_ms.max(e.acquired_ms) > MAX_TIME_MS {
+                return Err(format!("grant {} has a time past the year 9999", e.token));
+            }
+        }
+        let times =
+            [self.watermark_ms, self.last.as_ref().map(|l| l.at_ms), self.last.as_ref().and_then(|l| l.watermark_ms)];
+        if times.into_iter().flatten().any(|t| t > MAX_TIME_MS) {
+            return Err("a watermark or end time is past the year 9999".into());
         }
         Ok(())
     }
@@ -200,6 +214,7 @@ impl LeaseRecord {
             holder: l.holder.clone(),
             how: l.how,
             at_ms: l.at_ms,
+            acquired_ms: l.acquired_ms,
             watermark_ms: self.watermark_ms,
             meta: l.meta.clone(),
         })
@@ -230,6 +245,7 @@ impl LeaseRecord {
                 holder: Some(entry.holder.clone()),
                 how,
                 at_ms,
+                acquired_ms: Some(entry.acquired_ms),
                 watermark_ms: watermark,
                 meta: entry.meta.clone(),
             });
@@ -304,6 +320,24 @@ pub enum Decision {
     },
     /// Blocked by these live grants.
     Busy(Vec<HolderView>),
+    /// The next token would reach [`MAX_TOKEN`]: nothing may be granted.
+    Exhausted {
+        /// The highest token granted so far (or the floor that reached the top).
+        last_token: u64,
+    },
+}
+
+/// Why [`acquire`] did not grant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Blocked by these live grants.
+    Busy(Vec<HolderView>),
+    /// The next token would reach [`MAX_TOKEN`]: granting would wrap the counter
+    /// or start it again, so tenure refuses for good.
+    Exhausted {
+        /// The highest token granted so far (or the floor that reached the top).
+        last_token: u64,
+    },
 }
 
 /// What a granted acquisition gives the new holder.
@@ -320,9 +354,9 @@ pub struct Acquired {
 /// Grants the judge calls expired, and the asker's own abandoned grants when
 /// `retake` is set, are ended in the record; the asker is blocked by any other
 /// live exclusive grant, and for an exclusive ask by any live shared grant too.
-/// On a busy answer the record is left untouched and the blocking grants are
-/// returned.
-pub fn acquire(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge) -> Result<Acquired, Vec<HolderView>> {
+/// On a refusal the record is left untouched: busy names the blocking grants;
+/// exhausted means the next token would reach [`MAX_TOKEN`].
+pub fn acquire(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge) -> Result<Acquired, Refused> {
     let ends = |e: &Entry| {
         if judge.expired(e) {
             Some(EndedHow::Expired)
@@ -338,12 +372,15 @@ pub fn acquire(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge) -> Re
         Mode::Shared => exclusive_stays,
     };
     if blocked {
-        return Err(record
-            .entries()
-            .filter(|(e, _)| ends(e).is_none())
-            .map(|(e, mode)| view(e, mode, judge))
-            .collect());
+        return Err(Refused::Busy(
+            record.entries().filter(|(e, _)| ends(e).is_none()).map(|(e, mode)| view(e, mode, judge)).collect(),
+        ));
     }
+    let last_token = record.last_token.max(ask.token_floor);
+    let token = match last_token.checked_add(1) {
+        Some(t) if t < MAX_TOKEN => t,
+        _ => return Err(Refused::Exhausted { last_token }),
+    };
     if let Some(how) = record.exclusive.as_ref().and_then(ends)
         && let Some(e) = record.exclusive.take()
     {
@@ -357,10 +394,6 @@ pub fn acquire(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge) -> Re
             }
         }
     }
-    // Parsed records are below MAX_TOKEN and store floors are far below it, so
-    // this never saturates in practice; saturating keeps a damaged floor from
-    // wrapping around to a small, reused token.
-    let token = record.last_token.max(ask.token_floor).saturating_add(1);
     let predecessor = record.predecessor();
     let entry = Entry {
         token,
@@ -385,7 +418,8 @@ pub fn decide_acquire(name: &str, current: Option<&LeaseRecord>, ask: &Ask<'_>, 
     let mut record = current.cloned().unwrap_or_else(|| LeaseRecord::empty(name));
     match acquire(&mut record, ask, judge) {
         Ok(Acquired { token, predecessor }) => Decision::Grant { record, token, predecessor },
-        Err(holders) => Decision::Busy(holders),
+        Err(Refused::Busy(holders)) => Decision::Busy(holders),
+        Err(Refused::Exhausted { last_token }) => Decision::Exhausted { last_token },
     }
 }
 
@@ -429,7 +463,7 @@ pub fn renew(
     };
     entry.deadline_ms = now_ms.saturating_add(ttl_ms).max(entry.deadline_ms);
     entry.ttl_ms = ttl_ms;
-    entry.renewals += 1;
+    entry.renewals = entry.renewals.saturating_add(1);
     if let Some(meta) = meta {
         entry.meta = Some(meta.to_string());
     }

@@ -99,6 +99,11 @@ pub struct Predecessor {
     pub how: EndedHow,
     /// When it ended (wall ms of whoever ended it).
     pub at_ms: u64,
+    /// When it began, on its holder's own clock (wall ms), if known: with
+    /// `watermark_ms`, it bounds the timestamps the predecessor may have stamped,
+    /// however long it held the lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired_ms: Option<u64>,
     /// Upper bound of the timestamps of everything written under this name so far:
     /// write strictly above it. `None` if nobody ever published one.
     pub watermark_ms: Option<u64>,

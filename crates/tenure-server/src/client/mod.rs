@@ -474,6 +474,7 @@ fn predecessor(p: PredIn<'_>, asker: &Arc<Holder>) -> Predecessor {
         holder,
         how: p.how,
         at_ms: p.at_ms,
+        acquired_ms: None,
         watermark_ms: p.watermark_ms,
         meta: p.meta.map(str::to_string),
     }

@@ -428,7 +428,13 @@ impl Core {
         let record::Acquired { token, predecessor } =
             match record::acquire(&mut slot.record, &rask, &ClockJudge { now_ms }) {
                 Ok(granted) => granted,
-                Err(holders) => {
+                Err(record::Refused::Exhausted { last_token }) => {
+                    return Err(Refusal::Invalid(format!(
+                        "lease {:?} has used up its fencing tokens (last token {last_token})",
+                        ask.name
+                    )));
+                }
+                Err(record::Refused::Busy(holders)) => {
                     bump(&stats.busy);
                     slot.busy += 1;
                     return Ok(Some(Acquired::Busy { index: 0, holders, version: slot.version }));
@@ -496,6 +502,10 @@ impl Core {
         let judge = ClockJudge { now_ms };
         match record::decide_acquire(ask.name, slot.map(|s| &s.record), &rask, &judge) {
             Decision::Busy(holders) => Ok(Err(holders)),
+            Decision::Exhausted { last_token } => Err(Refusal::Invalid(format!(
+                "lease {:?} has used up its fencing tokens (last token {last_token})",
+                ask.name
+            ))),
             Decision::Grant { .. } if tentative && blocked_by_reservation => Ok(Err(Vec::new())),
             Decision::Grant { record, token, predecessor } => {
                 if token > self.token_limit(now_us) {
@@ -615,6 +625,10 @@ impl Core {
             Decision::Busy(_) => {
                 bump(&stats.upgrades_failed);
                 Ok(Err("a full grant took the lease".into()))
+            }
+            Decision::Exhausted { .. } => {
+                bump(&stats.upgrades_failed);
+                Ok(Err("the lease has used up its fencing tokens".into()))
             }
             Decision::Grant { record, token, predecessor } => {
                 slot.record = record;

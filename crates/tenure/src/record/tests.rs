@@ -13,14 +13,14 @@ fn ask(h: &Arc<Holder>, mode: Mode, now_ms: u64) -> Ask<'_> {
 fn grant(current: Option<&LeaseRecord>, a: &Ask<'_>, now_ms: u64) -> (LeaseRecord, u64, Option<Predecessor>) {
     match decide_acquire("x", current, a, &ClockJudge { now_ms }) {
         Decision::Grant { record, token, predecessor } => (record, token, predecessor),
-        Decision::Busy(v) => panic!("expected a grant, busy with {v:?}"),
+        other => panic!("expected a grant, got {other:?}"),
     }
 }
 
 fn busy(current: &LeaseRecord, a: &Ask<'_>, now_ms: u64) -> Vec<HolderView> {
     match decide_acquire("x", Some(current), a, &ClockJudge { now_ms }) {
         Decision::Busy(v) => v,
-        Decision::Grant { token, .. } => panic!("expected busy, granted token {token}"),
+        other => panic!("expected busy, got {other:?}"),
     }
 }
 
@@ -169,20 +169,78 @@ fn unreadable_records_are_classified_never_panicking() {
 }
 
 #[test]
-fn records_whose_counter_cannot_grow_or_lies_are_unreadable() {
+fn records_whose_grants_lie_about_the_counter_are_unreadable() {
     let a = holder("a");
-    let (mut rec, ..) = grant(None, &ask(&a, Mode::Exclusive, 0), 0);
-    rec.last_token = u64::MAX;
-    match LeaseRecord::parse(&rec.to_bytes()) {
-        Err(Unreadable::Corrupt(d)) => assert!(d.contains("no room"), "{d}"),
-        other => panic!("an exhausted counter must be unreadable, got {other:?}"),
-    }
     let (mut rec, ..) = grant(None, &ask(&a, Mode::Exclusive, 0), 0);
     rec.last_token = 0;
     match LeaseRecord::parse(&rec.to_bytes()) {
         Err(Unreadable::Corrupt(d)) => assert!(d.contains("above last_token"), "{d}"),
         other => panic!("a grant above the counter must be unreadable, got {other:?}"),
     }
+}
+
+#[test]
+fn at_the_top_of_the_token_space_nothing_is_granted_and_the_counter_never_moves_back() {
+    let a = holder("a");
+    let (mut rec, ..) = grant(None, &ask(&a, Mode::Exclusive, 0), 0);
+    rec.exclusive = None;
+    // One token left below the limit: granted, and it is the last one.
+    rec.last_token = MAX_TOKEN - 2;
+    let (rec, token, _) = grant(Some(&rec), &ask(&a, Mode::Exclusive, 10), 10);
+    assert_eq!(token, MAX_TOKEN - 1);
+    // The record stays readable (not "corrupt", which would reset the counter to
+    // the store's version) and refuses every further grant.
+    let parsed = LeaseRecord::parse(&rec.to_bytes()).expect("an exhausted record is still readable");
+    let later = ask(&a, Mode::Exclusive, 10_000);
+    let mut retake = later.clone();
+    retake.retake = true;
+    for a in [later, retake] {
+        match decide_acquire("x", Some(&parsed), &a, &ClockJudge { now_ms: 10_000 }) {
+            Decision::Exhausted { last_token } => assert_eq!(last_token, MAX_TOKEN - 1),
+            other => panic!("expected exhaustion, got {other:?}"),
+        }
+    }
+    // A counter past the limit (only a foreign writer puts it there) is refused
+    // the same way, and so is a floor at the top.
+    let mut beyond = parsed.clone();
+    beyond.last_token = u64::MAX;
+    beyond.exclusive = None;
+    let beyond = LeaseRecord::parse(&beyond.to_bytes()).expect("readable");
+    assert!(matches!(
+        decide_acquire("x", Some(&beyond), &ask(&a, Mode::Exclusive, 20_000), &ClockJudge { now_ms: 20_000 }),
+        Decision::Exhausted { last_token: u64::MAX }
+    ));
+    let mut floored = ask(&a, Mode::Shared, 0);
+    floored.token_floor = u64::MAX;
+    assert!(matches!(decide_acquire("x", None, &floored, &ClockJudge { now_ms: 0 }), Decision::Exhausted { .. }));
+}
+
+#[test]
+fn numbers_no_holder_could_have_written_make_a_record_unreadable() {
+    use crate::limits::{MAX_TIME_MS, MAX_TTL, millis};
+    let a = holder("a");
+    let (rec, ..) = grant(None, &ask(&a, Mode::Exclusive, 0), 0);
+    type Damage = Box<dyn Fn(&mut LeaseRecord)>;
+    let cases: Vec<(&str, Damage)> = vec![
+        ("zero ttl", Box::new(|r| r.exclusive.as_mut().map_or((), |e| e.ttl_ms = 0))),
+        ("ttl beyond the limit", Box::new(|r| r.exclusive.as_mut().map_or((), |e| e.ttl_ms = millis(MAX_TTL) + 1))),
+        ("deadline past 9999", Box::new(|r| r.exclusive.as_mut().map_or((), |e| e.deadline_ms = MAX_TIME_MS + 1))),
+        ("acquired past 9999", Box::new(|r| r.exclusive.as_mut().map_or((), |e| e.acquired_ms = u64::MAX))),
+        ("watermark past 9999", Box::new(|r| r.watermark_ms = Some(u64::MAX))),
+    ];
+    for (what, damage) in cases {
+        let mut bad = rec.clone();
+        damage(&mut bad);
+        assert!(
+            matches!(LeaseRecord::parse(&bad.to_bytes()), Err(Unreadable::Corrupt(_))),
+            "{what}: must be judged corrupt"
+        );
+    }
+    let mut longest = rec.clone();
+    if let Some(e) = longest.exclusive.as_mut() {
+        e.ttl_ms = millis(MAX_TTL);
+    }
+    assert!(LeaseRecord::parse(&longest.to_bytes()).is_ok(), "the longest lease is fine");
 }
 
 mod properties {

@@ -201,7 +201,7 @@ impl FileBackend {
             if again.max().is_some_and(|max| max > seq + KEEP) {
                 continue;
             }
-            return Ok(Some(Stored { value: value.into(), version: Version::seq(seq), modified_ms }));
+            return Ok(Some(Stored::new(value.into(), Version::seq(seq), modified_ms)));
         }
         Err(Error::store(&*self.url, format!("reading key {key:?}"), "its versions kept disappearing while being read"))
     }

@@ -71,7 +71,7 @@ impl MemoryBackend {
     fn write(st: &mut State, key: &str, value: Bytes, now_ms: u64) -> Version {
         st.next_seq += 1;
         let version = Version::seq(st.next_seq);
-        st.slots.insert(key.to_string(), Stored { value, version: version.clone(), modified_ms: Some(now_ms) });
+        st.slots.insert(key.to_string(), Stored::new(value, version.clone(), Some(now_ms)));
         version
     }
 }
