@@ -12,6 +12,7 @@
 # What it installs (Debian 12, run as root or with passwordless sudo):
 #   apt   etcd-server etcd-client redis-server protobuf-compiler curl procps chromium
 #         e2fsprogs (chattr, for the lock tests' store outage)
+#         bindfs fuse3 (a FUSE mount whose daemon the hung-storage test stops)
 #         radosgw ceph-mon ceph-osd (with --no-install-recommends)
 #         (python3-venv / nodejs+npm only if python3 venv / npm are missing)
 #   pip   moto[server] and localbucket, in a venv at $TOOLS/venv
@@ -39,7 +40,7 @@ LOCALBUCKET_VERSION="1.2.1"
 AZURITE_VERSION="3.35.0"
 S3RVER_VERSION="3.7.1"
 
-APT_PACKAGES=(etcd-server etcd-client redis-server protobuf-compiler curl procps chromium e2fsprogs)
+APT_PACKAGES=(etcd-server etcd-client redis-server protobuf-compiler curl procps chromium e2fsprogs bindfs fuse3)
 APT_PACKAGES_NORECOMMENDS=(radosgw ceph-mon ceph-osd)
 
 export DEBIAN_FRONTEND=noninteractive
@@ -112,7 +113,7 @@ else
     report ceph "installed: ${missing[*]} (--no-install-recommends)" "$t"
 fi
 
-for bin in etcd etcdctl redis-server redis-cli protoc curl ps chattr script ceph-mon ceph-osd radosgw radosgw-admin ceph ceph-authtool monmaptool; do
+for bin in etcd etcdctl redis-server redis-cli protoc curl ps chattr script bindfs fusermount3 ceph-mon ceph-osd radosgw radosgw-admin ceph ceph-authtool monmaptool; do
     command -v "$bin" >/dev/null 2>&1 || die "'$bin' is still missing after the apt step"
 done
 
