@@ -12,6 +12,7 @@ mod common;
 mod hostile;
 
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -54,14 +55,19 @@ impl Fuse {
         let src = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
         let mnt = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
         // -f: stay in the foreground, so that this pid is the daemon to freeze.
-        let daemon = Command::new("bindfs")
-            .arg("-f")
-            .args([src.path(), mnt.path()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("bindfs cannot be run: {e}"))?;
+        let mut cmd = Command::new("bindfs");
+        cmd.arg("-f").args([src.path(), mnt.path()]);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        // If the test is killed (a runner's timeout) its drop guard never runs:
+        // the daemon then dies with it, and the mount fails (ENOTCONN) instead of
+        // hanging everything that touches it until someone sends SIGCONT.
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(std::io::Error::from)
+            });
+        }
+        let daemon = cmd.spawn().map_err(|e| format!("bindfs cannot be run: {e}"))?;
         let mut fuse = Self { daemon, mnt, _src: src };
         let mounted = eventually(Duration::from_secs(10), || {
             fuse.is_mounted() || fuse.daemon.try_wait().ok().flatten().is_some()
