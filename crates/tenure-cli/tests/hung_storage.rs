@@ -192,7 +192,11 @@ fn sigint_and_sigterm_end_a_lock_blocked_on_a_hung_store() {
             let _ = child.kill();
         }
         let out = child.wait_with_output().expect("output");
-        assert!(ended && took < Duration::from_secs(3), "{sig:?} ended tenure after {took:?} (ended: {ended})");
+        assert!(
+            ended && took < Duration::from_secs(3),
+            "{sig:?} ended tenure after {took:?} (ended by itself: {ended}): {}",
+            stderr(&out)
+        );
         assert_no_panic(&out);
         let expected = 128 + sig.as_raw();
         assert_eq!(out.status.code(), Some(expected), "{sig:?}: {}", stderr(&out));
@@ -210,9 +214,13 @@ fn a_holder_whose_store_hangs_stops_its_command_before_the_deadline_and_exits_76
     // marks the moment of its death, to the millisecond.
     let script = format!("exec 3>'{}'; echo $TENURE_TOKEN > '{}'; exec sleep 60", alive.display(), ready.display());
     let death = watch_eof(alive);
+    // stderr to a file: the command and the guard inherit it, so a pipe would
+    // not see EOF while they live.
+    let err_path = dir.path().join("stderr");
+    let err_file = std::fs::File::create(&err_path).expect("stderr file");
     let mut holder = lock(&url, "x", &["--ttl", "3s"], &["sh", "-c", &script])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(err_file)
         .spawn()
         .expect("spawn holder");
     let held: u64 = wait_lines(&ready, 1, LIMIT)[0].parse().expect("token");
@@ -220,14 +228,18 @@ fn a_holder_whose_store_hangs_stops_its_command_before_the_deadline_and_exits_76
     let frozen_at = wall_ms();
     fuse.freeze();
 
-    let status = wait_status(&mut holder, Duration::from_secs(25));
-    let died_at = death.recv_timeout(Duration::from_secs(5)).expect("the command was never stopped");
-    fuse.thaw();
-    let mut err = String::new();
-    if let Some(mut e) = holder.stderr.take() {
-        let _ = e.read_to_string(&mut err);
+    let ended = eventually(Duration::from_secs(25), || holder.try_wait().ok().flatten().is_some());
+    let died_at = death.recv_timeout(Duration::from_secs(5)).ok();
+    if !ended {
+        let _ = holder.kill();
     }
+    let status = holder.wait().expect("wait");
+    fuse.thaw();
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let command = if died_at.is_some() { "was stopped" } else { "still ran" };
+    assert!(ended, "tenure did not end within 25 s of its store hanging (its command {command}): {err}");
     assert_eq!(status.code(), Some(76), "the holder must report the loss: {err}");
+    let died_at = died_at.expect("tenure exited, but its command was never stopped");
 
     // The grant's deadline as stored (a renewal may have landed at the freeze);
     // no deadline can be later than the freeze plus the TTL.
