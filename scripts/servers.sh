@@ -37,6 +37,11 @@
 #   "$TENURE_TEST_ETCD_CLUSTER_DIR/member" start e2   # restart it (waits until healthy)
 #   "$TENURE_TEST_ETCD_CLUSTER_DIR/member" stop e2    # same as: scripts/servers.sh etcd-member stop e2
 #
+# Not a server: the hung-storage test (crates/tenure-cli/tests/hung_storage.rs)
+# mounts a bindfs (FUSE) directory of its own and freezes its daemon; it needs
+# only bindfs and /dev/fuse (scripts/install-deps.sh), and skips without them
+# (fails under TENURE_REQUIRE_SERVERS=1).
+#
 # `start` on a server that is not running starts it from a clean data dir.
 # TENURE_REQUIRE_SERVERS is not printed by `env`: CI sets it itself.
 #
