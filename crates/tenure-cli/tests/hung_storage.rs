@@ -156,7 +156,6 @@ fn lock_with_a_timeout_gives_up_in_time_on_a_hung_store() {
     let Some((_fuse, url)) = hung_store() else { return };
     let (out, took) = timed_run(&mut lock(&url, "x", &["--timeout", "2s"], &["true"]));
     assert_no_answer(&out, took, Duration::from_secs(8), "lock --timeout 2s");
-    assert!(took >= Duration::from_millis(1500), "gave up before its --timeout: {took:?}");
 }
 
 #[test]
