@@ -352,7 +352,7 @@ impl FileBackend {
         let now = unix_ms(std::time::SystemTime::now());
         for tmp in &scan.tmps {
             let modified = dir.file_size(tmp).ok().flatten().and_then(|(_, m)| m);
-            if modified.is_some_and(|m| now.saturating_sub(m) > STALE_TMP.as_millis() as u64) {
+            if modified.is_some_and(|m| now.saturating_sub(m) > crate::limits::millis(STALE_TMP)) {
                 let _ = dir.remove(tmp);
             }
         }
