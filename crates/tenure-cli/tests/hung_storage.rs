@@ -121,18 +121,6 @@ impl Drop for Fuse {
     }
 }
 
-/// A scratch directory off the mount, for files the test itself reads.
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir().expect("temp dir")
-}
-
-/// Runs `cmd` (which must end by itself within `LIMIT`), timing it.
-fn timed_run(cmd: &mut Command) -> (Output, Duration) {
-    let start = Instant::now();
-    let out = run(cmd, LIMIT);
-    (out, start.elapsed())
-}
-
 /// Asserts `out` is a failure saying the store did not answer, within `bound`.
 fn assert_no_answer(out: &Output, took: Duration, bound: Duration, what: &str) {
     assert_no_panic(out);
@@ -154,7 +142,7 @@ fn hung_store() -> Option<(Fuse, String)> {
 #[test]
 fn lock_with_a_timeout_gives_up_in_time_on_a_hung_store() {
     let Some((_fuse, url)) = hung_store() else { return };
-    let (out, took) = timed_run(&mut lock(&url, "x", &["--timeout", "2s"], &["true"]));
+    let (out, took) = timed(&mut lock(&url, "x", &["--timeout", "2s"], &["true"]));
     assert_no_answer(&out, took, Duration::from_secs(8), "lock --timeout 2s");
 }
 
@@ -162,14 +150,14 @@ fn lock_with_a_timeout_gives_up_in_time_on_a_hung_store() {
 fn lock_no_wait_ends_within_the_store_deadline_on_a_hung_store() {
     let Some((_fuse, url)) = hung_store() else { return };
     let flags = ["--no-wait", "--store-opt", "timeout=1s"];
-    let (out, took) = timed_run(&mut lock(&url, "x", &flags, &["true"]));
+    let (out, took) = timed(&mut lock(&url, "x", &flags, &["true"]));
     assert_no_answer(&out, took, Duration::from_secs(6), "lock --no-wait --store-opt timeout=1s");
 }
 
 #[test]
 fn status_of_a_hung_store_fails_naming_it() {
     let Some((_fuse, url)) = hung_store() else { return };
-    let (out, took) = timed_run(tenure().args(["status", &url, "--store-opt", "timeout=1s"]));
+    let (out, took) = timed(tenure().args(["status", &url, "--store-opt", "timeout=1s"]));
     assert_no_answer(&out, took, Duration::from_secs(8), "status");
     assert!(stderr(&out).contains(&url), "the error must name the store: {}", stderr(&out));
 }
@@ -206,7 +194,7 @@ fn sigint_and_sigterm_end_a_lock_blocked_on_a_hung_store() {
 fn a_holder_whose_store_hangs_stops_its_command_before_the_deadline_and_exits_76() {
     let Some(fuse) = Fuse::mount() else { return };
     let url = fuse.store();
-    let dir = scratch();
+    let dir = tempfile::tempdir().expect("a scratch directory off the mount");
     let (ready, alive) = (dir.path().join("ready"), dir.path().join("alive"));
     rustix::fs::mkfifoat(rustix::fs::CWD, &alive, rustix::fs::Mode::from_raw_mode(0o600)).expect("mkfifo");
     // The command holds the FIFO's write end until it dies: the reader's EOF
