@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde::Serialize;
 use tenure::{Clock, HolderView, LeaseName, LeaseState, LeaseStore, SystemClock, human_duration};
 
@@ -24,6 +24,14 @@ struct StatusJson<'a> {
     modified_ms: Option<u64>,
 }
 
+/// A lease that could not be inspected, in `--json`.
+#[derive(Serialize)]
+struct ErrorJson<'a> {
+    name: &'a str,
+    state: &'static str,
+    error: &'a str,
+}
+
 fn state_word(s: &LeaseState) -> &'static str {
     if s.corrupt.is_some() {
         "corrupt"
@@ -36,8 +44,15 @@ fn state_word(s: &LeaseState) -> &'static str {
     }
 }
 
+/// One lease as `status` shows it: its state, or why it could not be read. One
+/// unreadable lease never hides the others.
+enum Found {
+    State(LeaseState),
+    Failed(LeaseName, tenure::Error),
+}
+
 /// The leases to show: `name` itself if it exists, and every lease under it.
-async fn collect(store: &dyn LeaseStore, name: Option<&str>) -> Result<Vec<LeaseState>> {
+async fn collect(store: &dyn LeaseStore, name: Option<&str>) -> Result<Vec<Found>> {
     let prefix = match name {
         Some(n) => LeaseName::new(n)?.to_string(),
         None => String::new(),
@@ -48,36 +63,51 @@ async fn collect(store: &dyn LeaseStore, name: Option<&str>) -> Result<Vec<Lease
     {
         names.insert(0, LeaseName::new(n)?);
     }
-    let mut states = Vec::with_capacity(names.len());
-    for n in &names {
-        states.push(store.inspect(n).await.with_context(|| format!("inspecting lease {n}"))?);
+    let mut found = Vec::with_capacity(names.len());
+    for n in names {
+        match store.inspect(&n).await {
+            Ok(state) => found.push(Found::State(state)),
+            Err(e) => found.push(Found::Failed(n, e)),
+        }
     }
-    Ok(states)
+    // Asked about one lease alone, its error is the answer (and the exit code).
+    if let [Found::Failed(n, _)] = found.as_slice()
+        && Some(n.as_str()) == name
+        && let Some(Found::Failed(n, e)) = found.pop()
+    {
+        return Err(anyhow::Error::new(e).context(format!("inspecting lease {n}")));
+    }
+    Ok(found)
 }
 
 pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
     let store = args.store.open_read_only().await?;
-    let states = collect(&*store, args.name.as_deref()).await?;
+    let found = collect(&*store, args.name.as_deref()).await?;
     let mut out = std::io::stdout().lock();
     if args.json {
-        let rows: Vec<StatusJson<'_>> = states
+        let rows: Vec<serde_json::Value> = found
             .iter()
-            .map(|s| StatusJson {
-                name: s.name.as_str(),
-                state: state_word(s),
-                holders: &s.holders,
-                expired: &s.expired,
-                last_token: s.last_token,
-                watermark_ms: s.watermark_ms,
-                last: s.last.as_ref(),
-                corrupt: s.corrupt.as_deref(),
-                modified_ms: s.modified_ms,
+            .map(|f| match f {
+                Found::State(s) => serde_json::to_value(StatusJson {
+                    name: s.name.as_str(),
+                    state: state_word(s),
+                    holders: &s.holders,
+                    expired: &s.expired,
+                    last_token: s.last_token,
+                    watermark_ms: s.watermark_ms,
+                    last: s.last.as_ref(),
+                    corrupt: s.corrupt.as_deref(),
+                    modified_ms: s.modified_ms,
+                }),
+                Found::Failed(name, error) => {
+                    serde_json::to_value(ErrorJson { name: name.as_str(), state: "error", error: &error.to_string() })
+                }
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         ignore_broken_pipe(writeln!(out, "{}", serde_json::to_string_pretty(&rows)?))?;
         return Ok(ExitCode::SUCCESS);
     }
-    if states.is_empty() {
+    if found.is_empty() {
         // A mistyped directory reads as an empty store: say so.
         let url = &args.store.url;
         let is_file = url.starts_with("file://") || !url.contains("://");
@@ -87,7 +117,15 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let now = SystemClock::new().wall_ms();
-    let rows: Vec<[String; 6]> = states.iter().map(|s| row(s, now)).collect();
+    let rows: Vec<[String; 6]> = found
+        .iter()
+        .map(|f| match f {
+            Found::State(s) => row(s, now),
+            Found::Failed(name, e) => {
+                [name.to_string(), "error".into(), "-".into(), "-".into(), format!("cannot read: {e}"), "-".into()]
+            }
+        })
+        .collect();
     let header = ["LEASE", "STATE", "MODE", "TOKEN", "HOLDER", "EXPIRES"].map(String::from);
     let mut widths = [0usize; 6];
     for r in std::iter::once(&header).chain(&rows) {

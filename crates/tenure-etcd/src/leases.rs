@@ -67,7 +67,7 @@ pub(crate) struct LeasePool {
 /// rounded up, at least 2 s.
 pub(crate) fn class_ttl_secs(d: Duration) -> u64 {
     let ms = d.as_millis().saturating_mul(3) / 2;
-    (ms.div_ceil(1000) as u64).max(2)
+    u64::try_from(ms.div_ceil(1000)).unwrap_or(u64::MAX).max(2)
 }
 
 impl LeasePool {

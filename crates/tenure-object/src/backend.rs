@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::{Path, PathPart};
 use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutMode as OsPutMode, PutOptions as OsPutOptions,
     PutPayload, PutResult, UpdateVersion,
 };
 use tenure::backend::check_key;
+use tenure::limits::MAX_RECORD_BYTES;
 use tenure::{Backend, Error, Put, PutMode, PutOptions, Result, Stored, Version};
 
 use crate::config::Provider;
@@ -257,7 +258,7 @@ impl ObjectBackend {
         &self,
         path: &Path,
         if_none_match: Option<String>,
-    ) -> std::result::Result<(object_store::ObjectMeta, Bytes), object_store::Error> {
+    ) -> std::result::Result<(object_store::ObjectMeta, Option<Bytes>), object_store::Error> {
         self.counts.get.fetch_add(1, Ordering::Relaxed);
         let result = self.store.get_opts(path, GetOptions { if_none_match, ..GetOptions::default() }).await;
         if let Err(object_store::Error::NotModified { .. }) = &result {
@@ -265,8 +266,22 @@ impl ObjectBackend {
         }
         let result = result?;
         let meta = result.meta.clone();
-        let body = result.bytes().await?;
-        Ok((meta, body))
+        // A record is small; an object at a lease key that is not (another
+        // tenant's, or hostile) is never read whole: past the cap, the body is
+        // dropped and the caller sees it as too large.
+        if meta.size > MAX_RECORD_BYTES as u64 {
+            return Ok((meta, None));
+        }
+        let mut body = Vec::new();
+        let mut stream = result.into_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            if body.len() + chunk.len() > MAX_RECORD_BYTES {
+                return Ok((meta, None));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok((meta, Some(Bytes::from(body))))
     }
 
     /// One unconditional DELETE, counted.
@@ -306,7 +321,17 @@ impl Backend for ObjectBackend {
         let cached = if self.uses_conditional_get() { lock(&self.cache).get(key).cloned() } else { None };
         match self.get_object(&path, cached.as_ref().map(|c| c.etag.clone())).await {
             Ok((meta, value)) => {
-                let stored = Stored::new(value, self.version_of_get(&meta)?, modified_ms(&meta));
+                let mut stored = Stored::new(Bytes::new(), self.version_of_get(&meta)?, modified_ms(&meta));
+                match value {
+                    Some(value) => stored.value = value,
+                    None => {
+                        stored.foreign = Some(format!(
+                            "{path} is an object of {} bytes, larger than a record's {MAX_RECORD_BYTES}",
+                            meta.size
+                        ));
+                        return Ok(Some(stored));
+                    }
+                }
                 if let Some(etag) = meta.e_tag.filter(|_| self.uses_conditional_get()) {
                     self.remember(key, Cached { etag, stored: stored.clone() });
                 }

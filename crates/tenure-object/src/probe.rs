@@ -163,7 +163,7 @@ async fn run(backend: &ObjectBackend, path: &Path, created: &mut bool) -> Result
         (Some(m), Some(r)) => (m, r),
         _ => backend.get_object(path, None).await.map_err(|e| failed("reading", e))?,
     };
-    if read != body(1) {
+    if read != Some(body(1)) {
         return Err(refuse(url, "the object read back is not the one first created"));
     }
     let seen = backend.version_of_get(&meta)?;

@@ -100,6 +100,30 @@ async fn corrupt_record_is_judged_by_the_stores_timestamp(server: Server) {
     lease.release().await.expect("release");
 }
 
+/// An object at a lease key larger than any record (another tenant's upload, or
+/// a hostile one) is never read whole: the lease counts as corrupt, judged by
+/// age, and is then replaced.
+async fn an_oversized_object_is_judged_like_a_corrupt_record_without_being_read(server: Server) {
+    let url = server.url();
+    let backend = common::trusted_backend(&server, &url).await;
+    let path = backend.object_path("big").expect("path");
+    let huge = vec![b'x'; tenure::limits::MAX_RECORD_BYTES + 1];
+    backend.object_store().put(&path, PutPayload::from(huge)).await.expect("plant");
+    let now = ManualClock::new();
+    let store = CasStore::new(common::trusted_backend(&server, &url).await, now.shared(), cas_options());
+    let state = store.inspect(&tenure::LeaseName::new("big").expect("name")).await.expect("inspect");
+    assert!(state.corrupt.as_deref().is_some_and(|c| c.contains("larger than a record")), "{:?}", state.corrupt);
+    match Client::new(Arc::new(store)).try_acquire("big", &no_wait()).await {
+        Err(Error::Busy { holder, .. }) => assert!(holder.contains("unreadable"), "{holder}"),
+        other => panic!("a recent oversized object must block, got {other:?}"),
+    }
+    let later = now.skewed((CORRUPT_TTL + MAX_SKEW + Duration::from_secs(2)).as_millis() as i64);
+    let store = CasStore::new(common::trusted_backend(&server, &url).await, later.shared(), cas_options());
+    let lease = Client::new(Arc::new(store)).try_acquire("big", &no_wait()).await.expect("replaced once stale");
+    assert_eq!(lease.grant().predecessor.map(|p| p.how), Some(EndedHow::Corrupt));
+    lease.release().await.expect("release");
+}
+
 /// S3's ETag is the MD5 of the body, so If-Match compares contents. A fenced
 /// record carries its token in the body (never in metadata, which the ETag
 /// ignores): a stale writer's replace fails even when the newer holder wrote the
@@ -140,6 +164,12 @@ macro_rules! per_server {
                 async fn stale_fenced_write_fails_even_after_a_newer_write_of_the_same_value() {
                     if let Some(s) = super::common::$server() {
                         super::stale_fenced_write_fails_even_after_a_newer_write_of_the_same_value(s).await;
+                    }
+                }
+                #[tokio::test]
+                async fn an_oversized_object_is_judged_like_a_corrupt_record_without_being_read() {
+                    if let Some(s) = super::common::$server() {
+                        super::an_oversized_object_is_judged_like_a_corrupt_record_without_being_read(s).await;
                     }
                 }
                 #[tokio::test]

@@ -50,7 +50,7 @@ use bytes::Bytes;
 use crate::backend::{Backend, Put, PutOptions, Stored};
 use crate::clock::{Clock, ClockExt, Mono};
 use crate::error::{Error, Result};
-use crate::limits::millis;
+use crate::limits::{MAX_RECORD_BYTES, millis};
 use crate::name::LeaseName;
 use crate::record::{self, Decision, Entry, Judge, LeaseRecord, Unreadable};
 use crate::store::{AcquireRequest, LeaseStore, ReleaseRequest};
@@ -149,6 +149,13 @@ impl CasStore {
         let Some(stored) = self.backend.get(name).await? else {
             return Ok(Read::Absent);
         };
+        if let Some(what) = stored.foreign.clone() {
+            return Ok(Read::Unreadable(stored, what));
+        }
+        if stored.value.len() > MAX_RECORD_BYTES {
+            let detail = format!("a record of {} bytes (at most {MAX_RECORD_BYTES})", stored.value.len());
+            return Ok(Read::Unreadable(stored, detail));
+        }
         match LeaseRecord::parse(&stored.value) {
             Ok(rec) => Ok(Read::Valid(stored, rec)),
             Err(Unreadable::Corrupt(detail)) => Ok(Read::Unreadable(stored, detail)),
@@ -238,8 +245,20 @@ impl CasStore {
         lock(&self.written).get(name).filter(|(v, _)| v == version).map(|(_, r)| r.clone())
     }
 
+    /// Writes `rec`; a record that would be too large to read back (thousands
+    /// of shared holders) is refused instead of written.
     async fn put(&self, name: &str, rec: &LeaseRecord, opts: PutOptions) -> Result<Put> {
-        self.backend.put(name, Bytes::from(rec.to_bytes()), opts).await
+        let bytes = rec.to_bytes();
+        if bytes.len() > MAX_RECORD_BYTES {
+            return Err(Error::unsupported(
+                self.url(),
+                format!(
+                    "lease {name:?}: the record would grow to {} bytes, over the {MAX_RECORD_BYTES}-byte limit (too many shared holders)",
+                    bytes.len()
+                ),
+            ));
+        }
+        self.backend.put(name, Bytes::from(bytes), opts).await
     }
 
     fn lost(&self, grant: &Grant, detail: String) -> Error {

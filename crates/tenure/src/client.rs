@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rand::{RngExt, SeedableRng, rngs::SmallRng};
 
-use crate::clock::{Clock, Mono};
+use crate::clock::{Clock, ClockExt, Mono};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::keepalive::{HeldNames, Lease, LeaseSet, lock};
@@ -137,14 +137,41 @@ impl Client {
         let started = clock.mono();
         let deadline = opts.timeout.map(|t| started + t);
         let mut backoff = opts.backoff_initial;
+        // The last answer: what a wait cut short by the timeout reports.
+        let mut last: Option<(Busy, Option<Error>)> = None;
         loop {
             let reqs: Vec<AcquireRequest> = names.iter().map(|n| self.request(n, opts)).collect();
-            let attempt = match reqs.as_slice() {
-                [one] => self.store.try_acquire(one).await.map(|a| match a {
-                    Attempt::Granted(g) => AllAttempt::Granted(vec![g]),
-                    Attempt::Busy(b) => AllAttempt::Busy(b),
-                }),
-                many => self.store.try_acquire_all(many).await,
+            let store = &self.store;
+            let attempt = async move {
+                match reqs.as_slice() {
+                    [one] => store.try_acquire(one).await.map(|a| match a {
+                        Attempt::Granted(g) => AllAttempt::Granted(vec![g]),
+                        Attempt::Busy(b) => AllAttempt::Busy(b),
+                    }),
+                    many => store.try_acquire_all(many).await,
+                }
+            };
+            // The timeout bounds the whole wait, attempts included: a store that
+            // hangs (a dead NFS server) ends the wait on time. (A `no_wait` attempt
+            // is bounded by the store's own deadlines instead.) An attempt cut
+            // short may have written a grant; nobody holds its handle, so it ends
+            // by itself after its TTL.
+            let attempt = match deadline {
+                Some(deadline) if opts.timeout != Some(Duration::ZERO) => {
+                    let left = deadline.saturating_since(clock.mono());
+                    match clock.timeout(left, attempt).await {
+                        Some(attempt) => attempt,
+                        None => {
+                            let waited = clock.mono().saturating_since(started);
+                            return Err(match last.take() {
+                                // What the last answer said is still the best news.
+                                Some((busy, failed)) => failed.unwrap_or_else(|| self.gave_up(&busy, opts, waited)),
+                                None => self.unanswered(&names[0], opts, waited),
+                            });
+                        }
+                    }
+                }
+                _ => attempt.await,
             };
             // `failed`: the store error of this attempt, if it failed; a wait that
             // ends on one reports the store's failure, not a busy lease.
@@ -175,6 +202,7 @@ impl Client {
             }
             let sleep = self.next_sleep(&busy, backoff, deadline, now);
             self.store.wait_for_change(&busy, sleep).await;
+            last = Some((busy, failed));
             backoff = (backoff * 2).min(opts.backoff_max);
         }
     }
@@ -192,6 +220,20 @@ impl Client {
             sleep = sleep.min(deadline.saturating_since(now));
         }
         sleep
+    }
+
+    /// The wait ran out while the store had not answered an attempt.
+    fn unanswered(&self, name: &LeaseName, opts: &LeaseOptions, waited: Duration) -> Error {
+        let attempt = opts.timeout.unwrap_or_default();
+        Error::Timeout {
+            store: self.store.url().to_string(),
+            name: name.to_string(),
+            waited,
+            holder: format!(
+                "nobody known: the store did not answer within the {} timeout",
+                crate::types::human_duration(attempt)
+            ),
+        }
     }
 
     fn gave_up(&self, busy: &Busy, opts: &LeaseOptions, waited: Duration) -> Error {

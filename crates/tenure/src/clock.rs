@@ -78,6 +78,8 @@ pub trait ClockExt: Clock {
         let sleep = self.sleep(d);
         Box::pin(async move {
             tokio::select! {
+                // An answer that is ready wins, also at a deadline of zero.
+                biased;
                 out = fut => Some(out),
                 () = sleep => None,
             }
@@ -87,17 +89,28 @@ pub trait ClockExt: Clock {
 
 impl<C: Clock + ?Sized> ClockExt for C {}
 
-/// The real clocks: [`SystemTime`] and tokio's monotonic [`tokio::time::Instant`]
-/// (so `tokio::time::pause` also pauses tenure's monotonic time).
+/// The real clocks: [`SystemTime`] for the wall clock, and for monotonic time
+/// tokio's [`tokio::time::Instant`] (so `tokio::time::pause` also pauses
+/// tenure's monotonic time) **plus the time the machine spent suspended**.
+///
+/// `CLOCK_MONOTONIC`, which tokio reads, stops while the machine sleeps; the
+/// other machines' clocks do not. A holder suspended for an hour would wake up
+/// believing its lease had most of its time left, long after a contender took
+/// it over. So monotonic time here also counts the difference between
+/// `CLOCK_BOOTTIME` (which keeps counting through suspend) and
+/// `CLOCK_MONOTONIC` since the clock was made, and sleeps wake at least once a
+/// second to notice a suspend that happened while they slept.
 #[derive(Debug, Clone, Copy)]
 pub struct SystemClock {
     origin: tokio::time::Instant,
+    /// `CLOCK_BOOTTIME − CLOCK_MONOTONIC` when the clock was made.
+    suspended_before: Duration,
 }
 
 impl SystemClock {
     /// A clock whose monotonic origin is now.
     pub fn new() -> Self {
-        Self { origin: tokio::time::Instant::now() }
+        Self { origin: tokio::time::Instant::now(), suspended_before: suspended_total() }
     }
 
     /// The shared system clock, as the `Arc<dyn Clock>` that stores take.
@@ -112,20 +125,45 @@ impl Default for SystemClock {
     }
 }
 
+/// How long this machine has been suspended since it booted.
+fn suspended_total() -> Duration {
+    use rustix::time::{ClockId, clock_gettime};
+    let d = |t: rustix::time::Timespec| {
+        Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_nsec).unwrap_or(0))
+    };
+    // Read in this order, a tick between the two reads counts against
+    // suspension, never for it.
+    let mono = d(clock_gettime(ClockId::Monotonic));
+    d(clock_gettime(ClockId::Boottime)).saturating_sub(mono)
+}
+
 /// Milliseconds since the unix epoch of `t` (zero before the epoch).
 pub fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    t.duration_since(UNIX_EPOCH).map_or(0, crate::limits::millis)
 }
+
+/// Longest a [`SystemClock`] sleep goes without looking at the clock again.
+const SLEEP_CHUNK: Duration = Duration::from_secs(1);
 
 impl Clock for SystemClock {
     fn wall_ms(&self) -> u64 {
         unix_ms(SystemTime::now())
     }
     fn mono(&self) -> Mono {
-        Mono(self.origin.elapsed())
+        let suspended = suspended_total().saturating_sub(self.suspended_before);
+        Mono(self.origin.elapsed().saturating_add(suspended))
     }
     fn sleep_until(&self, deadline: Mono) -> BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep_until(self.origin + deadline.0))
+        let this = *self;
+        Box::pin(async move {
+            loop {
+                let now = this.mono();
+                if now >= deadline {
+                    return;
+                }
+                tokio::time::sleep(deadline.saturating_since(now).min(SLEEP_CHUNK)).await;
+            }
+        })
     }
 }
 

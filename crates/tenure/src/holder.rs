@@ -60,12 +60,35 @@ impl Holder {
 
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{} pid {}", self.user, self.host, self.pid)?;
+        // Holder fields come from records anyone with access to the store may
+        // have written: printed to a terminal, they must not carry escape codes.
+        write!(f, "{}@{} pid {}", Printable(&self.user), Printable(&self.host), self.pid)?;
         if let Some(label) = &self.label {
-            write!(f, " ({label})")?;
+            write!(f, " ({})", Printable(label))?;
         }
-        // Eight hex digits tell holders apart at a glance; JSON output has them all.
-        write!(f, " [{}]", self.nonce.get(..8).unwrap_or(&self.nonce))
+        // Eight characters tell holders apart at a glance; JSON output has them all.
+        let short: String = self.nonce.chars().take(8).collect();
+        write!(f, " [{}]", Printable(&short))
+    }
+}
+
+/// Text with control characters escaped (`\u{1b}`), at most 256 characters.
+pub(crate) struct Printable<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Printable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const MAX: usize = 256;
+        for (i, c) in self.0.chars().enumerate() {
+            if i == MAX {
+                return f.write_str("…");
+            }
+            if c.is_control() {
+                write!(f, "{}", c.escape_unicode())?;
+            } else {
+                fmt::Write::write_char(f, c)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -110,5 +133,21 @@ mod tests {
         assert_eq!(h.nonce, "n1");
         assert_eq!(h.pid, 0);
         assert_eq!(h.label, None);
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::*;
+
+    #[test]
+    fn holder_fields_from_a_record_cannot_drive_the_terminal() {
+        let mut h = Holder::current().with_label("job\u{1b}[2J\u{7}").with_nonce("\u{1b}]0;pwned\u{7}abcdef");
+        h.host = "evil\rhost".into();
+        let shown = h.to_string();
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(shown.contains("job\\u{1b}[2J"), "{shown}");
+        h.label = Some("x".repeat(10_000));
+        assert!(h.to_string().chars().count() < 400, "long fields are cut");
     }
 }

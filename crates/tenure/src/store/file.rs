@@ -15,16 +15,39 @@
 //!
 //! # Operations (only NFS-safe ones, per seed 000's appendix)
 //!
+//! Every operation goes through [`super::fs::Dir`]: relative to an open
+//! directory, opening each lease-name segment with `O_NOFOLLOW | O_DIRECTORY`, so
+//! nothing in the store can send tenure elsewhere (see "Entries tenure did not
+//! write" below).
+//!
 //! - **read**: list the directory (`readdir`; opening it also revalidates NFS's
-//!   cached entries), then `open` + `read` + `fstat` the highest version.
+//!   cached entries), then `fstatat` + `open` + `read` of the highest version.
 //! - **conditional write** from version `n` (create: from `0`): write the value to
-//!   a fresh `~tmp-<random>` file opened with `O_CREAT|O_EXCL` and close it, then
+//!   a fresh `~tmp-<random>` file opened with `O_CREAT|O_EXCL` and close it
+//!   (checking the close: NFS reports deferred write errors there), then
 //!   `link(2)` it to `~<n+1>`. `link` fails with `EEXIST` if anyone else already
 //!   wrote `n+1`: that is the compare-and-swap, and it is enforced by the NFS
 //!   server. Readers only ever see fully written versions. The temp name is then
 //!   unlinked.
 //! - **no `rename`** (not atomic to NFS clients), **no `flock`/`fcntl`** locks, and
 //!   nothing relies on permission bits (root ignores them).
+//!
+//! # Entries tenure did not write
+//!
+//! The store is shared with careless and hostile tenants:
+//! - a **version entry that is not a regular file** (a directory, a symlink —
+//!   dangling or not —, a FIFO, a device) or a file over
+//!   [`crate::limits::MAX_RECORD_BYTES`] is never opened or read: it is reported as
+//!   [`Stored::foreign`] at its version, so the lease counts as corrupt and is
+//!   judged by its age like any unreadable record, then replaced by a write on top;
+//! - a **lease directory (or a directory on the way) that is a symlink or not a
+//!   directory** is never followed, written through or replaced: operations on
+//!   that lease fail with [`Error::Corrupt`] naming the path, and listings show
+//!   it, so that `tenure status` reports it;
+//! - **version numbers above the token space** (`~18446744073709551615`) are not
+//!   tenure's and are ignored, so nobody can make the next version overflow.
+//!
+//! The store's root itself is the user's choice and may be a symlink.
 //!
 //! # Garbage collection without ABA
 //!
@@ -53,30 +76,33 @@
 //! synchronously on `sync` exports.) `?fsync=false` skips both for scratch
 //! directories and tmpfs; a power loss may then lose the newest versions.
 //!
-//! # Threads
+//! # Threads and deadlines
 //!
-//! By default every operation runs on tokio's blocking pool, so an NFS server that
-//! hangs cannot stall the caller's runtime (a keep-alive can still time out and
-//! report the outage). On a local disk the hand-off to another thread costs more
-//! than the file operations themselves; `?io=inline` runs them on the calling
-//! task instead.
+//! By default every operation runs on a thread of tokio's blocking pool with a
+//! deadline (`?timeout=`, default 10 s; see [`super::offload::Offload`]): a call
+//! stuck in a hung NFS or FUSE mount is abandoned, the caller gets an error at
+//! once, and at most a few threads stay stuck. On a local disk the hand-off to
+//! another thread costs more than the file operations themselves; `?io=inline`
+//! runs them on the calling task instead, without a deadline.
 //!
 //! Deleting a key's directory by hand resets its token counter: don't.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use super::fs::{Dir, Kind, Opened, Read, is_gone};
+use super::offload::{DEFAULT_TIMEOUT, Offload};
 use crate::backend::{Backend, Put, PutMode, PutOptions, Stored, check_key};
 use crate::clock::unix_ms;
 use crate::error::{Error, Result};
+use crate::limits::{MAX_DURATION, MAX_RECORD_BYTES, MAX_TOKEN};
 use crate::types::Version;
 
 /// Versions kept below the newest one (older ones are deleted by writers). A
@@ -86,6 +112,9 @@ pub const KEEP: u64 = 8;
 /// Age after which a leftover temp file is removed.
 const STALE_TMP: Duration = Duration::from_secs(600);
 const VERSION_DIGITS: usize = 20;
+/// Temp files one listing remembers for collection (a directory flooded with
+/// them is cleaned a bounded slice at a time).
+const MAX_TMPS: usize = 256;
 
 /// A versioned register per key, in a directory.
 #[derive(Debug, Clone)]
@@ -94,16 +123,20 @@ pub struct FileBackend {
     root: Arc<Path>,
     fsync: bool,
     inline: bool,
+    offload: Offload,
 }
 
 fn version_file(seq: u64) -> String {
     format!("~{seq:0VERSION_DIGITS$}")
 }
 
+/// The version a file name stands for. Numbers above the token space are not
+/// tenure's (no store ever gets there one write at a time): ignored, so that
+/// nobody can make the next version overflow.
 fn parse_version(name: &OsStr) -> Option<u64> {
     let digits = name.to_str()?.strip_prefix('~')?;
     if digits.len() == VERSION_DIGITS && digits.bytes().all(|b| b.is_ascii_digit()) {
-        digits.parse().ok()
+        digits.parse().ok().filter(|&v| v < MAX_TOKEN)
     } else {
         None
     }
@@ -113,8 +146,7 @@ fn parse_version(name: &OsStr) -> Option<u64> {
 #[derive(Default)]
 struct Scan {
     versions: Vec<u64>,
-    tmps: Vec<PathBuf>,
-    has_subdirs: bool,
+    tmps: Vec<String>,
 }
 
 impl Scan {
@@ -127,11 +159,14 @@ impl FileBackend {
     /// A store in directory `root` (created on first write), with fsync on.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         let root: PathBuf = root.into();
-        Self { url: format!("file://{}", root.display()).into(), root: root.into(), fsync: true, inline: false }
+        let url: Arc<str> = format!("file://{}", root.display()).into();
+        let offload = Offload::new(url.clone(), DEFAULT_TIMEOUT);
+        Self { url, root: root.into(), fsync: true, inline: false, offload }
     }
 
     /// Runs file operations on the calling task instead of the blocking pool:
-    /// faster on local disks, but a hung NFS server would stall the runtime.
+    /// faster on local disks, but without a deadline — a hung NFS server would
+    /// stall the caller.
     pub fn with_inline_io(mut self, inline: bool) -> Self {
         self.inline = inline;
         self
@@ -143,120 +178,158 @@ impl FileBackend {
         self
     }
 
+    /// Gives each file-system operation `timeout` (default 10 s) before it is
+    /// reported as failed and its thread abandoned (see [`Offload`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.offload = Offload::new(self.url.clone(), timeout);
+        self
+    }
+
     /// The root directory.
     pub fn root(&self) -> &Path {
         &self.root
-    }
-
-    fn dir(&self, key: &str) -> Result<PathBuf> {
-        check_key(key)?;
-        Ok(self.root.join(key))
     }
 
     fn err(&self, op: impl Into<String>, path: &Path, e: io::Error) -> Error {
         Error::store(&*self.url, format!("{} ({})", op.into(), path.display()), e)
     }
 
-    fn scan(&self, dir: &Path) -> io::Result<Scan> {
-        let mut scan = Scan::default();
-        for entry in fs::read_dir(dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            if let Some(v) = parse_version(&name) {
-                scan.versions.push(v);
-            } else if name.to_str().is_some_and(|n| n.starts_with("~tmp-")) {
-                scan.tmps.push(entry.path());
-            } else if !name.to_string_lossy().starts_with('~') {
-                scan.has_subdirs = true;
-            }
+    /// Something tenure did not write sits where a lease directory belongs.
+    fn foreign_dir(&self, key: &str, path: &Path, kind: Kind) -> Error {
+        Error::corrupt(
+            &*self.url,
+            path.display().to_string(),
+            format!(
+                "lease {key:?}: {} is {kind}, not a lease directory; tenure never follows or replaces it \
+                 (remove it by hand to use this lease name again)",
+                path.display()
+            ),
+        )
+    }
+
+    /// The key's directory, opened without following links; `None` if absent.
+    fn key_dir(&self, key: &str, create: bool) -> Result<Option<Dir>> {
+        check_key(key)?;
+        let root = match Dir::open_root(&self.root, create) {
+            Ok(Some(root)) => root,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(self.err("opening the store", &self.root, e)),
+        };
+        match root.open_dir(key, create, self.fsync) {
+            Ok(Opened::Dir(d)) => Ok(Some(d)),
+            Ok(Opened::Absent) => Ok(None),
+            Ok(Opened::Foreign { path, kind }) => Err(self.foreign_dir(key, &path, kind)),
+            Err(e) if is_gone(&e) => Ok(None),
+            Err(e) => Err(self.err(format!("opening the directory of key {key:?}"), &self.root.join(key), e)),
         }
+    }
+
+    fn scan(&self, dir: &Dir) -> io::Result<Scan> {
+        let mut scan = Scan::default();
+        dir.each(|name, _| {
+            if let Some(v) = parse_version(name) {
+                scan.versions.push(v);
+            } else if scan.tmps.len() < MAX_TMPS
+                && let Some(tmp) = name.to_str().filter(|n| n.starts_with("~tmp-"))
+            {
+                scan.tmps.push(tmp.to_string());
+            }
+        })?;
         Ok(scan)
     }
 
     /// Reads the highest version of `key`.
     pub fn get_blocking(&self, key: &str) -> Result<Option<Stored>> {
-        let dir = self.dir(key)?;
-        // A version can be garbage-collected between the listing and the open; a
-        // newer one then exists, so list again.
+        // A version can be garbage-collected between the listing and the open,
+        // and on NFS the directory itself can be replaced (a stale handle): a
+        // newer version then exists, so look again.
         for _ in 0..8 {
+            let Some(dir) = self.key_dir(key, false)? else { return Ok(None) };
             let scan = match self.scan(&dir) {
                 Ok(s) => s,
-                Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => return Ok(None),
-                Err(e) => return Err(self.err(format!("listing key {key:?}"), &dir, e)),
+                Err(e) if is_gone(&e) => continue,
+                Err(e) => return Err(self.err(format!("listing key {key:?}"), dir.path(), e)),
             };
             let Some(seq) = scan.max() else { return Ok(None) };
-            let path = dir.join(version_file(seq));
-            let mut file = match File::open(&path) {
-                Ok(f) => f,
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                Err(e) => return Err(self.err(format!("opening key {key:?}"), &path, e)),
+            let name = version_file(seq);
+            let path = dir.path().join(&name);
+            let read =
+                dir.read(&name, MAX_RECORD_BYTES).map_err(|e| self.err(format!("reading key {key:?}"), &path, e))?;
+            let stored = match read {
+                Read::Absent => continue,
+                Read::File { bytes, modified_ms } => Stored::new(bytes.into(), Version::seq(seq), modified_ms),
+                Read::Foreign { kind, modified_ms } => Stored {
+                    foreign: Some(format!("{} is {kind}, not a record tenure wrote", path.display())),
+                    ..Stored::new(Bytes::new(), Version::seq(seq), modified_ms)
+                },
+                Read::TooLarge { size, modified_ms } => Stored {
+                    foreign: Some(format!(
+                        "{} holds {size} bytes, more than a record's {MAX_RECORD_BYTES}",
+                        path.display()
+                    )),
+                    ..Stored::new(Bytes::new(), Version::seq(seq), modified_ms)
+                },
             };
-            let mut value = Vec::new();
-            file.read_to_end(&mut value).map_err(|e| self.err(format!("reading key {key:?}"), &path, e))?;
-            let modified_ms = file.metadata().and_then(|m| m.modified()).ok().map(unix_ms);
-            // A reader paused between its listing and its open may have opened a
+            // A reader paused between its listing and its read may have read a
             // collected slot that a stale writer re-created: that can only happen
             // once the newest version is more than KEEP above it. List once more.
-            let again = self.scan(&dir).map_err(|e| self.err(format!("listing key {key:?}"), &dir, e))?;
-            if again.max().is_some_and(|max| max > seq + KEEP) {
-                continue;
+            match self.scan(&dir) {
+                Ok(again) if again.max().is_some_and(|max| max > seq.saturating_add(KEEP)) => continue,
+                Ok(_) => return Ok(Some(stored)),
+                Err(e) if is_gone(&e) => continue,
+                Err(e) => return Err(self.err(format!("listing key {key:?}"), dir.path(), e)),
             }
-            return Ok(Some(Stored::new(value.into(), Version::seq(seq), modified_ms)));
         }
         Err(Error::store(&*self.url, format!("reading key {key:?}"), "its versions kept disappearing while being read"))
     }
 
     /// Writes `value` as the next version of `key` if `mode` holds.
     pub fn put_blocking(&self, key: &str, value: &[u8], mode: &PutMode) -> Result<Put> {
-        let dir = self.dir(key)?;
         let target = match mode {
             PutMode::Create => 1,
-            PutMode::Update(v) => match v.seq {
-                Some(seq) => seq + 1,
-                None => {
-                    return Err(Error::store(
-                        &*self.url,
-                        format!("writing key {key:?}"),
-                        format!("version {:?} is not a file-store version", v.tag),
-                    ));
-                }
-            },
-        };
-        if matches!(mode, PutMode::Create) {
-            fs::create_dir_all(&dir)
-                .map_err(|e| self.err(format!("creating the directory of key {key:?}"), &dir, e))?;
-        }
-        let tmp = dir.join(format!("~tmp-{:016x}", rand::random::<u64>()));
-        match self.write_new(&tmp, value) {
-            Ok(()) => {}
-            // The key's directory vanished under an update: the record is gone.
-            Err(e) if e.kind() == ErrorKind::NotFound && !matches!(mode, PutMode::Create) => return Ok(Put::Conflict),
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                return Err(self.err(format!("writing key {key:?}"), &tmp, e));
+            // Versions this store reads are below MAX_TOKEN: the sum cannot wrap.
+            PutMode::Update(Version { seq: Some(seq), .. }) if *seq < MAX_TOKEN => seq + 1,
+            PutMode::Update(v) => {
+                return Err(Error::store(
+                    &*self.url,
+                    format!("writing key {key:?}"),
+                    format!("version {:?} is not a file-store version", v.tag),
+                ));
             }
+        };
+        let create = matches!(mode, PutMode::Create);
+        // The key's directory vanished under an update: the record is gone.
+        let Some(dir) = self.key_dir(key, create)? else { return Ok(Put::Conflict) };
+        let tmp = format!("~tmp-{:016x}", rand::random::<u64>());
+        if let Err(e) = dir.create_new(&tmp, value, self.fsync) {
+            let _ = dir.remove(&tmp);
+            if is_gone(&e) && !create {
+                return Ok(Put::Conflict);
+            }
+            return Err(self.err(format!("writing key {key:?}"), &dir.path().join(&tmp), e));
         }
-        let path = dir.join(version_file(target));
-        let linked = fs::hard_link(&tmp, &path);
-        let _ = fs::remove_file(&tmp);
+        let name = version_file(target);
+        let linked = dir.link(&tmp, &name);
+        let _ = dir.remove(&tmp);
         match linked {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(Put::Conflict),
-            Err(e) => return Err(self.err(format!("linking the new version of key {key:?}"), &path, e)),
+            Err(e) if is_gone(&e) && !create => return Ok(Put::Conflict),
+            Err(e) => {
+                return Err(self.err(format!("linking the new version of key {key:?}"), &dir.path().join(&name), e));
+            }
         }
         if self.fsync {
-            File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| self.err(format!("syncing the directory of key {key:?}"), &dir, e))?;
+            dir.sync().map_err(|e| self.err(format!("syncing the directory of key {key:?}"), dir.path(), e))?;
         }
-        let scan = self.scan(&dir).map_err(|e| self.err(format!("listing key {key:?}"), &dir, e))?;
+        let scan = self.scan(&dir).map_err(|e| self.err(format!("listing key {key:?}"), dir.path(), e))?;
         if scan.max().is_some_and(|max| max > target + KEEP) {
             // Either our slot had been collected and we re-created it (ABA: the
             // write did not happen), or more than KEEP writes landed on top of ours
             // since (it did). The listing cannot tell which, so the outcome is
             // unknown: the caller must read again. Our file is below the newest
             // version minus KEEP, collectable either way.
-            let _ = fs::remove_file(&path);
+            let _ = dir.remove(&name);
             return Err(Error::store(
                 &*self.url,
                 format!("writing key {key:?}"),
@@ -269,56 +342,81 @@ impl FileBackend {
         Ok(Put::Done(Version::seq(target)))
     }
 
-    fn write_new(&self, path: &Path, value: &[u8]) -> io::Result<()> {
-        let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
-        f.write_all(value)?;
-        if self.fsync {
-            f.sync_data()?;
-        }
-        Ok(())
-    }
-
     /// Deletes versions more than [`KEEP`] below `newest`, and stale temp files.
-    /// Failures are harmless (someone else collected first) and ignored.
-    fn collect(&self, scan: &Scan, dir: &Path, newest: u64) {
+    /// Failures are harmless (someone else collected first, or the entry is not
+    /// a file tenure wrote) and ignored.
+    fn collect(&self, scan: &Scan, dir: &Dir, newest: u64) {
         for &v in scan.versions.iter().filter(|&&v| v + KEEP < newest) {
-            let _ = fs::remove_file(dir.join(version_file(v)));
+            let _ = dir.remove(&version_file(v));
         }
-        let now = SystemTime::now();
+        let now = unix_ms(std::time::SystemTime::now());
         for tmp in &scan.tmps {
-            let old = fs::metadata(tmp).and_then(|m| m.modified()).ok().and_then(|m| now.duration_since(m).ok());
-            if old.is_some_and(|age| age > STALE_TMP) {
-                let _ = fs::remove_file(tmp);
+            let modified = dir.file_size(tmp).ok().flatten().and_then(|(_, m)| m);
+            if modified.is_some_and(|m| now.saturating_sub(m) > crate::limits::millis(STALE_TMP)) {
+                let _ = dir.remove(tmp);
             }
         }
     }
 
-    /// Keys at or under `prefix`.
+    /// Keys at or under `prefix`. A symlink (or other odd entry) named like a
+    /// lease segment is listed too, so that inspecting it reports what it is.
     pub fn list_blocking(&self, prefix: &str) -> Result<Vec<String>> {
-        let start = if prefix.is_empty() { self.root.to_path_buf() } else { self.dir(prefix)? };
+        let root = match Dir::open_root(&self.root, false) {
+            Ok(Some(root)) => root,
+            Ok(None) => return Ok(Vec::new()),
+            Err(e) => return Err(self.err("listing leases", &self.root, e)),
+        };
+        let start = if prefix.is_empty() {
+            root
+        } else {
+            check_key(prefix)?;
+            match root.open_dir(prefix, false, false) {
+                Ok(Opened::Dir(d)) => d,
+                Ok(Opened::Absent | Opened::Foreign { .. }) => return Ok(Vec::new()),
+                Err(e) if is_gone(&e) => return Ok(Vec::new()),
+                Err(e) => return Err(self.err("listing leases", &self.root.join(prefix), e)),
+            }
+        };
         let mut keys = Vec::new();
         let mut stack = vec![(start, prefix.to_string(), 0usize)];
         while let Some((dir, key, depth)) = stack.pop() {
-            let scan = match self.scan(&dir) {
-                Ok(s) => s,
-                Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => continue,
-                Err(e) => return Err(self.err("listing leases", &dir, e)),
-            };
-            if !scan.versions.is_empty() && !key.is_empty() {
+            let mut versions = false;
+            let mut children = Vec::new();
+            let listed = dir.each(|name, kind| {
+                if parse_version(name).is_some() {
+                    versions = true;
+                } else if let Some(name) = name.to_str().filter(|n| crate::LeaseName::new(*n).is_ok()) {
+                    children.push((name.to_string(), kind));
+                }
+            });
+            match listed {
+                Ok(()) => {}
+                Err(e) if is_gone(&e) => continue,
+                Err(e) => return Err(self.err("listing leases", dir.path(), e)),
+            }
+            if versions && !key.is_empty() {
                 keys.push(key.clone());
             }
-            if !scan.has_subdirs || depth >= crate::name::MAX_SEGMENTS {
+            if depth >= crate::name::MAX_SEGMENTS {
                 continue;
             }
-            let entries = fs::read_dir(&dir).map_err(|e| self.err("listing leases", &dir, e))?;
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let Some(name) = name.to_str() else { continue };
-                if name.starts_with('~') || name.starts_with('.') || !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    continue;
+            for (name, kind) in children {
+                let child = if key.is_empty() { name.clone() } else { format!("{key}/{name}") };
+                let kind = match kind {
+                    Kind::Other => dir.kind(OsStr::new(&name)).ok().flatten().unwrap_or(Kind::Other),
+                    kind => kind,
+                };
+                match kind {
+                    Kind::Dir => match dir.open_dir(&name, false, false) {
+                        Ok(Opened::Dir(d)) => stack.push((d, child, depth + 1)),
+                        Ok(Opened::Foreign { .. }) => keys.push(child),
+                        Ok(Opened::Absent) => {}
+                        Err(e) if is_gone(&e) => {}
+                        Err(e) => return Err(self.err("listing leases", &dir.path().join(&name), e)),
+                    },
+                    Kind::Symlink => keys.push(child),
+                    _ => {}
                 }
-                let child = if key.is_empty() { name.to_string() } else { format!("{key}/{name}") };
-                stack.push((entry.path(), child, depth + 1));
             }
         }
         Ok(keys)
@@ -326,15 +424,18 @@ impl FileBackend {
 }
 
 impl FileBackend {
-    /// Runs `f` on the blocking pool, or inline when so configured.
-    async fn run<T: Send + 'static>(&self, f: impl FnOnce(&FileBackend) -> Result<T> + Send + 'static) -> Result<T> {
+    /// Runs `f` on a blocking thread with the store's deadline, or inline when so
+    /// configured.
+    async fn run<T: Send + 'static>(
+        &self,
+        what: String,
+        f: impl FnOnce(&FileBackend) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         if self.inline {
             return f(self);
         }
         let this = self.clone();
-        tokio::task::spawn_blocking(move || f(&this))
-            .await
-            .map_err(|e| Error::store(&*self.url, "running a file-system task", e))?
+        self.offload.run(&what, move || f(&this)).await
     }
 }
 
@@ -346,21 +447,21 @@ impl Backend for FileBackend {
 
     async fn get(&self, key: &str) -> Result<Option<Stored>> {
         let key = key.to_string();
-        self.run(move |b| b.get_blocking(&key)).await
+        self.run(format!("reading key {key:?}"), move |b| b.get_blocking(&key)).await
     }
 
     async fn put(&self, key: &str, value: Bytes, opts: PutOptions) -> Result<Put> {
         let key = key.to_string();
-        self.run(move |b| b.put_blocking(&key, &value, &opts.mode)).await
+        self.run(format!("writing key {key:?}"), move |b| b.put_blocking(&key, &value, &opts.mode)).await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
         let prefix = prefix.to_string();
-        self.run(move |b| b.list_blocking(&prefix)).await
+        self.run("listing leases".into(), move |b| b.list_blocking(&prefix)).await
     }
 }
 
-/// Opens `file:///dir[?fsync=false&io=inline]` or a plain path.
+/// Opens `file:///dir[?fsync=false&io=inline&timeout=10s]` or a plain path.
 pub fn open(url: &str) -> Result<FileBackend> {
     open_with(url, &BTreeMap::new())
 }
@@ -384,154 +485,30 @@ pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FileBac
     }
     let from_query = query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")));
     let from_params = params.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    let (mut fsync, mut inline) = (true, false);
+    let (mut fsync, mut inline, mut timeout) = (true, false, DEFAULT_TIMEOUT);
     for (key, value) in from_query.chain(from_params) {
         match (key, value) {
             ("fsync", "true" | "1") => fsync = true,
             ("fsync", "false" | "0") => fsync = false,
             ("io", "inline") => inline = true,
             ("io", "pool") => inline = false,
+            ("timeout", v) => {
+                timeout = humantime::parse_duration(v)
+                    .ok()
+                    .filter(|d| (Duration::from_millis(10)..=MAX_DURATION).contains(d))
+                    .ok_or_else(|| {
+                        invalid(&format!("timeout={v:?} is not a duration from 10ms to 10 years (e.g. 10s)"))
+                    })?;
+            }
             _ => {
                 return Err(invalid(&format!(
-                    "unknown option {key}={value:?} (known: fsync=true|false, io=pool|inline)"
+                    "unknown option {key}={value:?} (known: fsync=true|false, io=pool|inline, timeout=DURATION)"
                 )));
             }
         }
     }
-    Ok(FileBackend::new(path).with_fsync(fsync).with_inline_io(inline))
+    Ok(FileBackend::new(path).with_fsync(fsync).with_inline_io(inline).with_timeout(timeout))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn store() -> (tempfile::TempDir, FileBackend) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let b = FileBackend::new(dir.path()).with_fsync(false);
-        (dir, b)
-    }
-
-    fn done(p: Put) -> Version {
-        match p {
-            Put::Done(v) => v,
-            Put::Conflict => panic!("unexpected conflict"),
-        }
-    }
-
-    #[test]
-    fn versions_are_sequential_and_conditional() {
-        let (_d, b) = store();
-        assert_eq!(b.get_blocking("k").expect("get"), None);
-        let v1 = done(b.put_blocking("k", b"one", &PutMode::Create).expect("create"));
-        assert_eq!(v1, Version::seq(1));
-        assert_eq!(b.put_blocking("k", b"again", &PutMode::Create).expect("create"), Put::Conflict);
-        let v2 = done(b.put_blocking("k", b"two", &PutMode::Update(v1.clone())).expect("update"));
-        assert_eq!(b.put_blocking("k", b"stale", &PutMode::Update(v1)).expect("stale"), Put::Conflict);
-        let got = b.get_blocking("k").expect("get").expect("present");
-        assert_eq!((got.value.as_ref(), got.version), (&b"two"[..], v2));
-        assert!(got.modified_ms.is_some());
-    }
-
-    #[test]
-    fn old_versions_are_collected_but_the_newest_stays() {
-        let (d, b) = store();
-        let mut v = done(b.put_blocking("k", b"0", &PutMode::Create).expect("create"));
-        for i in 1..20 {
-            v = done(b.put_blocking("k", format!("{i}").as_bytes(), &PutMode::Update(v)).expect("update"));
-        }
-        let mut left: Vec<u64> = fs::read_dir(d.path().join("k"))
-            .expect("dir")
-            .flatten()
-            .filter_map(|e| parse_version(&e.file_name()))
-            .collect();
-        left.sort();
-        assert_eq!(left, (20 - KEEP..=20).collect::<Vec<_>>());
-        assert_eq!(b.get_blocking("k").expect("get").map(|s| s.value), Some(Bytes::from_static(b"19")));
-    }
-
-    #[test]
-    fn a_stale_writer_cannot_resurrect_a_collected_slot() {
-        let (d, b) = store();
-        let v1 = done(b.put_blocking("k", b"a", &PutMode::Create).expect("create"));
-        let mut v = v1.clone();
-        for _ in 0..(KEEP + 10) {
-            v = done(b.put_blocking("k", b"b", &PutMode::Update(v)).expect("update"));
-        }
-        // Slot 2 was collected; a writer that read version 1 long ago tries again.
-        assert!(!d.path().join("k").join(version_file(2)).exists());
-        match b.put_blocking("k", b"stale", &PutMode::Update(v1)) {
-            Err(Error::Store { source, .. }) => assert!(source.to_string().contains("outcome unknown"), "{source}"),
-            other => panic!("a re-created slot must be reported with an unknown outcome, got {other:?}"),
-        }
-        assert!(!d.path().join("k").join(version_file(2)).exists(), "the stray version must be removed");
-        assert_eq!(b.get_blocking("k").expect("get").map(|s| s.version), Some(v));
-    }
-
-    #[test]
-    fn a_write_with_fewer_than_keep_versions_on_top_is_done() {
-        let (_d, b) = store();
-        let v1 = done(b.put_blocking("k", b"a", &PutMode::Create).expect("create"));
-        let v2 = done(b.put_blocking("k", b"b", &PutMode::Update(v1.clone())).expect("update"));
-        // A conflicting write from an old version is a plain conflict while its
-        // slot still exists.
-        assert_eq!(b.put_blocking("k", b"c", &PutMode::Update(v1)).expect("stale"), Put::Conflict);
-        assert_eq!(b.get_blocking("k").expect("get").map(|s| s.version), Some(v2));
-    }
-
-    #[test]
-    fn no_temp_files_are_left_behind() {
-        let (d, b) = store();
-        let v = done(b.put_blocking("a/b", b"x", &PutMode::Create).expect("create"));
-        assert_eq!(b.put_blocking("a/b", b"y", &PutMode::Create).expect("conflict"), Put::Conflict);
-        done(b.put_blocking("a/b", b"z", &PutMode::Update(v)).expect("update"));
-        let names: Vec<String> = fs::read_dir(d.path().join("a/b"))
-            .expect("dir")
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        assert!(names.iter().all(|n| !n.starts_with("~tmp-")), "{names:?}");
-    }
-
-    #[test]
-    fn listing_finds_nested_keys_and_ignores_other_files() {
-        let (d, b) = store();
-        for k in ["a", "a/b", "c/d/e"] {
-            done(b.put_blocking(k, b"x", &PutMode::Create).expect("create"));
-        }
-        fs::write(d.path().join("README"), "not a lease").expect("write");
-        fs::create_dir_all(d.path().join(".git/objects")).expect("mkdir");
-        let mut keys = b.list_blocking("").expect("list");
-        keys.sort();
-        assert_eq!(keys, ["a", "a/b", "c/d/e"]);
-        assert_eq!(b.list_blocking("c").expect("list"), ["c/d/e"]);
-        assert!(b.list_blocking("zzz").expect("list").is_empty());
-    }
-
-    #[test]
-    fn keys_that_would_escape_the_root_are_refused() {
-        let (_d, b) = store();
-        for bad in ["../x", "/etc", "a/../../b", "a\0b"] {
-            assert!(matches!(b.put_blocking(bad, b"x", &PutMode::Create), Err(Error::InvalidName { .. })), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn urls_and_paths_open_with_options() {
-        let b = open("file:///tmp/x?fsync=false&io=inline").expect("url");
-        assert!(!b.fsync && b.inline);
-        assert!(open("./relative/dir").expect("path").fsync);
-        assert!(matches!(open("file://relative"), Err(Error::InvalidStore { .. })));
-        assert!(matches!(open("file:///x?sync=1"), Err(Error::InvalidStore { .. })));
-    }
-
-    #[test]
-    fn settings_given_apart_from_the_url_apply_and_unknown_ones_are_refused() {
-        let params = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let b = open_with("/tmp/x", &params(&[("fsync", "false"), ("io", "inline")])).expect("params");
-        assert!(!b.fsync && b.inline);
-        let b = open_with("file:///tmp/x?fsync=false", &params(&[("fsync", "true")])).expect("override");
-        assert!(b.fsync, "a --store-opt overrides the URL's query");
-        let err = open_with("/tmp/x", &params(&[("aws_region", "eu-west-1")])).expect_err("unknown key");
-        assert!(err.to_string().contains("aws_region"), "{err}");
-    }
-}
+mod tests;

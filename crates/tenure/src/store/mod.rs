@@ -6,7 +6,9 @@
 //! judge) and overrides the batch operations to save round trips.
 
 pub mod file;
+pub mod fs;
 pub mod memory;
+pub mod offload;
 
 use std::fmt::Debug;
 use std::sync::Arc;

@@ -1,0 +1,56 @@
+//! A store that never answers (a hard-mounted NFS whose server went away) must
+//! not hold a caller past its own deadlines.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tenure::{
+    Backend, CasOptions, CasStore, Client, Error, LeaseOptions, Put, PutOptions, Result, Stored, SystemClock,
+};
+
+/// Every operation waits forever.
+#[derive(Debug)]
+struct Hung;
+
+#[async_trait]
+impl Backend for Hung {
+    fn url(&self) -> &str {
+        "hung://"
+    }
+    async fn get(&self, _key: &str) -> Result<Option<Stored>> {
+        std::future::pending().await
+    }
+    async fn put(&self, _key: &str, _value: Bytes, _opts: PutOptions) -> Result<Put> {
+        std::future::pending().await
+    }
+    async fn list(&self, _prefix: &str) -> Result<Vec<String>> {
+        std::future::pending().await
+    }
+}
+
+fn client() -> Client {
+    Client::new(Arc::new(CasStore::new(Arc::new(Hung), SystemClock::shared(), CasOptions::default())))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_on_a_store_that_never_answers_ends_at_the_timeout_first_attempt_included() {
+    let started = tokio::time::Instant::now();
+    let opts = LeaseOptions::default().with_timeout(Duration::from_secs(3));
+    match client().acquire("x", &opts).await {
+        Err(Error::Timeout { holder, waited, .. }) => {
+            assert!(holder.contains("did not answer"), "{holder}");
+            assert_eq!(waited, Duration::from_secs(3));
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert_eq!(started.elapsed(), Duration::from_secs(3), "the wait ends at the timeout, not later");
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_all_is_bounded_the_same_way() {
+    let opts = LeaseOptions::default().with_timeout(Duration::from_millis(500));
+    let out = client().acquire_all(&["a", "b"], &opts).await;
+    assert!(matches!(out, Err(Error::Timeout { .. })), "{out:?}");
+}
