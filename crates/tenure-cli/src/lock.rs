@@ -277,7 +277,7 @@ async fn take(
     let started = tokio::time::Instant::now();
     let budget = if args.no_wait { None } else { args.timeout };
     let left = || budget.map(|t| t.saturating_sub(started.elapsed()));
-    let step = Step { url: &args.store.url, name: name.as_str(), op_timeout };
+    let step = Step { url: &args.store.url, name: name.as_str(), op_timeout, budget };
 
     let store = step.bounded("opening the store", left(), args.store.open()).await;
     let store = store.with_context(|| format!("cannot take lease {:?}", name.as_str()))?;
@@ -327,6 +327,8 @@ struct Step<'a> {
     url: &'a str,
     name: &'a str,
     op_timeout: Duration,
+    /// `--timeout`, if given.
+    budget: Option<Duration>,
 }
 
 impl Step<'_> {
@@ -346,11 +348,16 @@ impl Step<'_> {
     /// A store that did not answer: exit 75 if `--timeout` ran out (`user`), 69
     /// if the store's own deadline did.
     fn no_answer(&self, what: &str, limit: Duration, user: bool) -> Fail {
-        let within = format!("the store did not answer within {} ({what})", human_duration(limit));
-        if user {
-            Fail::new(exit::TIMEOUT, format!("timed out waiting for lease {:?} in {}: {within}", self.name, self.url))
-        } else {
-            Fail::new(exit::STORE, format!("cannot take lease {:?} in {}: {within}", self.name, self.url))
+        let (name, url) = (self.name, self.url);
+        match self.budget {
+            Some(budget) if user => {
+                let within = format!("the store did not answer within the {} --timeout", human_duration(budget));
+                Fail::new(exit::TIMEOUT, format!("timed out waiting for lease {name:?} in {url}: {within} ({what})"))
+            }
+            _ => {
+                let within = format!("the store did not answer within {}", human_duration(limit));
+                Fail::new(exit::STORE, format!("cannot take lease {name:?} in {url}: {within} ({what})"))
+            }
         }
     }
 }

@@ -411,10 +411,7 @@ impl Supervisor {
         if let Some(pgid) = self.pgid {
             kill_group(pgid, Signal::KILL);
         }
-        let how = match self.guard.wait().await {
-            Ok(st) => st.to_string(),
-            Err(e) => e.to_string(),
-        };
+        let how = self.reap_guard().await;
         kill_all_descendants(None).await;
         Event::GuardLost(format!("the guard process ended unexpectedly ({how}); the command's processes were killed"))
     }
@@ -457,19 +454,44 @@ impl Supervisor {
             tokio::time::sleep(wait).await;
             pause = (pause * 2).min(TICK);
         }
-        if let Some(guard) = self.guard_pid {
-            let _ = rustix::process::kill_process(guard, Signal::KILL);
-        }
-        // SIGKILL ends even a stopped process; one stuck in the kernel is not waited for.
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.guard.wait()).await;
+        self.kill_guard();
+        self.reap_guard().await;
         kill_all_descendants(self.guard_pid).await;
         leader
     }
 
-    /// Reaps the guard after its final report.
+    fn kill_guard(&self) {
+        if let Some(guard) = self.guard_pid {
+            let _ = rustix::process::kill_process(guard, Signal::KILL);
+        }
+    }
+
+    /// Waits for the guard to end, killing it if it lingers (stopped or hung
+    /// after its last word); says how it ended. A guard stuck in the kernel is
+    /// not waited for.
+    async fn reap_guard(&mut self) -> String {
+        let lingering = Duration::from_secs(1);
+        let ended = match tokio::time::timeout(lingering, self.guard.wait()).await {
+            Ok(ended) => ended,
+            Err(_) => {
+                self.kill_guard();
+                match tokio::time::timeout(lingering, self.guard.wait()).await {
+                    Ok(ended) => ended,
+                    Err(_) => return "it does not end, even killed".into(),
+                }
+            }
+        };
+        match ended {
+            Ok(st) => st.to_string(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Reaps the guard after its final report: the command and everything it
+    /// started are gone, so a guard that lingers is killed.
     pub(crate) async fn finish(mut self) {
         self.control = None;
-        let _ = self.guard.wait().await;
+        self.reap_guard().await;
     }
 }
 
