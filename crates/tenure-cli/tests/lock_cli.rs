@@ -298,16 +298,8 @@ fn a_signal_while_waiting_ends_tenure_with_128_plus_the_signal_holding_nothing()
 fn a_second_sigterm_stops_a_command_that_ignored_the_first_within_the_grace() {
     let store = FileStore::new();
     let marks = store.path("marks");
-    // The command notes each SIGTERM and carries on; its sleeps ignore nothing.
-    let script = format!(
-        "trap 'echo term >> \"{m}\"' TERM; echo up >> '{m}'; while :; do sleep 0.05; done",
-        m = marks.display()
-    );
-    let mut holder = lock(&store.url(), "stubborn", &["--ttl", "20s", "--kill-grace", "1s"], &["sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    // The command notes each SIGTERM and carries on.
+    let mut holder = start(&store, "stubborn", &["--ttl", "20s", "--kill-grace", "1s"], &stubborn(&marks));
     wait_lines(&marks, 1, LIMIT);
     signal(holder.id(), Signal::TERM);
     wait_lines(&marks, 2, LIMIT);
@@ -338,11 +330,7 @@ fn a_ttl_too_long_for_the_record_is_refused_before_anything_is_taken() {
     let out = run(tenure().args(["status", &store.url()]), LIMIT);
     assert!(stdout(&out).contains("no leases"), "nothing was acquired: {}", stdout(&out));
     // The longest TTL tenure grants still works, and a contender cannot get in.
-    let mut holder = lock(&store.url(), "huge", &["--ttl", "30days"], &["sh", "-c", &command])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut holder = start(&store, "huge", &["--ttl", "30days"], &command);
     assert!(eventually(LIMIT, || ran.exists()), "the 30-day holder never ran");
     let out = run(&mut lock(&store.url(), "huge", &["--no-wait"], &["true"]), LIMIT);
     assert_eq!(out.status.code(), Some(75), "a contender got in beside a 30-day holder: {}", stderr(&out));

@@ -118,13 +118,8 @@ fn breaking_the_lease_stops_the_command_and_exits_76() {
 fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     let store = FileStore::new();
     let marks = store.path("marks");
-    // The shell notes SIGTERM and carries on; its sleeps ignore nothing and die.
-    let script = format!(
-        "trap 'echo term >> \"{m}\"' TERM; echo $$ >> \"{m}\"; while :; do sleep 0.05; done",
-        m = marks.display()
-    );
     // A grace long enough for a loaded machine to run the trap before SIGKILL.
-    let mut holder = start(&store, "stubborn", &["--ttl", "10s", "--kill-grace", "3s"], &script);
+    let mut holder = start(&store, "stubborn", &["--ttl", "10s", "--kill-grace", "3s"], &stubborn(&marks));
     let shell: u32 = wait_lines(&marks, 1, LIMIT)[0].parse().expect("pid");
 
     let broke_at = Instant::now();

@@ -97,15 +97,21 @@ fn a_signal_ends_tenure_while_a_silent_lease_server_is_asked() {
     sigterm_ends_it_promptly(spawn(&mut lock(&url, "x", &[], &["true"])));
 }
 
+/// `tenure lock <url> x <flags…> -- true` ends promptly with `code`, in one
+/// line that says `says`.
+fn ends_promptly(url: &str, flags: &[&str], code: i32, says: &str) {
+    let started = Instant::now();
+    let out = run(&mut lock(url, "x", flags, &["true"]), LIMIT);
+    assert_eq!(out.status.code(), Some(code), "{}", stderr(&out));
+    assert!(started.elapsed() < PROMPTLY, "took {:?}", started.elapsed());
+    assert!(stderr(&out).contains(says), "{}", stderr(&out));
+    assert_one_line_error(&out);
+}
+
 #[test]
 fn timeout_bounds_the_first_attempt_on_a_silent_lease_server() {
     let (_server, url) = silent_server();
-    let started = Instant::now();
-    let out = run(&mut lock(&url, "x", &["--timeout", "1s"], &["true"]), LIMIT);
-    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
-    assert!(started.elapsed() < PROMPTLY, "took {:?}", started.elapsed());
-    assert!(stderr(&out).contains("did not answer within the 1s --timeout"), "{}", stderr(&out));
-    assert_one_line_error(&out);
+    ends_promptly(&url, &["--timeout", "1s"], 75, "did not answer within the 1s --timeout");
 }
 
 #[test]
@@ -119,24 +125,14 @@ fn a_signal_ends_tenure_while_its_first_attempt_hangs_on_a_stopped_mount() {
 fn timeout_bounds_a_first_attempt_that_hangs_on_a_stopped_mount() {
     let Some(mount) = StoppableMount::new() else { return };
     mount.hang();
-    let started = Instant::now();
-    let out = run(&mut lock(&mount.url(), "x", &["--timeout", "1s"], &["true"]), LIMIT);
-    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
-    assert!(started.elapsed() < PROMPTLY, "took {:?}", started.elapsed());
-    assert!(stderr(&out).contains("did not answer"), "{}", stderr(&out));
-    assert_one_line_error(&out);
+    ends_promptly(&mount.url(), &["--timeout", "1s"], 75, "did not answer");
 }
 
 #[test]
 fn no_wait_on_a_stopped_mount_ends_at_the_stores_own_deadline_with_69() {
     let Some(mount) = StoppableMount::new() else { return };
     mount.hang();
-    let started = Instant::now();
-    let out = run(&mut lock(&mount.url(), "x", &["--no-wait", "--store-opt", "timeout=1s"], &["true"]), LIMIT);
-    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
-    assert!(started.elapsed() < PROMPTLY, "took {:?}", started.elapsed());
-    assert!(stderr(&out).contains("within 1s"), "{}", stderr(&out));
-    assert_one_line_error(&out);
+    ends_promptly(&mount.url(), &["--no-wait", "--store-opt", "timeout=1s"], 69, "within 1s");
 }
 
 #[test]

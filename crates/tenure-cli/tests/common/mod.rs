@@ -200,6 +200,12 @@ pub fn sleepers(pids: &std::path::Path) -> String {
     format!("sleep 300 & echo $! >> '{p}'; sleep 301 & echo $! >> '{p}'; echo $$ >> '{p}'; wait", p = pids.display())
 }
 
+/// A shell that writes its pid to `marks`, then notes each SIGTERM there
+/// (`term`) and carries on; its sleeps ignore nothing.
+pub fn stubborn(marks: &Path) -> String {
+    format!("trap 'echo term >> \"{m}\"' TERM; echo $$ >> \"{m}\"; while :; do sleep 0.05; done", m = marks.display())
+}
+
 /// Starts `tenure lock <store> <name> <flags…> -- sh -c <script>`, its stderr piped.
 pub fn start(store: &FileStore, name: &str, flags: &[&str], script: &str) -> Child {
     lock(&store.url(), name, flags, &["sh", "-c", script])
