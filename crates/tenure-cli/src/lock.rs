@@ -265,9 +265,9 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
 }
 
 /// Opens the store and acquires the lease, waiting (with the live line on a
-/// terminal) unless `--no-wait`. Nothing here waits longer than `--timeout`, nor
-/// than the store's deadline for one operation before the wait begins (each
-/// plus [`SLACK`]).
+/// terminal) unless `--no-wait`. Nothing here waits longer than `--timeout`
+/// (plus [`SLACK`] while the client waits: it keeps the timeout itself), nor
+/// than the store's deadline for one operation before the wait begins.
 async fn take(
     args: &LockArgs,
     name: &LeaseName,
@@ -332,14 +332,16 @@ struct Step<'a> {
 }
 
 impl Step<'_> {
-    /// Runs `fut` for at most the store's operation deadline, or what is `left`
-    /// of `--timeout` if that is shorter.
+    /// Runs `fut` for at most what is `left` of `--timeout`, or the store's
+    /// operation deadline if that is shorter (plus [`SLACK`]: the store enforces
+    /// its deadline itself, and says more about what did not answer).
     async fn bounded<T>(&self, what: &str, left: Option<Duration>, fut: impl Future<Output = Result<T>>) -> Result<T> {
         let (limit, user) = match left {
             Some(left) if left < self.op_timeout => (left, true),
             _ => (self.op_timeout, false),
         };
-        match tokio::time::timeout(limit + SLACK, fut).await {
+        let wait = if user { limit } else { limit + SLACK };
+        match tokio::time::timeout(wait, fut).await {
             Ok(out) => out,
             Err(_) => Err(self.no_answer(what, limit, user).into()),
         }
