@@ -323,6 +323,10 @@ impl LeaseStore for CasStore {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Attempt> {
         let name = req.name.as_str();
+        if req.ttl.is_zero() {
+            return Err(Error::InvalidOptions { reason: "a ttl of zero".into() });
+        }
+        crate::limits::check_duration("ttl", req.ttl, crate::limits::MAX_TTL)?;
         let ttl_ms = millis(req.ttl);
         let mut last_busy = None;
         let mut use_cache = true;

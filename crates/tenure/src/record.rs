@@ -50,6 +50,7 @@ use crate::types::{EndedHow, HolderView, Mode, Predecessor};
 /// The record format's major version written by this tenure.
 pub const FORMAT_VERSION: u32 = 1;
 
+use crate::limits::MAX_TIME_MS;
 pub use crate::limits::MAX_TOKEN;
 
 /// One lease name's record.
@@ -236,6 +237,9 @@ impl LeaseRecord {
         // A holder that did not end gracefully may have written up to its deadline.
         let watermark =
             if how.graceful() { watermark_ms } else { Some(watermark_ms.unwrap_or(0).max(entry.deadline_ms)) };
+        // Never write a time this code would refuse to read back (a clock, or a
+        // caller's watermark, past the year 9999).
+        let (at_ms, watermark) = (at_ms.min(MAX_TIME_MS), watermark.map(|w| w.min(MAX_TIME_MS)));
         self.watermark_ms = self.watermark_ms.max(watermark);
         let newer = self.last.as_ref().is_none_or(|l| l.token <= entry.token);
         if newer {
@@ -399,8 +403,8 @@ pub fn acquire(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge) -> Re
         token,
         holder: ask.holder.clone(),
         ttl_ms: ask.ttl_ms,
-        deadline_ms: ask.now_ms.saturating_add(ask.ttl_ms),
-        acquired_ms: ask.now_ms,
+        deadline_ms: ask.now_ms.saturating_add(ask.ttl_ms).min(MAX_TIME_MS),
+        acquired_ms: ask.now_ms.min(MAX_TIME_MS),
         renewals: 0,
         meta: ask.meta.clone(),
     };
@@ -461,7 +465,7 @@ pub fn renew(
     else {
         return Err(gone(record, token));
     };
-    entry.deadline_ms = now_ms.saturating_add(ttl_ms).max(entry.deadline_ms);
+    entry.deadline_ms = now_ms.saturating_add(ttl_ms).max(entry.deadline_ms).min(MAX_TIME_MS);
     entry.ttl_ms = ttl_ms;
     entry.renewals = entry.renewals.saturating_add(1);
     if let Some(meta) = meta {

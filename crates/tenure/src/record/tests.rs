@@ -319,3 +319,18 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_clock_past_the_year_9999_never_writes_what_it_would_refuse_to_read() {
+    use crate::limits::MAX_TIME_MS;
+    let a = holder("a");
+    for now_ms in [MAX_TIME_MS, MAX_TIME_MS + 1, u64::MAX / 3] {
+        let (rec, token, _) = grant(None, &ask(&a, Mode::Exclusive, now_ms), now_ms);
+        let parsed = LeaseRecord::parse(&rec.to_bytes()).expect("a record this code wrote is readable");
+        let renewed = decide_renew(&parsed, token, "a", 1_000, now_ms, None).expect("renew");
+        LeaseRecord::parse(&renewed.to_bytes()).expect("readable after renewal");
+        let released =
+            decide_release(&renewed, token, "a", EndedHow::Released, now_ms, Some(u64::MAX), None).expect("release");
+        LeaseRecord::parse(&released.to_bytes()).expect("readable after release");
+    }
+}
