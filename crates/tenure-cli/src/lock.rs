@@ -3,9 +3,15 @@
 //! 1. **Wait.** The lease is acquired with the client's jittered backoff (at most
 //!    `--poll` between polls). On a terminal a live line says who holds it and when
 //!    it could be taken over ([`crate::waiting`]). `--no-wait` and `--timeout` give
-//!    up with exit 75, naming the store, the lease and its holder. A signal before
-//!    the command starts (while the store is opened or the lease awaited) ends
-//!    `tenure` with 128 + the signal, holding nothing.
+//!    up with exit 75, naming the store, the lease and its holder. `--timeout`
+//!    bounds the whole wait — opening the store and the first attempt included —
+//!    and every step before the wait is also bounded by the store's own deadline
+//!    for one operation (store option `timeout`, 10 s by default): a store that
+//!    does not answer in time ends `tenure` with "the store did not answer within
+//!    …", exit 75 when `--timeout` ran out first, 69 when the store's deadline did.
+//!    A signal before the command starts (while the store is opened or the lease
+//!    awaited, even with a store operation stuck in the kernel) ends `tenure` with
+//!    128 + the signal at once, holding nothing.
 //! 2. **Run.** The command runs under a guard process ([`crate::supervise`]) in a
 //!    process group of its own, with `TENURE_LEASE`, `TENURE_TOKEN` (the fencing
 //!    token), `TENURE_DEADLINE` (the grant's deadline at start, unix ms; renewals
@@ -14,7 +20,11 @@
 //! 3. **Signals.** SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to `tenure` are
 //!    forwarded to the command's group; `tenure` keeps the lease until the command
 //!    and its group are gone, then releases it and exits with the command's status
-//!    (128 + n if a signal killed it). A signal that `tenure` was started with
+//!    (128 + n if a signal killed it). A *second* SIGINT or SIGTERM stops the
+//!    command as a loss would (SIGTERM, then SIGKILL after the grace), so that an
+//!    impatient user never waits longer than the grace. A signal while the lease
+//!    is released ends `tenure` at once, leaving the lease to expire after its
+//!    TTL. A signal that `tenure` was started with
 //!    ignored (`nohup`) is not forwarded and stays ignored in the command. If stdin
 //!    is the terminal and `tenure` is in its foreground, the command's group gets
 //!    the terminal's foreground, so interactive commands work and ^C reaches them
@@ -38,13 +48,34 @@
 //!    lasts (`(ttl − safety margin) / 2`): a larger grace could not fit before the
 //!    deadline, and the cap keeps one slow renewal from stopping the command.
 //!
-//! Exit codes: the command's own status; 64 usage (bad name, duration, missing
-//! command), 69 store unreachable or failing, 70 internal, 75 busy or timed out,
-//! 76 lease lost while the command ran (it was stopped), 126/127 the command
-//! cannot be executed / was not found (checked before waiting, like a shell).
+//!    "The command" is everything it started: its process group, and processes
+//!    that left it (`setsid`, daemons), which the guard finds ([`crate::tree`]).
+//!    When the command exits leaving some of them running, they are stopped the
+//!    same way before the lease is released, and `tenure` exits with the
+//!    command's own status.
+//! 5. **A silent guard.** The guard says `alive` several times a second. If
+//!    `tenure` hears nothing from it for one renewal interval of the lease (TTL/8
+//!    by default; at least 1 s), the guard is stopped or hung and enforces nothing:
+//!    `tenure` stops the command's processes itself on the same schedule (SIGTERM,
+//!    SIGKILL after the grace, never later than `stop_by`), kills the guard,
+//!    releases the lease, and says so in one line. It exits 76 if the command
+//!    still ran (it was stopped, as on a loss). If the command had already ended
+//!    by itself, `tenure` exits with the command's own status, read from its
+//!    zombie or from the guard's earlier report: the lease was held and renewed
+//!    the whole time the command ran, so its work is as valid as on any normal
+//!    exit, and a script must see whether that work succeeded — the guard's
+//!    failure came after it. Only when that status cannot be known does `tenure`
+//!    exit 70.
+//!
+//! Exit codes: the command's own status; 64 usage (bad name, missing command, a
+//! duration out of range: `--ttl` above 30 days, any other above 10 years), 69
+//! store unreachable, failing or not answering within its deadline, 70 internal,
+//! 75 busy or timed out, 76 lease lost while the command ran (it was stopped),
+//! 126/127 the command cannot be executed / was not found (checked before
+//! waiting, like a shell).
 
 use std::ffi::{OsStr, OsString};
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -57,13 +88,14 @@ use anyhow::{Context, Result};
 use clap::Args;
 use tenure::{
     Client, Clock, Health, Holder, Lease, LeaseName, LeaseOptions, LeaseStore, LossReason, Mode, Mono, Released,
+    human_duration,
 };
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::args::duration;
+use crate::args::{duration, ttl};
 use crate::exit::{self, Fail};
 use crate::stores::StoreArgs;
-use crate::supervise::{Event, Spec, Status, Supervisor, is_ignored, mono_now_ns};
+use crate::supervise::{Event, Leader, MIN_SILENCE, Spec, Status, Supervisor, boot_now_ns, is_ignored};
 use crate::waiting::WaitLine;
 
 /// `tenure lock`.
@@ -73,8 +105,8 @@ pub(crate) struct LockArgs {
     pub(crate) store: StoreArgs,
     /// The lease name, e.g. `deploy/prod`.
     pub(crate) name: String,
-    /// Lease duration: how long the lease outlives a `tenure` that died.
-    #[arg(long, value_parser = duration, default_value = "30s", value_name = "DURATION")]
+    /// Lease duration: how long the lease outlives a `tenure` that died (at most 30 days).
+    #[arg(long, value_parser = ttl, default_value = "30s", value_name = "DURATION")]
     pub(crate) ttl: Duration,
     /// Give up waiting after this long (exit 75); by default, wait as long as it takes.
     #[arg(long, value_parser = duration, conflicts_with = "no_wait", value_name = "DURATION")]
@@ -107,6 +139,10 @@ pub(crate) struct LockArgs {
 /// Signals forwarded to the command.
 const FORWARDED: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
+/// How much longer than a bound the CLI's own backstop waits: the client and the
+/// stores enforce their bounds themselves; this catches what does not.
+const SLACK: Duration = Duration::from_millis(500);
+
 pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     let name = LeaseName::new(&args.name)?;
     let Some(program) = args.command.first() else {
@@ -130,6 +166,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     opts.timeout = if args.no_wait { Some(Duration::ZERO) } else { args.timeout };
     opts.validate()?;
     let grace = args.kill_grace.min(args.ttl.saturating_sub(opts.safety()) / 2);
+    let op_timeout = args.store.op_timeout();
 
     // Before any handler is installed: what was ignored stays ignored (nohup).
     let keep_ignored: Vec<i32> = FORWARDED.into_iter().filter(|&s| is_ignored(s)).collect();
@@ -144,7 +181,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     // A signal while the store is opened or the lease awaited ends tenure holding
     // nothing (a grant whose request was in flight expires after its TTL).
     let (store, lease) = tokio::select! {
-        taken = take(&args, &name, &opts) => taken?,
+        taken = take(&args, &name, &opts, op_timeout) => taken?,
         sig = signals.recv() => return Ok(exit::code(Status::Signal(sig).exit_code())),
     };
     let grant = lease.grant();
@@ -160,20 +197,29 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
             ("TENURE_STORE", args.store.url.clone()),
         ],
         grace,
-        deadline_ns: to_mono_ns(&*clock, stop_by(&lease.health()).unwrap_or_else(|| clock.mono())),
+        deadline_ns: to_boot_ns(&*clock, stop_by(&lease.health()).unwrap_or_else(|| clock.mono())),
         foreground,
         keep_ignored,
+        silence: opts.renew_interval().max(MIN_SILENCE),
     };
     let outcome = match Supervisor::spawn(&spec) {
         Ok(mut sup) => {
-            let outcome = supervise(&lease, &mut sup, &mut signals, &*clock).await;
-            sup.finish().await;
+            let outcome = supervise(&lease, &mut sup, &mut signals, &*clock, &spec).await;
+            if !matches!(outcome, Outcome::Silent { .. }) {
+                sup.finish().await;
+            }
             outcome
         }
         Err(e) => Outcome::Internal(format!("{e:#}")),
     };
 
-    let released = lease.release().await;
+    let released = tokio::select! {
+        released = tokio::time::timeout(op_timeout + SLACK, lease.release()) => match released {
+            Ok(released) => released.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("the store did not answer within {}", human_duration(op_timeout))),
+        },
+        sig = signals.recv() => Err(format!("a signal ({sig}) ended the release")),
+    };
     let what = format!("{}: lease {:?} (token {})", store.url(), name.as_str(), grant.token);
     let code = match outcome {
         Outcome::Exited { status, cause: None } => status.exit_code(),
@@ -181,8 +227,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
             let how = match status {
                 Status::Signal(libc::SIGTERM) => "the command was stopped with SIGTERM".to_string(),
                 Status::Signal(libc::SIGKILL) => "the command was killed (SIGKILL)".to_string(),
-                Status::Signal(s) => format!("the command ended by signal {s}"),
-                Status::Code(c) => format!("the command exited with status {c}"),
+                status => format!("the command {}", describe(status)),
             };
             say(&format!("{what} {cause}; {how}"));
             exit::LOST
@@ -195,20 +240,47 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
             say(&format!("{what}: {message}"));
             exit::INTERNAL
         }
+        Outcome::Silent { leader, silence } => {
+            let silent =
+                format!("{what}: the guard process stopped answering (nothing for {})", human_duration(silence));
+            let (code, how) = match leader {
+                Leader::Running => (exit::LOST, "tenure stopped the command itself".to_string()),
+                Leader::Ended(status) => (
+                    status.exit_code(),
+                    format!("the command had ended ({}); tenure stopped what it left running", describe(status)),
+                ),
+                Leader::Unknown => (exit::INTERNAL, "the command had ended, how is unknown".to_string()),
+            };
+            say(&format!("{silent}; {how}, killed the guard and released the lease"));
+            code
+        }
     };
     match released {
         Ok(Released::Released) => {}
         Ok(Released::NotHeld) if code == exit::LOST => {}
         Ok(Released::NotHeld) => say(&format!("{what} had already ended when the command finished")),
-        Err(e) => say(&format!("releasing {what} failed; it ends by itself after its TTL: {e}")),
+        Err(e) => say(&format!("releasing {what} failed, it ends by itself after its TTL: {e}")),
     }
     Ok(exit::code(code))
 }
 
 /// Opens the store and acquires the lease, waiting (with the live line on a
-/// terminal) unless `--no-wait`.
-async fn take(args: &LockArgs, name: &LeaseName, opts: &LeaseOptions) -> Result<(Arc<dyn LeaseStore>, Lease)> {
-    let store = args.store.open().await.with_context(|| format!("cannot take lease {:?}", name.as_str()))?;
+/// terminal) unless `--no-wait`. Nothing here waits longer than `--timeout`
+/// (plus [`SLACK`] while the client waits: it keeps the timeout itself), nor
+/// than the store's deadline for one operation before the wait begins.
+async fn take(
+    args: &LockArgs,
+    name: &LeaseName,
+    opts: &LeaseOptions,
+    op_timeout: Duration,
+) -> Result<(Arc<dyn LeaseStore>, Lease)> {
+    let started = tokio::time::Instant::now();
+    let budget = if args.no_wait { None } else { args.timeout };
+    let left = || budget.map(|t| t.saturating_sub(started.elapsed()));
+    let step = Step { url: &args.store.url, name: name.as_str(), op_timeout, budget };
+
+    let store = step.bounded("opening the store", left(), args.store.open()).await;
+    let store = store.with_context(|| format!("cannot take lease {:?}", name.as_str()))?;
     let mut holder = Holder::current();
     if let Some(label) = &args.label {
         holder = holder.with_label(label);
@@ -220,19 +292,76 @@ async fn take(args: &LockArgs, name: &LeaseName, opts: &LeaseOptions) -> Result<
 
     // The first attempt does not wait: a store that fails on first contact is
     // misconfigured (exit 69), whereas one that fails while we wait is waited out.
-    let lease = match client.try_acquire(name.as_str(), opts).await {
+    let first = client.try_acquire(name.as_str(), opts);
+    let lease = match step.bounded("the first attempt", left(), async { Ok(first.await?) }).await {
         Ok(lease) => lease,
-        Err(tenure::Error::Busy { .. }) if !args.no_wait => {
-            // Erased when dropped, also when a signal ends the wait.
-            let mut line = WaitLine::new(store.url(), name.as_str());
-            client.acquire_watching(name.as_str(), opts, |busy| line.update(busy)).await?
-        }
-        Err(e @ tenure::Error::Store { .. }) => {
-            return Err(anyhow::Error::new(e).context(format!("cannot take lease {:?}", name.as_str())));
-        }
-        Err(e) => return Err(e.into()),
+        Err(e) => match e.downcast::<tenure::Error>() {
+            Ok(tenure::Error::Busy { .. }) if !args.no_wait => {
+                let mut opts = opts.clone();
+                // What the first attempt left of `--timeout` (at least a moment,
+                // so that running out is reported as a timeout, not as busy).
+                opts.timeout = left().map(|l| l.max(Duration::from_millis(1)));
+                // Erased when dropped, also when a signal ends the wait.
+                let mut line = WaitLine::new(store.url(), name.as_str());
+                let waiting = client.acquire_watching(name.as_str(), &opts, |busy| line.update(busy));
+                match opts.timeout {
+                    None => waiting.await?,
+                    Some(limit) => match tokio::time::timeout(limit + SLACK, waiting).await {
+                        Ok(lease) => lease?,
+                        Err(_) => return Err(step.no_answer("waiting", limit, true).into()),
+                    },
+                }
+            }
+            Ok(e @ tenure::Error::Store { .. }) => {
+                return Err(anyhow::Error::new(e).context(format!("cannot take lease {:?}", name.as_str())));
+            }
+            Ok(e) => return Err(e.into()),
+            Err(e) => return Err(e),
+        },
     };
     Ok((store, lease))
+}
+
+/// One bounded step of taking the lease, for its error message.
+struct Step<'a> {
+    url: &'a str,
+    name: &'a str,
+    op_timeout: Duration,
+    /// `--timeout`, if given.
+    budget: Option<Duration>,
+}
+
+impl Step<'_> {
+    /// Runs `fut` for at most what is `left` of `--timeout`, or the store's
+    /// operation deadline if that is shorter (plus [`SLACK`]: the store enforces
+    /// its deadline itself, and says more about what did not answer).
+    async fn bounded<T>(&self, what: &str, left: Option<Duration>, fut: impl Future<Output = Result<T>>) -> Result<T> {
+        let (limit, user) = match left {
+            Some(left) if left < self.op_timeout => (left, true),
+            _ => (self.op_timeout, false),
+        };
+        let wait = if user { limit } else { limit + SLACK };
+        match tokio::time::timeout(wait, fut).await {
+            Ok(out) => out,
+            Err(_) => Err(self.no_answer(what, limit, user).into()),
+        }
+    }
+
+    /// A store that did not answer: exit 75 if `--timeout` ran out (`user`), 69
+    /// if the store's own deadline did.
+    fn no_answer(&self, what: &str, limit: Duration, user: bool) -> Fail {
+        let (name, url) = (self.name, self.url);
+        match self.budget {
+            Some(budget) if user => {
+                let within = format!("the store did not answer within the {} --timeout", human_duration(budget));
+                Fail::new(exit::TIMEOUT, format!("timed out waiting for lease {name:?} in {url}: {within} ({what})"))
+            }
+            _ => {
+                let within = format!("the store did not answer within {}", human_duration(limit));
+                Fail::new(exit::STORE, format!("cannot take lease {name:?} in {url}: {within} ({what})"))
+            }
+        }
+    }
 }
 
 /// Why the command was stopped, for the one-line report.
@@ -268,14 +397,37 @@ enum Outcome {
     },
     /// The guard could not be started, or died: the command's group was killed.
     Internal(String),
+    /// The guard fell silent; `tenure` stopped the command itself.
+    Silent {
+        leader: Leader,
+        silence: Duration,
+    },
 }
 
-/// Relays health to the guard and signals to the command until the command's group is gone.
-async fn supervise(lease: &Lease, sup: &mut Supervisor, signals: &mut Signals, clock: &dyn Clock) -> Outcome {
+/// How a command ended, in words.
+fn describe(status: Status) -> String {
+    match status {
+        Status::Code(c) => format!("exited with status {c}"),
+        Status::Signal(s) => format!("ended by signal {s}"),
+    }
+}
+
+/// Relays health to the guard and signals to the command until the command is
+/// gone, taking over from the guard if it falls silent.
+async fn supervise(
+    lease: &Lease,
+    sup: &mut Supervisor,
+    signals: &mut Signals,
+    clock: &dyn Clock,
+    spec: &Spec<'_>,
+) -> Outcome {
     let mut health = lease.health_watch();
     let mut watching = true;
     let mut cause: Option<Cause> = None;
     let mut at_risk: Option<(u32, String)> = None;
+    // The deadline the guard was last given (CLOCK_BOOTTIME ns).
+    let mut deadline = spec.deadline_ns;
+    let mut asked_to_stop = 0u32;
     loop {
         tokio::select! {
             // Health first: a loss seen together with the command's exit is reported.
@@ -289,11 +441,13 @@ async fn supervise(lease: &Lease, sup: &mut Supervisor, signals: &mut Signals, c
                 match now {
                     Health::Held { stop_by } => {
                         at_risk = None;
-                        sup.set_deadline(to_mono_ns(clock, stop_by));
+                        deadline = to_boot_ns(clock, stop_by);
+                        sup.set_deadline(deadline);
                     }
                     Health::AtRisk { stop_by, failures, error } => {
                         at_risk = Some((failures, error));
-                        sup.set_deadline(to_mono_ns(clock, stop_by));
+                        deadline = to_boot_ns(clock, stop_by);
+                        sup.set_deadline(deadline);
                     }
                     Health::Lost(reason) => {
                         watching = false;
@@ -302,7 +456,20 @@ async fn supervise(lease: &Lease, sup: &mut Supervisor, signals: &mut Signals, c
                     }
                 }
             }
-            sig = signals.recv() => sup.forward(sig),
+            sig = signals.recv() => {
+                if sig == libc::SIGINT || sig == libc::SIGTERM {
+                    asked_to_stop += 1;
+                }
+                if asked_to_stop == 2 {
+                    say(&format!(
+                        "asked twice: stopping the command (SIGTERM, SIGKILL after {})",
+                        human_duration(spec.grace)
+                    ));
+                    sup.stop_for_signal();
+                } else {
+                    sup.forward(sig);
+                }
+            }
             event = sup.next() => match event {
                 Event::Started(pid) => tracing::debug!(pid, "the command started"),
                 Event::Stopping(why) if why == "deadline" => {
@@ -312,12 +479,17 @@ async fn supervise(lease: &Lease, sup: &mut Supervisor, signals: &mut Signals, c
                     });
                 }
                 Event::Stopping(why) if why == "leftovers" => {
-                    say("the command exited but left processes in its process group; stopping them before releasing the lease");
+                    say("the command exited but left processes running; stopping them before releasing the lease");
                 }
                 Event::Stopping(_) => {}
                 Event::Failed { code, message } => return Outcome::Failed { code, message },
                 Event::Exited(status) => return Outcome::Exited { status, cause },
                 Event::GuardLost(message) => return Outcome::Internal(message),
+                Event::Silent(silence) => {
+                    let kill_at = boot_now_ns().saturating_add(nanos(spec.grace)).min(deadline);
+                    let leader = sup.take_over(kill_at).await;
+                    return Outcome::Silent { leader, silence };
+                }
             },
         }
     }
@@ -331,15 +503,19 @@ fn stop_by(health: &Health) -> Option<Mono> {
     }
 }
 
-/// `at` on the store's monotonic clock, as `CLOCK_MONOTONIC` nanoseconds for the guard.
-fn to_mono_ns(clock: &dyn Clock, at: Mono) -> u64 {
-    let (now, base) = (clock.mono(), mono_now_ns());
-    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+/// `at` on the store's monotonic clock (which counts suspended time too), as
+/// `CLOCK_BOOTTIME` nanoseconds for the guard: the same distance from now on both.
+fn to_boot_ns(clock: &dyn Clock, at: Mono) -> u64 {
+    let (now, base) = (clock.mono(), boot_now_ns());
     if at >= now {
         base.saturating_add(nanos(at.saturating_since(now)))
     } else {
         base.saturating_sub(nanos(now.saturating_since(at)))
     }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Whether to hand the terminal to the command: stdin and stdout are the

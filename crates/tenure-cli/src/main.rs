@@ -5,12 +5,14 @@ mod args;
 mod bag;
 mod bench;
 mod exit;
+mod guard;
 mod lock;
 #[cfg(feature = "server")]
 mod serve;
 mod status;
 mod stores;
 mod supervise;
+mod tree;
 mod waiting;
 
 use std::io::Write;
@@ -32,7 +34,7 @@ fn main() -> ExitCode {
     init_logging(cli.verbose);
     // The guard must not start a runtime: it is a small synchronous supervisor.
     if let Command::Guard(args) = &cli.command {
-        return supervise::guard_main(args);
+        return guard::guard_main(args);
     }
     // The server uses every core and the benchmark as many as it is told;
     // everything else is one thread, which also keeps the child process of `lock`
@@ -54,7 +56,12 @@ fn main() -> ExitCode {
             return exit::code(exit::INTERNAL);
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    let result = runtime.block_on(run(cli.command));
+    // Dropping a runtime waits for its blocking threads, and one stuck in a system
+    // call on a hung mount never returns: abandon them. What they would have
+    // done no longer matters once `run` has decided the outcome.
+    runtime.shutdown_background();
+    match result {
         Ok(code) => code,
         Err(e) => {
             // One line, naming the store and lease; no backtrace for user errors.

@@ -12,6 +12,9 @@ use crate::args::duration;
 /// The heading the store's options are listed under, after the command's own.
 const STORE_OPTIONS: &str = "Store options";
 
+/// A store's deadline for one operation when its `timeout` option is not given.
+pub(crate) const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The store and how to talk to it.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct StoreArgs {
@@ -52,6 +55,25 @@ impl StoreArgs {
         opts.params.extend(self.store_opts.iter().cloned());
         opts.trust_store = self.trust_store;
         opts
+    }
+
+    /// The store's deadline for one operation: its `timeout` option
+    /// (`--store-opt timeout=5s`, or `?timeout=5s` in the URL), else
+    /// [`DEFAULT_OP_TIMEOUT`]. The store itself enforces (and checks) it; the
+    /// command bounds its own waits by it too, so that a store that ignores it
+    /// cannot hang `tenure`. A value that does not parse is left to the store to
+    /// refuse.
+    pub(crate) fn op_timeout(&self) -> Duration {
+        let query = self.url.split_once('?').map_or("", |(_, q)| q);
+        let from_url = query.split('&').filter_map(|p| p.split_once('='));
+        let from_opts = self.store_opts.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        // Options override the URL, as in the stores themselves: the last one wins.
+        from_url
+            .chain(from_opts)
+            .filter(|(k, _)| *k == "timeout")
+            .filter_map(|(_, v)| duration(v).ok())
+            .next_back()
+            .unwrap_or(DEFAULT_OP_TIMEOUT)
     }
 
     /// Opens the store (its errors name it already).

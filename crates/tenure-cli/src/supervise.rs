@@ -1,41 +1,76 @@
-//! The guard: a small process that runs the command and stops its process group
-//! when `tenure` can no longer vouch for the lease.
+//! The guard: a small process that runs the command and stops it — its process
+//! group and every process it started — when `tenure` can no longer vouch for
+//! the lease; and `tenure`'s side of it, which watches the guard in turn.
 //!
 //! ```text
-//! shell ── tenure (its own job's process group: receives ^C, kill %1)
-//!            │   control pipe ──▶  deadline <ns> | stop | signal <n>
-//!            │   report pipe  ◀──  started <pid> (from the command, just before exec) |
-//!            │                      stopping <why> | failed <code> <msg> | exited <n> | killed <n>
-//!            └─ tenure __guard (a process group of its own: no terminal or job signals)
-//!                 └─ command (a new process group C, the terminal's foreground if tenure had it)
-//!                      └─ its children (group C)
+//! shell ── tenure (its own job's process group: receives ^C, kill %1; a child subreaper)
+//!            │   control pipe ──▶  deadline <ns> | stop [signal] | signal <n>
+//!            │   report pipe  ◀──  started <pid> (from the command, just before exec) | alive |
+//!            │                      leader exited <n> | leader killed <n> | stopping <why> |
+//!            │                      failed <code> <msg> | exited <n> | killed <n>
+//!            └─ tenure __guard (a process group of its own: no terminal or job signals; a child subreaper)
+//!                 ├─ command (a new process group C, the terminal's foreground if tenure had it)
+//!                 │    └─ its children (group C)
+//!                 └─ what the command detached (`setsid`, daemons): re-parented to the guard
 //! ```
 //!
 //! `PR_SET_PDEATHSIG` alone is not enough: it reaches the direct child only (not
 //! `sh -c 'a & b'`'s children) and fires when the *thread* that forked exits. The
 //! guard instead holds the read end of a pipe whose only write end is in `tenure`
-//! (close-on-exec, so nothing else inherits it). The guard stops the whole group C —
+//! (close-on-exec, so nothing else inherits it). The guard stops the command —
 //! SIGTERM (and SIGCONT, for stopped members), then SIGKILL — when:
 //! - the pipe reports EOF: `tenure` died, even by SIGKILL;
-//! - `tenure` says `stop`: the lease was lost;
-//! - the deadline `tenure` last sent (the lease's `stop_by`, absolute
-//!   `CLOCK_MONOTONIC` nanoseconds, pushed back at every renewal) is less than the
-//!   grace away: renewals are failing, or `tenure` is frozen (SIGSTOP, a hung
-//!   runtime). The guard does not need `tenure` to be alive to enforce it.
+//! - `tenure` says `stop`: the lease was lost, or a second SIGINT/SIGTERM came;
+//! - the deadline `tenure` last sent (the lease's `stop_by`, pushed back at every
+//!   renewal) is less than the grace away: renewals are failing, or `tenure` is
+//!   frozen (SIGSTOP, a hung runtime). The guard does not need `tenure` to be
+//!   alive to enforce it;
+//! - the command exited and left processes behind: they are stopped before the
+//!   final status is reported, so the lease is released only when nothing of the
+//!   command runs.
+//!
+//! **Everything the command started.** Stopping signals group C, and every
+//! descendant of the guard outside it ([`crate::tree`]: the guard is a child
+//! subreaper, so detached processes and daemons are re-parented to it and found
+//! by a walk of `/proc`; no cgroup is needed). What runs when stopping begins
+//! gets SIGTERM, once, like the group: what the command forks while it stops (a
+//! cleanup handler's `rm`) is part of stopping gracefully. When the grace is over,
+//! every descendant gets SIGKILL, at every pass until none is left, since they
+//! may have forked meanwhile.
+//! The guard reports the final status only when it has no child left at all.
 //!
 //! The SIGKILL lands at `min(start of stopping + grace, deadline)`: always before
 //! the lease's `stop_by`, which is its deadline minus the safety margin, so the
-//! group is dead before any contender can take the lease over. The guard is the
-//! command's parent and reaps it only after its group is empty, so the group id it
-//! signals cannot be reused by an unrelated process meanwhile. When the command
-//! exits, members it left in its group are stopped the same way before the final
-//! status is reported: the lease is released only when nothing of the command runs.
+//! command is dead before any contender can take the lease over. The guard is the
+//! command's parent and reaps the leader, so its pid cannot be reused while the
+//! guard may still signal group C.
+//!
+//! **Clock.** Deadlines are absolute `CLOCK_BOOTTIME` nanoseconds
+//! ([`boot_now_ns`]), which keep counting while the machine is suspended: a
+//! suspended holder's `CLOCK_MONOTONIC` stops, so a deadline on it would slip past
+//! the moment other machines take the lease over. After a resume the guard sees
+//! at once (within one [`TICK`]) that the deadline passed. `tenure` converts its
+//! lease clock's `stop_by` to this clock (`lock::to_boot_ns`).
+//!
+//! **The guard is watched too.** The guard writes `alive` on its report pipe
+//! every [`HEARTBEAT`]. If nothing comes for one renewal interval of the lease
+//! (at least [`MIN_SILENCE`], so that a loaded machine's scheduling delay is not
+//! taken for a hang), the guard is stopped or hung and enforces nothing: `tenure`
+//! takes over ([`Supervisor::take_over`]). It stops the command's processes
+//! itself on the same schedule (SIGTERM, SIGKILL within the grace and never later
+//! than `stop_by`), kills the guard, and only then lets the lease go. Silence is
+//! measured on `CLOCK_MONOTONIC` (tokio's timers): a suspend stops both
+//! processes, and must not look like a silent guard. The guard never blocks on
+//! its report pipe: lines that matter wait until `tenure` reads, heartbeats that
+//! do not fit are dropped, so a frozen `tenure` cannot freeze the guard.
 //!
 //! The guard ignores SIGINT, SIGQUIT, SIGTERM, SIGHUP and the job-control signals:
 //! those are for `tenure`, which forwards them (the command gets its signals from
 //! exactly one place). The command gets default dispositions back, except for
 //! signals `tenure` itself was started with ignored (`nohup`). As a last resort the
-//! command's leader has `PR_SET_PDEATHSIG = SIGKILL` against the guard.
+//! command's leader has `PR_SET_PDEATHSIG = SIGKILL` against the guard, and
+//! `tenure` is a child subreaper too: if the guard is killed, what the command
+//! detached is re-parented to `tenure`, which kills it.
 //!
 //! Terminal: if `tenure` owns the terminal's foreground, the command's group takes
 //! it in the child just before `exec` (so the command never runs in the background
@@ -45,60 +80,31 @@
 //! continued at once, with a note.
 
 use std::ffi::OsString;
-use std::fs::File;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::ExitCode;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::Args;
-use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::{Errno, FdFlags};
-use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
+use rustix::process::{Pid, Signal};
+use tokio::time::Instant;
 
-use crate::exit;
-
-/// Signals the guard ignores: they are `tenure`'s to forward.
-const GUARD_IGNORES: [i32; 7] =
-    [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
+use crate::guard::MAX_LINE;
+use crate::tree;
 
 /// Longest sleep of the guard's loop: it also notices a stopped command this often.
-const TICK: Duration = Duration::from_millis(100);
-/// How soon the guard first checks whether a group whose leader exited has emptied.
-const DRAIN_TICK: Duration = Duration::from_millis(10);
+pub(crate) const TICK: Duration = Duration::from_millis(100);
+/// How soon the guard first checks whether what the leader left has gone.
+pub(crate) const DRAIN_TICK: Duration = Duration::from_millis(10);
+/// How often the guard says it is alive.
+pub(crate) const HEARTBEAT: Duration = Duration::from_millis(250);
+/// The shortest silence after which `tenure` takes over from its guard.
+pub(crate) const MIN_SILENCE: Duration = Duration::from_secs(1);
 
-/// Arguments of the hidden guard process (`tenure __guard`), started by `tenure lock`.
-#[derive(Debug, Args)]
-pub(crate) struct GuardArgs {
-    /// Read end of the control pipe from `tenure`.
-    #[arg(long, value_name = "FD")]
-    pub(crate) control_fd: RawFd,
-    /// Write end of the report pipe to `tenure`.
-    #[arg(long, value_name = "FD")]
-    pub(crate) report_fd: RawFd,
-    /// Time between SIGTERM and SIGKILL.
-    #[arg(long, value_parser = crate::args::duration)]
-    pub(crate) grace: Duration,
-    /// The first deadline (CLOCK_MONOTONIC, ns) by which the group must be dead.
-    #[arg(long)]
-    pub(crate) deadline_ns: u64,
-    /// Hand the terminal's foreground to the command and back.
-    #[arg(long)]
-    pub(crate) foreground: bool,
-    /// Signals that stay ignored in the command (they were ignored for `tenure`).
-    #[arg(long, value_delimiter = ',')]
-    pub(crate) keep_ignored: Vec<i32>,
-    /// The command.
-    #[arg(last = true, required = true)]
-    pub(crate) command: Vec<OsString>,
-}
-
-/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock `tenure` and the guard share
-/// (it is also what `std::time::Instant`, hence tenure's monotonic clock, reads).
-pub(crate) fn mono_now_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+/// `CLOCK_BOOTTIME` now, in nanoseconds: the clock of the guard's deadlines, which
+/// keeps counting while the machine is suspended.
+pub(crate) fn boot_now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
     u64::try_from(t.tv_sec)
         .unwrap_or(0)
         .saturating_mul(1_000_000_000)
@@ -125,13 +131,13 @@ pub(crate) fn set_disposition(sig: i32, ignore: bool) {
     }
 }
 
-fn kill_group(pgid: Pid, sig: Signal) {
+pub(crate) fn kill_group(pgid: Pid, sig: Signal) {
     // ESRCH: the group is already gone, which is what we want.
     let _ = rustix::process::kill_process_group(pgid, sig);
 }
 
 /// Whether any process is left in group `pgid` (a zombie leader counts until reaped).
-fn group_alive(pgid: Pid) -> bool {
+pub(crate) fn group_alive(pgid: Pid) -> bool {
     // EPERM would mean a member we may not signal (a setuid program): we cannot
     // stop it either, so do not wait for it.
     rustix::process::test_kill_process_group(pgid).is_ok()
@@ -151,339 +157,25 @@ impl Status {
     pub(crate) fn exit_code(self) -> u8 {
         match self {
             Status::Code(c) => (c & 0xff) as u8,
-            Status::Signal(s) => u8::try_from(128 + s).unwrap_or(255),
-        }
-    }
-}
-
-/// Runs the command; returns its status as the exit code. Synchronous: no runtime.
-pub(crate) fn guard_main(args: &GuardArgs) -> ExitCode {
-    for sig in GUARD_IGNORES {
-        set_disposition(sig, true);
-    }
-    let fds = inherited(args.control_fd).and_then(|c| Ok((c, inherited(args.report_fd)?)));
-    let (control, report) = match fds {
-        Ok(fds) => fds,
-        Err(e) => {
-            let _ = writeln!(io::stderr(), "tenure: `tenure __guard` is started by `tenure lock` only ({e})");
-            return exit::code(exit::USAGE);
-        }
-    };
-    let mut guard = Guard {
-        report: File::from(report),
-        control: Some(File::from(control)),
-        pgid: None,
-        grace: u64::try_from(args.grace.as_nanos()).unwrap_or(u64::MAX),
-        deadline: args.deadline_ns,
-        stopping: None,
-        buf: Vec::new(),
-    };
-    ExitCode::from(guard.run(args))
-}
-
-/// Takes ownership of a descriptor `tenure` passed down, and keeps it from the command.
-fn inherited(fd: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: F_GETFD only inspects the descriptor table entry, open or not.
-    if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        return Err(io::Error::other(format!("descriptor {fd} is not an open pipe")));
-    }
-    // SAFETY: `fd` is open (checked above) and was passed to this process for the
-    // guard alone; nothing else in this process owns it.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    rustix::io::fcntl_setfd(&owned, FdFlags::CLOEXEC)?;
-    Ok(owned)
-}
-
-struct Stopping {
-    kill_at: u64,
-    killed: bool,
-}
-
-struct Guard {
-    report: File,
-    control: Option<File>,
-    pgid: Option<Pid>,
-    grace: u64,
-    deadline: u64,
-    stopping: Option<Stopping>,
-    buf: Vec<u8>,
-}
-
-impl Guard {
-    fn send(&mut self, line: &str) {
-        let line = format!("{}\n", line.replace('\n', " "));
-        // EPIPE: tenure is gone; there is nobody left to tell.
-        let _ = self.report.write_all(line.as_bytes());
-    }
-
-    fn run(&mut self, args: &GuardArgs) -> u8 {
-        let stdin = rustix::stdio::stdin();
-        let foreground = if args.foreground { rustix::termios::tcgetpgrp(stdin).ok() } else { None };
-        let Some((program, rest)) = args.command.split_first() else {
-            self.send("failed 64 no command given");
-            return exit::USAGE;
-        };
-        let mut cmd = std::process::Command::new(program);
-        cmd.args(rest).process_group(0);
-        let mut reset = [0i32; GUARD_IGNORES.len()];
-        let mut n = 0;
-        for sig in GUARD_IGNORES.into_iter().filter(|s| !args.keep_ignored.contains(s)) {
-            reset[n] = sig;
-            n += 1;
-        }
-        let parent = rustix::process::getpid();
-        // Orphans of the command's group become the guard's children, and the guard
-        // reaps them: a zombie still counts as a member of its group, and the init
-        // of a container may never reap it.
-        if let Err(e) = rustix::process::set_child_subreaper(Some(parent)) {
-            tracing::debug!(error = %e, "cannot become a child subreaper");
-        }
-        let take_terminal = foreground.is_some();
-        let report = self.report.as_raw_fd();
-        // SAFETY: the closure runs in the forked child before exec. It only makes
-        // async-signal-safe system calls (prctl, getppid, getpid, tcsetpgrp,
-        // signal, write) on data copied into it, and does not allocate. `report`
-        // is open: the guard owns it, and the child's copy lives until exec.
-        unsafe {
-            cmd.pre_exec(move || child_setup(parent, take_terminal, &reset[..n], report));
-        }
-        let spawned = cmd.spawn();
-        let status = match &spawned {
-            Ok(child) => {
-                let pgid = Pid::from_child(child);
-                self.pgid = Some(pgid);
-                Some(self.supervise(pgid))
-            }
-            Err(_) => None,
-        };
-        if let Some(original) = foreground
-            && rustix::termios::tcgetpgrp(stdin).is_ok_and(|now| now != original)
-        {
-            // SIGTTOU is ignored, so the guard may take the terminal back from the
-            // background; fails harmlessly if tenure's group is gone.
-            let _ = rustix::termios::tcsetpgrp(stdin, original);
-        }
-        let status = match (status, spawned) {
-            (Some(status), _) => status,
-            (None, Err(e)) => {
-                // As shells do: 127 when there is no such program, 126 when it cannot run.
-                let code = if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 };
-                self.send(&format!("failed {code} {e}"));
-                return code;
-            }
-            (None, Ok(_)) => Status::Code(i32::from(exit::INTERNAL)),
-        };
-        match status {
-            Status::Code(c) => self.send(&format!("exited {c}")),
-            Status::Signal(s) => self.send(&format!("killed {s}")),
-        }
-        status.exit_code()
-    }
-
-    /// Waits for the leader and then for its group to empty, enforcing the deadline.
-    fn supervise(&mut self, pgid: Pid) -> Status {
-        let pidfd = rustix::process::pidfd_open(pgid, PidfdFlags::empty()).ok();
-        let mut leader: Option<Status> = None;
-        // While the group drains, poll it often at first, then back off to TICK: a
-        // member stuck in the kernel (a hung NFS mount) may take minutes to die.
-        let mut drain = DRAIN_TICK;
-        loop {
-            let reaped = self.reap(pgid);
-            if leader.is_none() && reaped.is_some() {
-                leader = reaped;
-                if group_alive(pgid) && self.stopping.is_none() {
-                    self.begin("leftovers");
-                }
-            }
-            if let Some(status) = leader
-                && !group_alive(pgid)
-            {
-                return status;
-            }
-            let now = mono_now_ns();
-            self.timers(now);
-            let mut wake = TICK;
-            if leader.is_some() {
-                wake = drain;
-                drain = (drain * 2).min(TICK);
-            }
-            let next = match &self.stopping {
-                None => Some(self.deadline.saturating_sub(self.grace)),
-                Some(s) if !s.killed => Some(s.kill_at),
-                Some(_) => None,
-            };
-            if let Some(at) = next {
-                wake = wake.min(Duration::from_nanos(at.saturating_sub(now)));
-            }
-            self.wait_events(pidfd.as_ref().filter(|_| leader.is_none()), wake);
+            Status::Signal(s) => u8::try_from(i64::from(s).saturating_add(128)).unwrap_or(255),
         }
     }
 
-    /// Reaps every child that ended — the leader, and the orphans of its group that
-    /// were re-parented to the guard — and returns the leader's status once it
-    /// ended. Continues the group if ^Z stopped one of its members.
-    fn reap(&mut self, leader: Pid) -> Option<Status> {
-        let mut status = None;
-        loop {
-            // wait(2) for any child: rustix's `waitpid(None, …)` means our own group only.
-            match rustix::process::wait(WaitOptions::NOHANG | WaitOptions::UNTRACED) {
-                Ok(Some((pid, st))) if st.stopped() => {
-                    if st.stopping_signal() == Some(libc::SIGTSTP) {
-                        if pid == leader {
-                            let _ = writeln!(io::stderr(), "tenure: a command holding a lease cannot be suspended");
-                        }
-                        kill_group(leader, Signal::CONT);
-                    }
-                }
-                Ok(Some((pid, st))) if pid == leader => {
-                    status = Some(match (st.exit_status(), st.terminating_signal()) {
-                        (Some(code), _) => Status::Code(code),
-                        (None, Some(sig)) => Status::Signal(sig),
-                        (None, None) => Status::Code(i32::from(exit::INTERNAL)),
-                    });
-                }
-                Ok(Some(_)) | Err(Errno::INTR) => {}
-                Ok(None) => return status,
-                // No children at all: the leader cannot be waited for any more. Only
-                // meaningful before it was reaped, and then it must not spin the loop.
-                Err(_) => return status.or(Some(Status::Code(i32::from(exit::INTERNAL)))),
-            }
+    /// A raw `waitpid` status, as `/proc/<pid>/stat` shows a zombie's.
+    fn from_wait(raw: i32) -> Self {
+        match raw & 0x7f {
+            0 => Status::Code((raw >> 8) & 0xff),
+            sig => Status::Signal(sig),
         }
     }
 
-    fn timers(&mut self, now: u64) {
-        match &mut self.stopping {
-            None if now.saturating_add(self.grace) >= self.deadline => self.begin("deadline"),
-            Some(s) if !s.killed && now >= s.kill_at => {
-                s.killed = true;
-                if let Some(pgid) = self.pgid {
-                    kill_group(pgid, Signal::KILL);
-                }
-            }
-            _ => {}
+    /// The report line: `<exited> <code>` or `<killed> <signal>`.
+    pub(crate) fn report(self, exited: &str, killed: &str) -> String {
+        match self {
+            Status::Code(c) => format!("{exited} {c}"),
+            Status::Signal(s) => format!("{killed} {s}"),
         }
     }
-
-    /// Starts stopping the group: SIGTERM now, SIGKILL after the grace, never
-    /// later than the deadline.
-    fn begin(&mut self, why: &str) {
-        if self.stopping.is_some() {
-            return;
-        }
-        let Some(pgid) = self.pgid else { return };
-        kill_group(pgid, Signal::TERM);
-        kill_group(pgid, Signal::CONT);
-        let now = mono_now_ns();
-        self.stopping = Some(Stopping { kill_at: now.saturating_add(self.grace).min(self.deadline), killed: false });
-        self.send(&format!("stopping {why}"));
-        self.timers(now);
-    }
-
-    fn wait_events(&mut self, pidfd: Option<&OwnedFd>, timeout: Duration) {
-        let timeout = Timespec {
-            tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
-        let readable = {
-            let mut fds = Vec::with_capacity(2);
-            if let Some(c) = &self.control {
-                fds.push(PollFd::new(c, PollFlags::IN));
-            }
-            if let Some(p) = pidfd {
-                fds.push(PollFd::new(p, PollFlags::IN));
-            }
-            match rustix::event::poll(&mut fds, Some(&timeout)) {
-                Ok(_) => self.control.is_some() && !fds[0].revents().is_empty(),
-                Err(_) => false,
-            }
-        };
-        if readable {
-            self.read_control();
-        }
-    }
-
-    fn read_control(&mut self) {
-        let Some(control) = &mut self.control else { return };
-        let mut chunk = [0u8; 512];
-        match control.read(&mut chunk) {
-            Ok(0) => self.parent_gone(),
-            Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(_) => self.parent_gone(),
-        }
-        while let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.buf.drain(..=end).collect();
-            self.command(String::from_utf8_lossy(&line).trim());
-        }
-    }
-
-    fn command(&mut self, line: &str) {
-        let (verb, arg) = line.split_once(' ').unwrap_or((line, ""));
-        match (verb, arg.parse::<u64>()) {
-            ("deadline", Ok(ns)) => {
-                self.deadline = ns;
-                if let Some(s) = &mut self.stopping {
-                    s.kill_at = s.kill_at.min(ns);
-                }
-            }
-            ("stop", _) => self.begin("lost"),
-            ("signal", Ok(n)) => {
-                let sig = i32::try_from(n).ok().and_then(Signal::from_named_raw);
-                if let (Some(sig), Some(pgid)) = (sig, self.pgid) {
-                    kill_group(pgid, sig);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn parent_gone(&mut self) {
-        self.control = None;
-        if self.stopping.is_none() {
-            let _ = writeln!(
-                io::stderr(),
-                "tenure: tenure died while its command ran; stopping the command's process group"
-            );
-        }
-        self.begin("parent");
-    }
-}
-
-/// In the child, between fork and exec: async-signal-safe calls only.
-///
-/// The child itself reports `started <pid>` as its last step: the report is in
-/// tenure's pipe before the command can run, so tenure knows the group to kill
-/// even if the guard dies right after the spawn (were the guard to report it
-/// after `spawn` returned, a guard killed in between would leave tenure blind).
-fn child_setup(parent: Pid, take_terminal: bool, reset: &[i32], report: RawFd) -> io::Result<()> {
-    // Last resort if the guard itself is killed: its direct child dies with it.
-    rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
-    if rustix::process::getppid() != Some(parent) {
-        // (No allocation here: ESRCH says the parent is gone.)
-        return Err(io::Error::from_raw_os_error(libc::ESRCH));
-    }
-    // std makes the child a group leader too, but possibly only after this
-    // closure: tcsetpgrp and the report below need the group to exist.
-    rustix::process::setpgid(None, None)?;
-    if take_terminal {
-        // SIGTTOU is still ignored (inherited from the guard), so this process,
-        // already the leader of a new background group, may take the terminal.
-        let _ = rustix::termios::tcsetpgrp(rustix::stdio::stdin(), rustix::process::getpid());
-    }
-    for &sig in reset {
-        set_disposition(sig, false);
-    }
-    let mut line = *b"started 0000000000\n";
-    let mut pid = rustix::process::getpid().as_raw_nonzero().get().unsigned_abs();
-    for digit in line[8..18].iter_mut().rev() {
-        *digit = b'0' + (pid % 10) as u8;
-        pid /= 10;
-    }
-    // SAFETY: `report` is open in this process until exec (see the caller).
-    let report = unsafe { std::os::fd::BorrowedFd::borrow_raw(report) };
-    // Far below PIPE_BUF: all or nothing. EPIPE: tenure is gone, the guard acts.
-    let _ = rustix::io::write(report, &line);
-    Ok(())
 }
 
 /// What the guard reports.
@@ -491,8 +183,9 @@ fn child_setup(parent: Pid, take_terminal: bool, reset: &[i32], report: RawFd) -
 pub(crate) enum Event {
     /// The command runs, as the leader of process group `pid`.
     Started(i32),
-    /// The guard began stopping the group: `deadline` (no renewal in time),
-    /// `lost` (tenure said so) or `leftovers` (the leader exited, members remain).
+    /// The guard began stopping the command: `deadline` (no renewal in time),
+    /// `lost` (tenure said so), `signal` (tenure got a second signal), `parent`,
+    /// or `leftovers` (the leader exited, processes it started remain).
     Stopping(String),
     /// The command could not be started.
     Failed {
@@ -501,10 +194,23 @@ pub(crate) enum Event {
         /// Why, for humans.
         message: String,
     },
-    /// The command and every process of its group are gone.
+    /// The command and every process it started are gone.
     Exited(Status),
     /// The guard ended without a final report (it was killed).
     GuardLost(String),
+    /// The guard said nothing for the silence limit: it is stopped or hung.
+    Silent(Duration),
+}
+
+/// Where the command stood when `tenure` took over from a silent guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leader {
+    /// It still ran: `tenure` stopped it.
+    Running,
+    /// It had ended by itself, with this status.
+    Ended(Status),
+    /// It had ended (or never started), and its status cannot be known.
+    Unknown,
 }
 
 /// What the command needs to start.
@@ -513,9 +219,12 @@ pub(crate) struct Spec<'a> {
     pub(crate) command: &'a [OsString],
     pub(crate) env: Vec<(&'static str, String)>,
     pub(crate) grace: Duration,
+    /// The first deadline, `CLOCK_BOOTTIME` ns.
     pub(crate) deadline_ns: u64,
     pub(crate) foreground: bool,
     pub(crate) keep_ignored: Vec<i32>,
+    /// How long the guard may stay silent before `tenure` takes over.
+    pub(crate) silence: Duration,
 }
 
 /// `tenure`'s side of the guard.
@@ -524,9 +233,14 @@ pub(crate) struct Supervisor {
     control: Option<OwnedFd>,
     report: tokio::net::unix::pipe::Receiver,
     guard: tokio::process::Child,
+    guard_pid: Option<Pid>,
     buf: Vec<u8>,
     eof: bool,
     pgid: Option<Pid>,
+    /// The leader's status, once the guard reported it (before its leftovers are gone).
+    leader: Option<Status>,
+    silence: Duration,
+    last_heard: Instant,
 }
 
 impl Supervisor {
@@ -541,6 +255,10 @@ impl Supervisor {
         rustix::fs::fcntl_setfl(&control_w, rustix::fs::OFlags::NONBLOCK)?;
         let report = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(report_r))
             .context("watching the guard's report pipe")?;
+        // Should the guard die, what the command detached comes to us, to be killed.
+        if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+            tracing::debug!(error = %e, "cannot become a child subreaper");
+        }
         // The guard's two ends must survive exec. This thread is the only one that
         // starts processes, and our copies are closed right after the spawn; the
         // control pipe's write end stays close-on-exec, so only tenure holds it.
@@ -571,8 +289,20 @@ impl Supervisor {
         }
         cmd.arg("--").args(spec.command).envs(spec.env.iter().map(|(k, v)| (*k, v.as_str()))).process_group(0);
         let guard = cmd.spawn().context("starting the guard process")?;
+        let guard_pid = guard.id().and_then(|id| Pid::from_raw(i32::try_from(id).ok()?));
         drop((control_r, report_w));
-        Ok(Self { control: Some(control_w), report, guard, buf: Vec::new(), eof: false, pgid: None })
+        Ok(Self {
+            control: Some(control_w),
+            report,
+            guard,
+            guard_pid,
+            buf: Vec::new(),
+            eof: false,
+            pgid: None,
+            leader: None,
+            silence: spec.silence,
+            last_heard: Instant::now(),
+        })
     }
 
     fn send(&mut self, line: &str) {
@@ -585,14 +315,19 @@ impl Supervisor {
         }
     }
 
-    /// The group must be dead by `ns` (CLOCK_MONOTONIC) unless a later deadline comes.
+    /// The command must be dead by `ns` (CLOCK_BOOTTIME) unless a later deadline comes.
     pub(crate) fn set_deadline(&mut self, ns: u64) {
         self.send(&format!("deadline {ns}\n"));
     }
 
-    /// Stop the group now (SIGTERM, then SIGKILL after the grace or at the deadline).
+    /// Stop the command now (SIGTERM, then SIGKILL after the grace or at the deadline).
     pub(crate) fn stop(&mut self) {
         self.send("stop\n");
+    }
+
+    /// Stop the command now because `tenure` was asked to, twice.
+    pub(crate) fn stop_for_signal(&mut self) {
+        self.send("stop signal\n");
     }
 
     /// Forward `sig` to the command's process group.
@@ -600,69 +335,234 @@ impl Supervisor {
         self.send(&format!("signal {sig}\n"));
     }
 
-    /// The next report from the guard. Cancel-safe.
+    /// The next report from the guard, or [`Event::Silent`] once it said nothing
+    /// (not even `alive`) for the silence limit. Cancel-safe.
     pub(crate) async fn next(&mut self) -> Event {
         loop {
             if let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=end).collect();
-                if let Some(event) = parse(String::from_utf8_lossy(&line).trim()) {
-                    if let Event::Started(pid) = event {
-                        self.pgid = Pid::from_raw(pid);
+                match parse(String::from_utf8_lossy(&line).trim()) {
+                    Some(Report::Event(event)) => {
+                        if let Event::Started(pid) = event {
+                            self.pgid = Pid::from_raw(pid);
+                        }
+                        return event;
                     }
-                    return event;
+                    Some(Report::Leader(status)) => self.leader = Some(status),
+                    Some(Report::Alive) | None => {}
                 }
                 continue;
+            }
+            if self.buf.len() > MAX_LINE {
+                // Not a line the guard writes: drop it rather than grow without bound.
+                self.buf.clear();
             }
             if self.eof {
                 return self.guard_lost().await;
             }
-            if self.report.readable().await.is_err() {
-                self.eof = true;
-                continue;
+            match tokio::time::timeout_at(self.last_heard + self.silence, self.report.readable()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => self.eof = true,
+                // The timer may fire before the reactor saw a line that did come
+                // (after `tenure` itself was frozen): look at the pipe first.
+                Err(_) => {
+                    if !self.read_raw() && !self.eof {
+                        return Event::Silent(self.silence);
+                    }
+                    continue;
+                }
             }
             let mut chunk = [0u8; 512];
             match self.report.try_read(&mut chunk) {
                 Ok(0) => self.eof = true,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(n) => self.heard(&chunk[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => self.eof = true,
             }
         }
     }
 
+    fn heard(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+        self.last_heard = Instant::now();
+    }
+
+    /// Reads the report pipe directly, past tokio's readiness cache; whether
+    /// anything (or EOF) came.
+    fn read_raw(&mut self) -> bool {
+        let mut chunk = [0u8; 512];
+        match rustix::io::read(&self.report, &mut chunk) {
+            Ok(0) => {
+                self.eof = true;
+                true
+            }
+            Ok(n) => {
+                self.heard(&chunk[..n]);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// The guard closed its report pipe without a final status: it was killed. Its
-    /// command's leader died with it (parent-death signal); kill what is left.
+    /// command's leader died with it (parent-death signal); kill what is left,
+    /// in the group and outside it (re-parented to us, a subreaper).
     async fn guard_lost(&mut self) -> Event {
         if let Some(pgid) = self.pgid {
             kill_group(pgid, Signal::KILL);
         }
-        let how = match self.guard.wait().await {
-            Ok(st) => st.to_string(),
-            Err(e) => e.to_string(),
-        };
-        Event::GuardLost(format!(
-            "the guard process ended unexpectedly ({how}); the command's process group was killed"
-        ))
+        let how = self.reap_guard().await;
+        kill_all_descendants(None).await;
+        Event::GuardLost(format!("the guard process ended unexpectedly ({how}); the command's processes were killed"))
     }
 
-    /// Reaps the guard after its final report.
+    /// Stops the command without its silent guard: SIGTERM to every process the
+    /// command started (all descendants of the guard), SIGKILL at `kill_at`
+    /// (CLOCK_BOOTTIME ns) to what is left, until nothing is; then kills the guard.
+    /// Says where the command stood when the guard fell silent.
+    pub(crate) async fn take_over(&mut self, kill_at: u64) -> Leader {
+        // A guard that wakes up now sees EOF and stops too: the same thing.
+        self.control = None;
+        let leader = match (self.leader, self.pgid) {
+            (Some(status), _) => Leader::Ended(status),
+            (None, None) => Leader::Unknown,
+            (None, Some(pgid)) => match tree::stat(pgid.as_raw_nonzero().get()) {
+                Some(st) if !st.zombie => Leader::Running,
+                // A zombie: it ended, and its silent parent never reaped it.
+                Some(st) => st.wait_status.map_or(Leader::Unknown, |raw| Leader::Ended(Status::from_wait(raw))),
+                None => Leader::Unknown,
+            },
+        };
+        let me = rustix::process::getpid();
+        // The guard (stopped or hung) is spared until the end: killing it first
+        // would SIGKILL the leader at once (parent-death signal). SIGTERM goes
+        // once to what runs now, as the guard does; then SIGKILL at every pass.
+        tree::signal_descendants(me, self.guard_pid, &[Signal::TERM, Signal::CONT]);
+        let mut pause = DRAIN_TICK;
+        loop {
+            let now = boot_now_ns();
+            let left = if now >= kill_at {
+                tree::signal_descendants(me, self.guard_pid, &[Signal::KILL])
+            } else {
+                tree::descendants(me).into_iter().filter(|&p| Some(p) != self.guard_pid.map(raw)).count()
+            };
+            if left == 0 {
+                break;
+            }
+            let until_kill = Duration::from_nanos(kill_at.saturating_sub(now));
+            let wait = if until_kill.is_zero() { pause } else { pause.min(until_kill) };
+            tokio::time::sleep(wait).await;
+            pause = (pause * 2).min(TICK);
+        }
+        self.kill_guard();
+        self.reap_guard().await;
+        kill_all_descendants(self.guard_pid).await;
+        leader
+    }
+
+    fn kill_guard(&self) {
+        if let Some(guard) = self.guard_pid {
+            let _ = rustix::process::kill_process(guard, Signal::KILL);
+        }
+    }
+
+    /// Waits for the guard to end, killing it if it lingers (stopped or hung
+    /// after its last word); says how it ended. A guard stuck in the kernel is
+    /// not waited for.
+    async fn reap_guard(&mut self) -> String {
+        let lingering = Duration::from_secs(1);
+        let ended = match tokio::time::timeout(lingering, self.guard.wait()).await {
+            Ok(ended) => ended,
+            Err(_) => {
+                self.kill_guard();
+                match tokio::time::timeout(lingering, self.guard.wait()).await {
+                    Ok(ended) => ended,
+                    Err(_) => return "it does not end, even killed".into(),
+                }
+            }
+        };
+        match ended {
+            Ok(st) => st.to_string(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Reaps the guard after its final report: the command and everything it
+    /// started are gone, so a guard that lingers is killed.
     pub(crate) async fn finish(mut self) {
         self.control = None;
-        let _ = self.guard.wait().await;
+        self.reap_guard().await;
     }
 }
 
-fn parse(line: &str) -> Option<Event> {
+fn raw(pid: Pid) -> i32 {
+    pid.as_raw_nonzero().get()
+}
+
+/// SIGKILL to every live descendant of `tenure` (but `except`), until none is left.
+async fn kill_all_descendants(except: Option<Pid>) {
+    let me = rustix::process::getpid();
+    while tree::signal_descendants(me, except, &[Signal::KILL]) > 0 {
+        tokio::time::sleep(DRAIN_TICK).await;
+    }
+}
+
+/// One line of the guard's report.
+enum Report {
+    Event(Event),
+    Leader(Status),
+    Alive,
+}
+
+fn parse(line: &str) -> Option<Report> {
     let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
-    match verb {
-        "started" => rest.parse().ok().map(Event::Started),
+    let status = |verb: &str, n: &str| match verb {
+        "exited" => n.parse().ok().map(Status::Code),
+        "killed" => n.parse().ok().map(Status::Signal),
+        _ => None,
+    };
+    let event = match verb {
+        "alive" => return Some(Report::Alive),
+        "leader" => {
+            let (how, n) = rest.split_once(' ')?;
+            return status(how, n).map(Report::Leader);
+        }
+        "started" => rest.parse().ok().filter(|&pid: &i32| pid > 0).map(Event::Started),
         "stopping" => Some(Event::Stopping(rest.to_string())),
         "failed" => {
             let (code, message) = rest.split_once(' ').unwrap_or((rest, ""));
             Some(Event::Failed { code: code.parse().unwrap_or(126), message: message.to_string() })
         }
-        "exited" => rest.parse().ok().map(|c| Event::Exited(Status::Code(c))),
-        "killed" => rest.parse().ok().map(|s| Event::Exited(Status::Signal(s))),
+        "exited" | "killed" => status(verb, rest).map(Event::Exited),
         _ => None,
+    };
+    event.map(Report::Event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_lines_parse_and_absurd_numbers_are_dropped() {
+        assert!(matches!(parse("started 42"), Some(Report::Event(Event::Started(42)))));
+        assert!(parse("started -1").is_none() && parse("started 0").is_none());
+        assert!(parse("started 99999999999999").is_none());
+        assert!(matches!(parse("leader killed 9"), Some(Report::Leader(Status::Signal(9)))));
+        assert!(matches!(parse("killed 2147483647"), Some(Report::Event(Event::Exited(Status::Signal(i32::MAX))))));
+        assert!(matches!(parse("failed 999 no"), Some(Report::Event(Event::Failed { code: 126, .. }))));
+        assert!(matches!(parse("alive"), Some(Report::Alive)));
+        assert!(parse("leader").is_none() && parse("exited x").is_none() && parse("").is_none());
+    }
+
+    #[test]
+    fn statuses_map_to_shell_exit_codes_without_overflow() {
+        assert_eq!(Status::Signal(i32::MAX).exit_code(), 255);
+        assert_eq!(Status::Signal(i32::MIN).exit_code(), 255);
+        assert_eq!(Status::Signal(9).exit_code(), 137);
+        assert_eq!(Status::Code(256 + 3).exit_code(), 3);
+        assert_eq!(Status::from_wait(3 << 8), Status::Code(3));
+        assert_eq!(Status::from_wait(9), Status::Signal(9));
+        assert_eq!(Status::from_wait(0x80 | 11), Status::Signal(11), "a core dump");
     }
 }

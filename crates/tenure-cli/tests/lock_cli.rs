@@ -293,3 +293,71 @@ fn a_signal_while_waiting_ends_tenure_with_128_plus_the_signal_holding_nothing()
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+#[test]
+fn a_second_sigterm_stops_a_command_that_ignored_the_first_within_the_grace() {
+    let store = FileStore::new();
+    let marks = store.path("marks");
+    // The command notes each SIGTERM and carries on.
+    let mut holder = start(&store, "stubborn", &["--ttl", "20s", "--kill-grace", "1s"], &stubborn(&marks));
+    wait_lines(&marks, 1, LIMIT);
+    signal(holder.id(), Signal::TERM);
+    wait_lines(&marks, 2, LIMIT);
+    let asked = Instant::now();
+    signal(holder.id(), Signal::TERM);
+    let (code, err) = finish(&mut holder);
+    // It ignored the SIGTERM the guard sent as well: SIGKILL after the 1s grace.
+    assert_eq!(code, Some(128 + 9), "{err}");
+    assert!(asked.elapsed() < Duration::from_secs(10), "took {:?}", asked.elapsed());
+    assert!(err.contains("asked twice"), "{err}");
+    assert!(holders(&store.url(), "stubborn").is_empty(), "released");
+}
+
+#[test]
+fn a_ttl_too_long_for_the_record_is_refused_before_anything_is_taken() {
+    let store = FileStore::new();
+    let ran = store.path("ran");
+    let command = format!("touch '{}'; sleep 5", ran.display());
+    // u64::MAX / 1000 seconds: its milliseconds overflow, and a wrapped, tiny TTL
+    // once let a contender take the lease while this command still ran.
+    for ttl in ["18446744073709551", "31days", "1e19", "inf", "NaN", "-5"] {
+        let out = run(&mut lock(&store.url(), "huge", &[&format!("--ttl={ttl}")], &["sh", "-c", &command]), LIMIT);
+        assert_eq!(out.status.code(), Some(64), "--ttl {ttl}: {}", stderr(&out));
+        assert!(stderr(&out).contains("--ttl"), "names the flag: {}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
+    assert!(!ran.exists(), "the command ran");
+    let out = run(tenure().args(["status", &store.url()]), LIMIT);
+    assert!(stdout(&out).contains("no leases"), "nothing was acquired: {}", stdout(&out));
+    // The longest TTL tenure grants still works, and a contender cannot get in.
+    let mut holder = start(&store, "huge", &["--ttl", "30days"], &command);
+    assert!(eventually(LIMIT, || ran.exists()), "the 30-day holder never ran");
+    let out = run(&mut lock(&store.url(), "huge", &["--no-wait"], &["true"]), LIMIT);
+    assert_eq!(out.status.code(), Some(75), "a contender got in beside a 30-day holder: {}", stderr(&out));
+    let (code, err) = finish(&mut holder);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn every_duration_flag_and_variable_is_range_checked_at_parse() {
+    let store = FileStore::new();
+    let url = store.url();
+    for (flag, value) in [
+        ("--poll", "11y"),
+        ("--kill-grace", "NaN"),
+        ("--timeout", "inf"),
+        ("--max-skew", "-1"),
+        ("--corrupt-ttl", "1e300"),
+        ("--timeout", "99999999999999999999years"),
+    ] {
+        let out = run(tenure().args(["lock", &url, "x", &format!("{flag}={value}"), "--", "true"]), LIMIT);
+        assert_eq!(out.status.code(), Some(64), "{flag} {value}: {}", stderr(&out));
+        assert!(stderr(&out).contains(flag), "names {flag}: {}", stderr(&out));
+    }
+    for (var, value) in [("TENURE_MAX_SKEW", "inf"), ("TENURE_CORRUPT_TTL", "99999y")] {
+        let out = run(tenure().env(var, value).args(["lock", &url, "x", "--", "true"]), LIMIT);
+        assert_eq!(out.status.code(), Some(64), "{var}={value}: {}", stderr(&out));
+    }
+    let out = run(tenure().args(["status", &url]), LIMIT);
+    assert!(stdout(&out).contains("no leases"), "nothing was acquired: {}", stdout(&out));
+}

@@ -6,28 +6,13 @@
 
 mod common;
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
 use rustix::process::Signal;
 
-const LIMIT: Duration = Duration::from_secs(30);
 const SKEW: &str = "200ms";
-
-/// A command that starts two background sleeps in its group, records their pids
-/// in `pids`, and waits.
-fn sleepers(pids: &std::path::Path) -> String {
-    format!("sleep 300 & echo $! >> '{p}'; sleep 301 & echo $! >> '{p}'; echo $$ >> '{p}'; wait", p = pids.display())
-}
-
-fn start(store: &FileStore, name: &str, flags: &[&str], script: &str) -> Child {
-    lock(&store.url(), name, flags, &["sh", "-c", script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tenure lock")
-}
 
 /// Takes the lease as the next holder, whose command exits 99 if any of `pids`
 /// still runs. Returns how long after `since` the next holder got in, and its status.
@@ -48,17 +33,6 @@ fn next_holder_sees_none_running(store: &FileStore, name: &str, pids: &[u32], si
     let got_in = since.elapsed();
     let status = wait_status(&mut contender, LIMIT);
     (got_in, status.code().unwrap_or(-1))
-}
-
-/// The guard: the one child of `tenure`'s main thread (`tenure lock` starts
-/// processes from it only).
-fn guard_of(tenure: &Child) -> u32 {
-    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", tenure.id())).expect("children");
-    children.split_whitespace().next().expect("the guard").parse().expect("pid")
-}
-
-fn pids_of(path: &std::path::Path, n: usize) -> Vec<u32> {
-    wait_lines(path, n, LIMIT).iter().map(|l| l.trim().parse().expect("pid")).collect()
 }
 
 #[test]
@@ -144,13 +118,8 @@ fn breaking_the_lease_stops_the_command_and_exits_76() {
 fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     let store = FileStore::new();
     let marks = store.path("marks");
-    // The shell notes SIGTERM and carries on; its sleeps ignore nothing and die.
-    let script = format!(
-        "trap 'echo term >> \"{m}\"' TERM; echo $$ >> \"{m}\"; while :; do sleep 0.05; done",
-        m = marks.display()
-    );
     // A grace long enough for a loaded machine to run the trap before SIGKILL.
-    let mut holder = start(&store, "stubborn", &["--ttl", "10s", "--kill-grace", "3s"], &script);
+    let mut holder = start(&store, "stubborn", &["--ttl", "10s", "--kill-grace", "3s"], &stubborn(&marks));
     let shell: u32 = wait_lines(&marks, 1, LIMIT)[0].parse().expect("pid");
 
     let broke_at = Instant::now();

@@ -129,15 +129,18 @@ impl EtcdUrl {
 /// `url` as it may be shown: with the value of any `password=` in its query
 /// replaced by `***`.
 pub fn redacted(url: &str) -> String {
-    let Some((base, query)) = url.split_once('?') else { return url.to_string() };
-    let query: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some(("password", _)) => "password=***".to_string(),
-            _ => pair.to_string(),
-        })
-        .collect();
-    format!("{base}?{}", query.join("&"))
+    // Every `password=` value, wherever it is (after a second `?`, in a
+    // malformed pair): a URL that fails to parse is shown in its error.
+    let mut out = String::with_capacity(url.len());
+    let mut rest = url;
+    while let Some(at) = rest.find("password=") {
+        let (before, after) = rest.split_at(at + "password=".len());
+        out.push_str(before);
+        out.push_str("***");
+        rest = after.find(['&', '?', '#']).map_or("", |end| &after[end..]);
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `host[:port]` → `http://host:port`.
@@ -281,6 +284,8 @@ mod tests {
             "etcd://h/p?user=a&password=***&timeout=1s"
         );
         assert_eq!(redacted("etcd://h/p"), "etcd://h/p");
+        assert_eq!(redacted("etcd://h:1/locks??password=s3cret-pass"), "etcd://h:1/locks??password=***");
+        assert_eq!(redacted("etcd://h/p?user=a?password=x&t=1"), "etcd://h/p?user=a?password=***&t=1");
         match parse("etcd://h/p?password=s3cret") {
             Err(e) => assert!(!e.to_string().contains("s3cret"), "{e}"),
             Ok(u) => panic!("password without user must be refused: {u:?}"),

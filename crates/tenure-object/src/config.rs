@@ -145,7 +145,15 @@ pub(crate) fn build(url: &str, params: &BTreeMap<String, String>) -> Result<Buil
             provider.example_keys()
         ))
     };
-    let built = |e: object_store::Error| invalid(format!("cannot configure the store: {e}"));
+    // object_store quotes a value it cannot parse; a secret pasted into the wrong
+    // key must not reach a terminal or a log, so values are named by their key.
+    let built = |e: object_store::Error| {
+        let mut message = e.to_string();
+        for (k, v) in options.iter().filter(|(_, v)| v.len() >= 4) {
+            message = message.replace(v.as_str(), &format!("<the value of {k}>"));
+        }
+        invalid(format!("cannot configure the store: {message}"))
+    };
     let store: Arc<dyn ObjectStore> = match provider {
         Provider::S3 => {
             let mut b = AmazonS3Builder::from_env().with_url(base).with_retry(retry);
@@ -286,6 +294,8 @@ mod tests {
         let b = build("s3://tenure/x?aws_endpoint=http://127.0.0.1:1&aws_region=us-east-1", &p);
         assert!(b.is_ok(), "{b:?}");
         let r = reason(build("s3://tenure/x?aws_endpoint=http://127.0.0.1:1", &params(&[("aws_allow_http", "no")])));
+        let secret = reason(build("s3://tenure/x", &params(&[("aws_skip_signature", "hunter2-not-a-bool")])));
+        assert!(!secret.contains("hunter2") && secret.contains("aws_skip_signature"), "{secret}");
         assert!(r.contains("aws_allow_http"), "{r}");
     }
 }

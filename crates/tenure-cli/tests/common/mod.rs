@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 /// The `tenure` binary under test.
 pub const TENURE: &str = env!("CARGO_BIN_EXE_tenure");
 
+/// How long any one step of a test may take before it fails: generous, for a
+/// loaded machine.
+pub const LIMIT: Duration = Duration::from_secs(30);
+
 /// `tenure` with no ambient configuration from the developer's environment.
 pub fn tenure() -> Command {
     let mut cmd = Command::new(TENURE);
@@ -188,4 +192,53 @@ pub fn holders_with(store: &str, name: &str, extra: &[String]) -> Vec<(u64, u64)
         .as_array()
         .map(|hs| hs.iter().filter_map(|h| Some((h["holder"]["pid"].as_u64()?, h["token"].as_u64()?))).collect())
         .unwrap_or_default()
+}
+
+/// A command that starts two background sleeps in its group, records their pids
+/// in `pids`, and waits.
+pub fn sleepers(pids: &std::path::Path) -> String {
+    format!("sleep 300 & echo $! >> '{p}'; sleep 301 & echo $! >> '{p}'; echo $$ >> '{p}'; wait", p = pids.display())
+}
+
+/// A shell that writes its pid to `marks`, then notes each SIGTERM there
+/// (`term`) and carries on; its sleeps ignore nothing.
+pub fn stubborn(marks: &Path) -> String {
+    format!("trap 'echo term >> \"{m}\"' TERM; echo $$ >> \"{m}\"; while :; do sleep 0.05; done", m = marks.display())
+}
+
+/// Starts `tenure lock <store> <name> <flags…> -- sh -c <script>`, its stderr piped.
+pub fn start(store: &FileStore, name: &str, flags: &[&str], script: &str) -> Child {
+    lock(&store.url(), name, flags, &["sh", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tenure lock")
+}
+
+/// The guard: the one child of `tenure`'s main thread (`tenure lock` starts
+/// processes from it only).
+pub fn guard_of(tenure: &Child) -> u32 {
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", tenure.id())).expect("children");
+    children.split_whitespace().next().expect("the guard").parse().expect("pid")
+}
+
+/// The pids in `path`, one a line, once it has `n` of them.
+pub fn pids_of(path: &std::path::Path, n: usize) -> Vec<u32> {
+    wait_lines(path, n, LIMIT).iter().map(|l| l.trim().parse().expect("pid")).collect()
+}
+
+/// Waits for `holder` to end and returns its exit code and what it printed on stderr.
+pub fn finish(holder: &mut Child) -> (Option<i32>, String) {
+    let status = wait_status(holder, LIMIT);
+    let mut err = String::new();
+    if let Some(mut pipe) = holder.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut err);
+    }
+    (status.code(), err)
+}
+
+/// Whether the lease is free: `tenure lock --no-wait` gets it at once.
+pub fn lease_is_free(store: &FileStore, name: &str) -> bool {
+    let out = run(&mut lock(&store.url(), name, &["--no-wait"], &["true"]), LIMIT);
+    out.status.code() == Some(0)
 }

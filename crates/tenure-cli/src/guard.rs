@@ -1,0 +1,485 @@
+//! The guard process (`tenure __guard`): runs the command and stops it, and every
+//! process it started, when `tenure` can no longer vouch for the lease. The
+//! design is explained in [`crate::supervise`]; this is the guard's side.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::{Errno, FdFlags};
+use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
+
+use crate::exit;
+use crate::supervise::{DRAIN_TICK, HEARTBEAT, Status, TICK, boot_now_ns, group_alive, kill_group, set_disposition};
+use crate::tree;
+
+/// Signals the guard ignores: they are `tenure`'s to forward.
+const GUARD_IGNORES: [i32; 7] =
+    [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
+
+/// Longest line either side sends or accepts: far below `PIPE_BUF`, so that a
+/// write of one line is all or nothing, also on a non-blocking pipe.
+pub(crate) const MAX_LINE: usize = 1024;
+
+/// Arguments of the hidden guard process (`tenure __guard`), started by `tenure lock`.
+#[derive(Debug, Args)]
+pub(crate) struct GuardArgs {
+    /// Read end of the control pipe from `tenure`.
+    #[arg(long, value_name = "FD")]
+    pub(crate) control_fd: RawFd,
+    /// Write end of the report pipe to `tenure`.
+    #[arg(long, value_name = "FD")]
+    pub(crate) report_fd: RawFd,
+    /// Time between SIGTERM and SIGKILL.
+    #[arg(long, value_parser = crate::args::duration)]
+    pub(crate) grace: Duration,
+    /// The first deadline (CLOCK_BOOTTIME, ns) by which the command must be dead.
+    #[arg(long)]
+    pub(crate) deadline_ns: u64,
+    /// Hand the terminal's foreground to the command and back.
+    #[arg(long)]
+    pub(crate) foreground: bool,
+    /// Signals that stay ignored in the command (they were ignored for `tenure`).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) keep_ignored: Vec<i32>,
+    /// The command.
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// Runs the command; returns its status as the exit code. Synchronous: no runtime.
+pub(crate) fn guard_main(args: &GuardArgs) -> ExitCode {
+    for sig in GUARD_IGNORES {
+        set_disposition(sig, true);
+    }
+    let fds = inherited(args.control_fd).and_then(|c| Ok((c, inherited(args.report_fd)?)));
+    let (control, report) = match fds {
+        Ok(fds) => fds,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "tenure: `tenure __guard` is started by `tenure lock` only ({e})");
+            return exit::code(exit::USAGE);
+        }
+    };
+    // Reports never block the guard: were `tenure` frozen with its pipe full, a
+    // blocking write would keep the guard from enforcing the deadline. Lines that
+    // matter wait in `outbox`; heartbeats that do not fit are dropped.
+    if let Err(e) = rustix::fs::fcntl_setfl(&report, rustix::fs::OFlags::NONBLOCK) {
+        let _ = writeln!(io::stderr(), "tenure: the guard cannot set up its report pipe: {e}");
+        return exit::code(exit::INTERNAL);
+    }
+    let now = boot_now_ns();
+    let mut guard = Guard {
+        report: Some(File::from(report)),
+        outbox: VecDeque::new(),
+        next_beat: now,
+        control: Some(File::from(control)),
+        pgid: None,
+        grace: u64::try_from(args.grace.as_nanos()).unwrap_or(u64::MAX),
+        deadline: args.deadline_ns,
+        stopping: None,
+        buf: Vec::new(),
+    };
+    ExitCode::from(guard.run(args))
+}
+
+/// Takes ownership of a descriptor `tenure` passed down, and keeps it from the command.
+fn inherited(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_GETFD only inspects the descriptor table entry, open or not.
+    if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(io::Error::other(format!("descriptor {fd} is not an open pipe")));
+    }
+    // SAFETY: `fd` is open (checked above) and was passed to this process for the
+    // guard alone; nothing else in this process owns it.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    rustix::io::fcntl_setfd(&owned, FdFlags::CLOEXEC)?;
+    Ok(owned)
+}
+
+struct Stopping {
+    kill_at: u64,
+    killed: bool,
+}
+
+struct Guard {
+    /// `None` once `tenure` closed its end.
+    report: Option<File>,
+    /// Report lines not yet written (the pipe was full).
+    outbox: VecDeque<String>,
+    next_beat: u64,
+    control: Option<File>,
+    pgid: Option<Pid>,
+    grace: u64,
+    deadline: u64,
+    stopping: Option<Stopping>,
+    buf: Vec<u8>,
+}
+
+impl Guard {
+    fn send(&mut self, line: &str) {
+        let mut line: String = line.replace('\n', " ").chars().take(MAX_LINE - 1).collect();
+        line.push('\n');
+        self.outbox.push_back(line);
+        self.flush();
+    }
+
+    /// Writes what the pipe takes now, in order.
+    fn flush(&mut self) {
+        while let (Some(report), Some(line)) = (&self.report, self.outbox.front()) {
+            match rustix::io::write(report, line.as_bytes()) {
+                Ok(_) => {
+                    self.outbox.pop_front();
+                }
+                Err(Errno::AGAIN | Errno::INTR) => return,
+                // EPIPE: tenure is gone; there is nobody left to tell.
+                Err(_) => {
+                    self.report = None;
+                    self.outbox.clear();
+                }
+            }
+        }
+    }
+
+    /// `alive`, every [`HEARTBEAT`]: `tenure` takes over from a guard that falls
+    /// silent. Dropped when the pipe is full (`tenure` is not reading anyway).
+    fn heartbeat(&mut self, now: u64) {
+        if now < self.next_beat || !self.outbox.is_empty() {
+            return;
+        }
+        self.next_beat = now.saturating_add(nanos(HEARTBEAT));
+        if let Some(report) = &self.report {
+            let _ = rustix::io::write(report, b"alive\n");
+        }
+    }
+
+    /// Before exiting: waits until `tenure` took every line, or is gone.
+    fn flush_all(&mut self) {
+        loop {
+            self.flush();
+            let Some(report) = &self.report else { return };
+            if self.outbox.is_empty() {
+                return;
+            }
+            let mut fds = [PollFd::new(report, PollFlags::OUT)];
+            let _ = rustix::event::poll(&mut fds, None);
+        }
+    }
+
+    fn run(&mut self, args: &GuardArgs) -> u8 {
+        let code = self.run_command(args);
+        self.flush_all();
+        code
+    }
+
+    fn run_command(&mut self, args: &GuardArgs) -> u8 {
+        let stdin = rustix::stdio::stdin();
+        let foreground = if args.foreground { rustix::termios::tcgetpgrp(stdin).ok() } else { None };
+        let Some((program, rest)) = args.command.split_first() else {
+            self.send("failed 64 no command given");
+            return exit::USAGE;
+        };
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(rest).process_group(0);
+        let mut reset = [0i32; GUARD_IGNORES.len()];
+        let mut n = 0;
+        for sig in GUARD_IGNORES.into_iter().filter(|s| !args.keep_ignored.contains(s)) {
+            reset[n] = sig;
+            n += 1;
+        }
+        let parent = rustix::process::getpid();
+        // Orphans of the command — in its group or not (`setsid`, daemons) — become
+        // the guard's children: the guard finds them to stop them, and reaps them
+        // (a zombie still counts as a member of its group, and the init of a
+        // container may never reap it).
+        if let Err(e) = rustix::process::set_child_subreaper(Some(parent)) {
+            tracing::debug!(error = %e, "cannot become a child subreaper");
+        }
+        let take_terminal = foreground.is_some();
+        let report = self.report.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+        // SAFETY: the closure runs in the forked child before exec. It only makes
+        // async-signal-safe system calls (prctl, getppid, getpid, tcsetpgrp,
+        // signal, write) on data copied into it, and does not allocate. `report`
+        // is open: the guard owns it, and the child's copy lives until exec.
+        unsafe {
+            cmd.pre_exec(move || child_setup(parent, take_terminal, &reset[..n], report));
+        }
+        let spawned = cmd.spawn();
+        let status = match &spawned {
+            Ok(child) => {
+                let pgid = Pid::from_child(child);
+                self.pgid = Some(pgid);
+                Some(self.supervise(pgid))
+            }
+            Err(_) => None,
+        };
+        if let Some(original) = foreground
+            && rustix::termios::tcgetpgrp(stdin).is_ok_and(|now| now != original)
+        {
+            // SIGTTOU is ignored, so the guard may take the terminal back from the
+            // background; fails harmlessly if tenure's group is gone.
+            let _ = rustix::termios::tcsetpgrp(stdin, original);
+        }
+        let status = match (status, spawned) {
+            (Some(status), _) => status,
+            (None, Err(e)) => {
+                // As shells do: 127 when there is no such program, 126 when it cannot run.
+                let code = if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 };
+                self.send(&format!("failed {code} {e}"));
+                return code;
+            }
+            (None, Ok(_)) => Status::Code(i32::from(exit::INTERNAL)),
+        };
+        self.send(&status.report("exited", "killed"));
+        status.exit_code()
+    }
+
+    /// Waits for the leader, then for every process the command started to be
+    /// gone, enforcing the deadline.
+    fn supervise(&mut self, pgid: Pid) -> Status {
+        let pidfd = rustix::process::pidfd_open(pgid, PidfdFlags::empty()).ok();
+        let mut leader: Option<Status> = None;
+        // While the rest drains, poll often at first, then back off to TICK: a
+        // process stuck in the kernel (a hung NFS mount) may take minutes to die.
+        let mut drain = DRAIN_TICK;
+        loop {
+            let (reaped, children_left) = self.reap(pgid);
+            if leader.is_none()
+                && let Some(status) = reaped
+            {
+                leader = Some(status);
+                self.send(&status.report("leader exited", "leader killed"));
+                if (children_left || group_alive(pgid)) && self.stopping.is_none() {
+                    self.begin("leftovers");
+                }
+            }
+            // As a subreaper, the guard is an ancestor of everything the command
+            // started until it is reaped: no children left means nothing left.
+            if let Some(status) = leader
+                && !children_left
+                && !group_alive(pgid)
+            {
+                return status;
+            }
+            let now = boot_now_ns();
+            self.timers(now);
+            self.sweep();
+            self.flush();
+            self.heartbeat(now);
+            let mut wake = TICK;
+            if leader.is_some() {
+                wake = drain;
+                drain = (drain * 2).min(TICK);
+            }
+            let next = match &self.stopping {
+                None => Some(self.deadline.saturating_sub(self.grace)),
+                Some(s) if !s.killed => Some(s.kill_at),
+                Some(_) => None,
+            };
+            if let Some(at) = next {
+                wake = wake.min(Duration::from_nanos(at.saturating_sub(now)));
+            }
+            self.wait_events(pidfd.as_ref().filter(|_| leader.is_none()), wake);
+        }
+    }
+
+    /// Reaps every child that ended — the leader, and the orphans re-parented to
+    /// the guard — and returns the leader's status if it ended now, and whether
+    /// any child is left. Continues the group if ^Z stopped one of its members.
+    fn reap(&mut self, leader: Pid) -> (Option<Status>, bool) {
+        let mut status = None;
+        loop {
+            // wait(2) for any child: rustix's `waitpid(None, …)` means our own group only.
+            match rustix::process::wait(WaitOptions::NOHANG | WaitOptions::UNTRACED) {
+                Ok(Some((pid, st))) if st.stopped() => {
+                    if st.stopping_signal() == Some(libc::SIGTSTP) {
+                        if pid == leader {
+                            let _ = writeln!(io::stderr(), "tenure: a command holding a lease cannot be suspended");
+                        }
+                        kill_group(leader, Signal::CONT);
+                        let _ = rustix::process::kill_process(pid, Signal::CONT);
+                    }
+                }
+                Ok(Some((pid, st))) if pid == leader => {
+                    status = Some(match (st.exit_status(), st.terminating_signal()) {
+                        (Some(code), _) => Status::Code(code),
+                        (None, Some(sig)) => Status::Signal(sig),
+                        (None, None) => Status::Code(i32::from(exit::INTERNAL)),
+                    });
+                }
+                Ok(Some(_)) | Err(Errno::INTR) => {}
+                Ok(None) => return (status, true),
+                // No children at all. Before the leader was reaped this cannot
+                // happen, and then it must not spin the loop.
+                Err(_) => return (status.or(Some(Status::Code(i32::from(exit::INTERNAL)))), false),
+            }
+        }
+    }
+
+    fn timers(&mut self, now: u64) {
+        match &mut self.stopping {
+            None if now.saturating_add(self.grace) >= self.deadline => self.begin("deadline"),
+            Some(s) if !s.killed && now >= s.kill_at => {
+                s.killed = true;
+                if let Some(pgid) = self.pgid {
+                    kill_group(pgid, Signal::KILL);
+                }
+                self.sweep();
+            }
+            _ => {}
+        }
+    }
+
+    /// Once the grace is over: SIGKILL to every descendant, at every pass, since
+    /// they may have forked meanwhile.
+    fn sweep(&mut self) {
+        if self.stopping.as_ref().is_some_and(|s| s.killed) {
+            tree::signal_descendants(rustix::process::getpid(), None, &[Signal::KILL]);
+        }
+    }
+
+    /// Starts stopping the command: SIGTERM now, SIGKILL after the grace, never
+    /// later than the deadline.
+    fn begin(&mut self, why: &str) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let Some(pgid) = self.pgid else { return };
+        kill_group(pgid, Signal::TERM);
+        kill_group(pgid, Signal::CONT);
+        // The same to what left the group. Once only, as for the group: what the
+        // command forks while it stops (a cleanup handler's `rm`) is part of
+        // stopping gracefully, and meets SIGKILL only when the grace is over.
+        let me = rustix::process::getpid();
+        tree::signal_descendants(me, None, &[Signal::TERM, Signal::CONT]);
+        let now = boot_now_ns();
+        self.stopping = Some(Stopping { kill_at: now.saturating_add(self.grace).min(self.deadline), killed: false });
+        self.send(&format!("stopping {why}"));
+        self.timers(now);
+    }
+
+    fn wait_events(&mut self, pidfd: Option<&OwnedFd>, timeout: Duration) {
+        let timeout = Timespec {
+            tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        let readable = {
+            let mut fds = Vec::with_capacity(2);
+            if let Some(c) = &self.control {
+                fds.push(PollFd::new(c, PollFlags::IN));
+            }
+            if let Some(p) = pidfd {
+                fds.push(PollFd::new(p, PollFlags::IN));
+            }
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(_) => self.control.is_some() && !fds[0].revents().is_empty(),
+                Err(_) => false,
+            }
+        };
+        if readable {
+            self.read_control();
+        }
+    }
+
+    fn read_control(&mut self) {
+        let Some(control) = &mut self.control else { return };
+        let mut chunk = [0u8; 512];
+        match control.read(&mut chunk) {
+            Ok(0) => self.parent_gone(),
+            Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => self.parent_gone(),
+        }
+        while let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.buf.drain(..=end).collect();
+            self.command(String::from_utf8_lossy(&line).trim());
+        }
+        if self.buf.len() > MAX_LINE {
+            // Not a line tenure writes: drop it rather than grow without bound.
+            self.buf.clear();
+        }
+    }
+
+    fn command(&mut self, line: &str) {
+        let (verb, arg) = line.split_once(' ').unwrap_or((line, ""));
+        match (verb, arg) {
+            ("deadline", ns) => {
+                let Ok(ns) = ns.parse::<u64>() else { return };
+                self.deadline = ns;
+                if let Some(s) = &mut self.stopping {
+                    s.kill_at = s.kill_at.min(ns);
+                }
+            }
+            ("stop", "signal") => self.begin("signal"),
+            ("stop", _) => self.begin("lost"),
+            ("signal", n) => {
+                let sig = n.parse::<i32>().ok().and_then(Signal::from_named_raw);
+                if let (Some(sig), Some(pgid)) = (sig, self.pgid) {
+                    kill_group(pgid, sig);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn parent_gone(&mut self) {
+        self.control = None;
+        if self.stopping.is_none() {
+            let _ = writeln!(
+                io::stderr(),
+                "tenure: tenure died while its command ran; stopping the command's process group"
+            );
+        }
+        self.begin("parent");
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// In the child, between fork and exec: async-signal-safe calls only.
+///
+/// The child itself reports `started <pid>` as its last step: the report is in
+/// tenure's pipe before the command can run, so tenure knows the group to kill
+/// even if the guard dies right after the spawn (were the guard to report it
+/// after `spawn` returned, a guard killed in between would leave tenure blind).
+fn child_setup(parent: Pid, take_terminal: bool, reset: &[i32], report: RawFd) -> io::Result<()> {
+    // Last resort if the guard itself is killed: its direct child dies with it.
+    rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+    if rustix::process::getppid() != Some(parent) {
+        // (No allocation here: ESRCH says the parent is gone.)
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    // std makes the child a group leader too, but possibly only after this
+    // closure: tcsetpgrp and the report below need the group to exist.
+    rustix::process::setpgid(None, None)?;
+    if take_terminal {
+        // SIGTTOU is still ignored (inherited from the guard), so this process,
+        // already the leader of a new background group, may take the terminal.
+        let _ = rustix::termios::tcsetpgrp(rustix::stdio::stdin(), rustix::process::getpid());
+    }
+    for &sig in reset {
+        set_disposition(sig, false);
+    }
+    if report < 0 {
+        return Ok(());
+    }
+    let mut line = *b"started 0000000000\n";
+    let mut pid = rustix::process::getpid().as_raw_nonzero().get().unsigned_abs();
+    for digit in line[8..18].iter_mut().rev() {
+        *digit = b'0' + (pid % 10) as u8;
+        pid /= 10;
+    }
+    // SAFETY: `report` is open in this process until exec (see the caller).
+    let report = unsafe { std::os::fd::BorrowedFd::borrow_raw(report) };
+    // Far below PIPE_BUF: all or nothing. EPIPE: tenure is gone, the guard acts.
+    // EAGAIN (a full pipe) cannot happen: the guard sends nothing before this.
+    let _ = rustix::io::write(report.as_fd(), &line);
+    Ok(())
+}
