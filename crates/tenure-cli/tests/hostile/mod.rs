@@ -10,9 +10,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-/// Generous bound for any single command that must not hang.
-pub const LIMIT: Duration = Duration::from_secs(30);
-
 /// What tenure grants at most: `u64::MAX / 2` (tenure::limits::MAX_TOKEN).
 pub const MAX_TOKEN: u64 = u64::MAX / 2;
 
