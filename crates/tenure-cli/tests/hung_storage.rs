@@ -9,117 +9,21 @@
 //! reason printed when either is missing, unless `TENURE_REQUIRE_SERVERS=1`.
 
 mod common;
+mod fuse;
 mod hostile;
 
 use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
+use fuse::Fuse;
 use hostile::*;
 use rustix::process::Signal;
 
 /// Words of which a "the store did not answer" message must contain one.
 const NO_ANSWER: &[&str] = &["did not answer", "not answer", "no answer", "not respond", "unresponsive", "hung"];
-
-/// A `bindfs` mount of a temporary directory, whose daemon the test can freeze.
-/// Dropping it thaws the daemon, unmounts and kills it, whatever happened.
-struct Fuse {
-    daemon: Child,
-    mnt: tempfile::TempDir,
-    _src: tempfile::TempDir,
-}
-
-impl Fuse {
-    /// Mounts a fresh directory, or `None` (with the reason printed) where FUSE
-    /// cannot be had; with `TENURE_REQUIRE_SERVERS=1` that is a failure.
-    fn mount() -> Option<Self> {
-        match Self::try_mount() {
-            Ok(fuse) => Some(fuse),
-            Err(why) if std::env::var("TENURE_REQUIRE_SERVERS").is_ok_and(|v| v == "1") => {
-                panic!("{why}, but TENURE_REQUIRE_SERVERS=1: run scripts/install-deps.sh")
-            }
-            Err(why) => {
-                eprintln!("skipping: {why} (scripts/install-deps.sh installs bindfs)");
-                None
-            }
-        }
-    }
-
-    fn try_mount() -> Result<Self, String> {
-        if !Path::new("/dev/fuse").exists() {
-            return Err("/dev/fuse does not exist".into());
-        }
-        let src = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-        let mnt = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-        // -f: stay in the foreground, so that this pid is the daemon to freeze.
-        let mut cmd = Command::new("bindfs");
-        cmd.arg("-f").args([src.path(), mnt.path()]);
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        // If the test is killed (a runner's timeout) its drop guard never runs:
-        // the daemon then dies with it, and the mount fails (ENOTCONN) instead of
-        // hanging everything that touches it until someone sends SIGCONT.
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(std::io::Error::from)
-            });
-        }
-        let daemon = cmd.spawn().map_err(|e| format!("bindfs cannot be run: {e}"))?;
-        let mut fuse = Self { daemon, mnt, _src: src };
-        let mounted = eventually(Duration::from_secs(10), || {
-            fuse.is_mounted() || fuse.daemon.try_wait().ok().flatten().is_some()
-        });
-        if !mounted || !fuse.is_mounted() {
-            let _ = fuse.daemon.kill();
-            let mut err = String::new();
-            if let Some(mut e) = fuse.daemon.stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
-            return Err(format!("bindfs did not mount {}: {}", fuse.mnt.path().display(), err.trim()));
-        }
-        Ok(fuse)
-    }
-
-    /// Whether the mount point is in this process's mount table (read from
-    /// /proc, so it never touches the mount itself).
-    fn is_mounted(&self) -> bool {
-        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mnt = self.mnt.path().to_string_lossy();
-        table.lines().any(|l| l.split(' ').nth(4) == Some(&*mnt))
-    }
-
-    /// The store: a directory inside the mount.
-    fn store(&self) -> String {
-        self.mnt.path().join("locks").display().to_string()
-    }
-
-    /// From now on every operation on the mount blocks.
-    fn freeze(&self) {
-        signal(self.daemon.id(), Signal::STOP);
-    }
-
-    fn thaw(&self) {
-        signal(self.daemon.id(), Signal::CONT);
-    }
-}
-
-impl Drop for Fuse {
-    fn drop(&mut self) {
-        self.thaw();
-        let mnt = self.mnt.path().as_os_str();
-        let unmounted = ["fusermount3", "fusermount"]
-            .iter()
-            .any(|cmd| Command::new(cmd).arg("-u").arg(mnt).stderr(Stdio::null()).status().is_ok_and(|s| s.success()));
-        if !unmounted {
-            let _ = Command::new("umount").arg("-l").arg(mnt).status();
-        }
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
-    }
-}
 
 /// Asserts `out` is a failure saying the store did not answer, within `bound`.
 fn assert_no_answer(out: &Output, took: Duration, bound: Duration, what: &str) {

@@ -4,69 +4,17 @@
 //! `tenure lock`: `--timeout`, `--no-wait` and signals still end it on time.
 
 mod common;
+mod fuse;
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use fuse::Fuse;
 use rustix::process::Signal;
 
 /// Generous bound for "ends on time" (the expected times are about 1s).
 const PROMPTLY: Duration = Duration::from_secs(5);
-
-/// A directory behind a FUSE mount (`bindfs -f`, run by the test) whose daemon
-/// the test can stop. Unmounted when dropped.
-struct StoppableMount {
-    daemon: Child,
-    mnt: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl StoppableMount {
-    /// `None` (the test is skipped, and says so) where bindfs or FUSE is missing.
-    fn new() -> Option<Self> {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (src, mnt) = (dir.path().join("src"), dir.path().join("mnt"));
-        std::fs::create_dir_all(src.join("leases")).expect("mkdir");
-        std::fs::create_dir(&mnt).expect("mkdir");
-        let spawned = Command::new("bindfs").arg("-f").arg(&src).arg(&mnt).stderr(Stdio::null()).spawn();
-        let Ok(daemon) = spawned else {
-            eprintln!("skipped: bindfs is not installed (apt-get install bindfs)");
-            return None;
-        };
-        let mount = Self { daemon, mnt, _dir: dir };
-        let mounted =
-            || std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.contains(&*mount.mnt.to_string_lossy()));
-        if !eventually(Duration::from_secs(10), mounted) {
-            eprintln!("skipped: bindfs could not mount (no /dev/fuse, or not allowed here)");
-            return None;
-        }
-        Some(mount)
-    }
-
-    fn url(&self) -> String {
-        self.mnt.join("leases").display().to_string()
-    }
-
-    fn daemon_pid(&self) -> u32 {
-        self.daemon.id()
-    }
-
-    /// From now on, every call into the mount blocks.
-    fn hang(&self) {
-        signal(self.daemon.id(), Signal::STOP);
-    }
-}
-
-impl Drop for StoppableMount {
-    fn drop(&mut self) {
-        signal(self.daemon.id(), Signal::CONT);
-        let _ = Command::new("fusermount").arg("-u").arg(&self.mnt).stderr(Stdio::null()).status();
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
-    }
-}
 
 /// A lease server that accepts connections and never says a word.
 fn silent_server() -> (std::net::TcpListener, String) {
@@ -116,32 +64,33 @@ fn timeout_bounds_the_first_attempt_on_a_silent_lease_server() {
 
 #[test]
 fn a_signal_ends_tenure_while_its_first_attempt_hangs_on_a_stopped_mount() {
-    let Some(mount) = StoppableMount::new() else { return };
-    mount.hang();
-    sigterm_ends_it_promptly(spawn(&mut lock(&mount.url(), "x", &[], &["true"])));
+    let Some(mount) = Fuse::mount() else { return };
+    mount.freeze();
+    sigterm_ends_it_promptly(spawn(&mut lock(&mount.store(), "x", &[], &["true"])));
 }
 
 #[test]
 fn timeout_bounds_a_first_attempt_that_hangs_on_a_stopped_mount() {
-    let Some(mount) = StoppableMount::new() else { return };
-    mount.hang();
-    ends_promptly(&mount.url(), &["--timeout", "1s"], 75, "did not answer");
+    let Some(mount) = Fuse::mount() else { return };
+    mount.freeze();
+    ends_promptly(&mount.store(), &["--timeout", "1s"], 75, "did not answer");
 }
 
 #[test]
 fn no_wait_on_a_stopped_mount_ends_at_the_stores_own_deadline_with_69() {
-    let Some(mount) = StoppableMount::new() else { return };
-    mount.hang();
-    ends_promptly(&mount.url(), &["--no-wait", "--store-opt", "timeout=1s"], 69, "within 1s");
+    let Some(mount) = Fuse::mount() else { return };
+    mount.freeze();
+    ends_promptly(&mount.store(), &["--no-wait", "--store-opt", "timeout=1s"], 69, "within 1s");
 }
 
 #[test]
 fn a_signal_ends_tenure_while_its_release_hangs_and_the_commands_status_is_kept() {
-    let Some(mount) = StoppableMount::new() else { return };
-    let done = mount._dir.path().join("done");
+    let Some(mount) = Fuse::mount() else { return };
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let done = scratch.path().join("done");
     // The command hangs the mount itself, so that the release is what hangs.
     let script = format!("kill -STOP {}; : > '{}'; exit 4", mount.daemon_pid(), done.display());
-    let mut tenure = spawn(&mut lock(&mount.url(), "x", &[], &["sh", "-c", &script]));
+    let mut tenure = spawn(&mut lock(&mount.store(), "x", &[], &["sh", "-c", &script]));
     assert!(eventually(LIMIT, || done.exists()), "the command never ran: {:?}", finish(&mut tenure));
     std::thread::sleep(Duration::from_millis(500));
     let sent = Instant::now();
