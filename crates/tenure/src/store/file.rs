@@ -243,11 +243,21 @@ impl FileBackend {
         // A version can be garbage-collected between the listing and the open,
         // and on NFS the directory itself can be replaced (a stale handle): a
         // newer version then exists, so look again.
+        //
+        // A version that stays listed but cannot be opened means the listing is
+        // not the server's: an NFS client serves a directory removed on the
+        // server (or by another client) from its cache until the directory's
+        // attributes expire, and every open in it fails. Collection cannot do
+        // that (it only removes versions more than KEEP below a newer one, which
+        // the listing would show), so the key is treated as gone, as it is on the
+        // server.
+        let mut unopenable: Option<u64> = None;
         for _ in 0..8 {
             let Some(dir) = self.key_dir(key, false)? else { return Ok(None) };
             let scan = match self.scan(&dir) {
                 Ok(s) => s,
-                Err(e) if is_gone(&e) => continue,
+                // The directory went away between its open and its listing.
+                Err(e) if is_gone(&e) => return Ok(None),
                 Err(e) => return Err(self.err(format!("listing key {key:?}"), dir.path(), e)),
             };
             let Some(seq) = scan.max() else { return Ok(None) };
@@ -256,7 +266,14 @@ impl FileBackend {
             let read =
                 dir.read(&name, MAX_RECORD_BYTES).map_err(|e| self.err(format!("reading key {key:?}"), &path, e))?;
             let stored = match read {
-                Read::Absent => continue,
+                Read::Absent if unopenable == Some(seq) => {
+                    tracing::debug!(key, seq, "a listed version cannot be opened twice over: the directory is gone");
+                    return Ok(None);
+                }
+                Read::Absent => {
+                    unopenable = Some(seq);
+                    continue;
+                }
                 Read::File { bytes, modified_ms } => Stored::new(bytes.into(), Version::seq(seq), modified_ms),
                 Read::Foreign { kind, modified_ms } => Stored {
                     foreign: Some(format!("{} is {kind}, not a record tenure wrote", path.display())),
@@ -507,7 +524,33 @@ pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FileBac
             }
         }
     }
+    check_mount(url, Path::new(&path))?;
     Ok(FileBackend::new(path).with_fsync(fsync).with_inline_io(inline).with_timeout(timeout))
+}
+
+/// Refuses a store on an NFS mount without close-to-open consistency, and
+/// warns about a soft mount (see [`super::mounts`]).
+fn check_mount(url: &str, path: &Path) -> Result<()> {
+    let Some(mount) = super::mounts::mount_of(path) else { return Ok(()) };
+    if !mount.is_nfs() {
+        return Ok(());
+    }
+    if mount.has("nocto") {
+        return Err(Error::InvalidStore {
+            url: url.into(),
+            reason: format!(
+                "{} is an NFS mount with `nocto`: without close-to-open consistency a client may read stale                  versions of a lease; remount it without nocto",
+                mount.point.display()
+            ),
+        });
+    }
+    if mount.has("soft") {
+        tracing::warn!(
+            mount = %mount.point.display(),
+            "the store is on a soft NFS mount: a slow server turns into I/O errors (renewals fail, the lease may be lost);              a hard mount is recommended"
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 pub mod file;
 pub mod fs;
 pub mod memory;
+pub mod mounts;
 pub mod offload;
 
 use std::fmt::Debug;
