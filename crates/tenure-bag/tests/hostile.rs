@@ -318,11 +318,12 @@ async fn odd_snapshots_are_skipped_and_their_buckets_read_instead() {
     assert!(files.len() >= 2, "{files:?}");
     // A copy outside, linked in place of the first: valid, but not the log's.
     fs::copy(&files[0], b.outside.join("copy.snap")).expect("copy");
-    let plants: [(&str, Box<dyn Fn(&Path)>); 5] = [
+    type Plant<'a> = Box<dyn Fn(&Path) + 'a>;
+    let plants: [(&str, Plant<'_>); 5] = [
         ("a symbolic link", Box::new(|p| symlink(b.outside.join("copy.snap"), p).expect("symlink"))),
         ("a directory", Box::new(|p| fs::create_dir(p).expect("mkdir"))),
-        ("a FIFO", Box::new(|p| mkfifo(p))),
-        ("a character device", Box::new(|p| mknod_zero(p))),
+        ("a FIFO", Box::new(mkfifo)),
+        ("a character device", Box::new(mknod_zero)),
         ("more than a snapshot may hold", Box::new(|p| sparse(p, 2 << 30))),
     ];
     for (what, plant) in &plants {

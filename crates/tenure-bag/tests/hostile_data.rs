@@ -54,7 +54,8 @@ async fn refused_config(what: &str, make: impl FnOnce(&Path, &Path)) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configuration_tenure_did_not_write_is_an_error_naming_it() {
     let config = |text: String| move |p: &Path, _: &Path| fs::write(p, text).expect("write");
-    let cases: Vec<(&str, Box<dyn FnOnce(&Path, &Path)>)> = vec![
+    type Plant = Box<dyn FnOnce(&Path, &Path)>;
+    let cases: Vec<(&str, Plant)> = vec![
         ("a directory", Box::new(|p, _| fs::create_dir(p).expect("mkdir"))),
         (
             "a link to a valid configuration outside",
