@@ -54,14 +54,19 @@ fn main() -> ExitCode {
             return exit::code(exit::INTERNAL);
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    let code = match runtime.block_on(run(cli.command)) {
         Ok(code) => code,
         Err(e) => {
             // One line, naming the store and lease; no backtrace for user errors.
             let _ = writeln!(std::io::stderr(), "tenure: {}", one_line(&e));
             exit::code(exit::code_for(&e))
         }
-    }
+    };
+    // Dropping the runtime would wait for every blocking thread, also one that
+    // a directory store abandoned in a hung mount (store::offload): that would
+    // hold tenure past the deadline that just ended the command.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    code
 }
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
