@@ -24,7 +24,10 @@
 //! 1. A manifest exists: done (idempotent).
 //! 2. Ensure the prelock exists (create-if-absent; losing the race is fine).
 //! 3. List the bucket's items and their sizes — after the prelock, so every
-//!    writer that missed the prelock in its step 3 is listed.
+//!    writer that missed the prelock in its step 3 is listed. Only regular files
+//!    (objects) named like items are listed: a directory, symlink, FIFO or
+//!    device named like one, or a file larger than any writer makes, is skipped
+//!    and reported — no writer's frame can be in it.
 //! 4. Publish the manifest create-if-absent; first wins. A loser reads the winner.
 //! 5. Optionally mark the bucket read-only, as a hint only (root ignores it).
 //!
@@ -51,7 +54,11 @@
 //!
 //! A bucket with a manifest is *closed*: exactly the frames within the recorded
 //! sizes. A bucket without one is *open* (or *absent*): everything currently
-//! readable, reported as provisional.
+//! readable, reported as provisional. Entries a manifest lists that are not
+//! regular files (manifests written before closers skipped them) are skipped and
+//! reported; an odd entry holding the manifest's name leaves the bucket open
+//! (nobody can close it) and is reported; a garbage manifest is an error naming
+//! it.
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -69,16 +69,7 @@ async fn after_an_expired_predecessor_the_next_holder_first_closes_its_buckets()
     // b's lease outlives the wait for the predecessor's buckets by far, so it
     // needs no renewal while this test runs the clock ahead of real time.
     let b = journal_with_ttl(dir.path(), &store, &clock, "b", Duration::from_secs(600));
-    let begin = tokio::spawn(async move { b.begin(&["acct/9"]).await.map(|t| (t, b)) });
-    // Move time until b has waited out the predecessor's buckets (bounded loop).
-    for _ in 0..400 {
-        if begin.is_finished() {
-            break;
-        }
-        clock.advance(Duration::from_millis(100));
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    let (mut txn, b) = begin.await.expect("join").expect("begin");
+    let (mut txn, b) = begin_while_time_passes(b, &clock, "acct/9").await;
     let predecessor = txn.grants()[0].predecessor.clone().expect("predecessor");
     assert!(!predecessor.how.graceful(), "{:?}", predecessor.how);
     let watermark = predecessor.watermark_ms.expect("watermark");
@@ -106,6 +97,20 @@ async fn released(store: &str, clock: &ManualClock, name: &str) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("{name} was never released");
+}
+
+/// `b.begin(name)` while time moves on, until it has waited out the
+/// predecessor's buckets (a bounded loop).
+async fn begin_while_time_passes(b: Journal, clock: &ManualClock, name: &'static str) -> (tenure_bag::Txn, Journal) {
+    let begin = tokio::spawn(async move { b.begin(&[name]).await.map(|t| (t, b)) });
+    for _ in 0..2_000 {
+        if begin.is_finished() {
+            break;
+        }
+        clock.advance(Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    begin.await.expect("join").expect("begin")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,15 +156,7 @@ async fn a_successor_decides_a_late_message_from_early_in_a_long_held_lease_befo
     released(&store, &clock, "acct/5").await;
 
     let b = journal_with_ttl(dir.path(), &store, &clock, "b", ttl);
-    let begin = tokio::spawn(async move { b.begin(&["acct/5"]).await.map(|t| (t, b)) });
-    for _ in 0..2_000 {
-        if begin.is_finished() {
-            break;
-        }
-        clock.advance(Duration::from_millis(100));
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    let (txn, b) = begin.await.expect("join").expect("begin");
+    let (txn, b) = begin_while_time_passes(b, &clock, "acct/5").await;
     let p = txn.grants()[0].predecessor.clone().expect("predecessor");
     assert!(!p.how.graceful(), "{:?}", p.how);
     assert_eq!(p.acquired_ms, Some(T0), "the grant says where the predecessor's stamps began");
