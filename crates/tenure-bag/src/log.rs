@@ -29,7 +29,9 @@ pub struct BagOptions {
     pub clock: Arc<dyn Clock>,
     /// After a close, `chmod` the bucket read-only (a hint; never relied upon).
     pub read_only_hint: bool,
-    /// Store settings for object stores (`aws_endpoint`, `aws_access_key_id` …).
+    /// Store settings: for object stores `aws_endpoint`, `aws_access_key_id`,
+    /// `timeout` (each request's) …; for a directory `timeout` (each file-system
+    /// operation's deadline, default 10 s), `fsync`, `io`.
     pub params: BTreeMap<String, String>,
     /// Skip the check, before the first write or close on an object store, that
     /// it really enforces create-if-absent. Without it two closers could both

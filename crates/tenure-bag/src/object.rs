@@ -60,6 +60,10 @@ use crate::layout::{
 };
 use crate::protocol::{Listed, Loaded, Skipped, Slot, Storage, Wrote};
 
+/// Most snapshot objects listed (a chunk per hour of 1 s buckets for 100 years
+/// is under a million).
+const MAX_SNAPSHOTS: usize = 1 << 20;
+
 /// A log under a prefix of an object store.
 #[derive(Clone, Debug)]
 pub struct ObjectStorage {
@@ -148,15 +152,22 @@ impl ObjectStorage {
         }
     }
 
-    /// Names (relative to `under`) and sizes of the objects under `under`.
-    async fn list_under(&self, under: &Path) -> Result<Vec<(String, u64)>> {
-        let metas: Vec<_> =
-            self.store.list(Some(under)).try_collect().await.map_err(|e| self.err(format!("listing {under}"), e))?;
+    /// Names (relative to `under`) and sizes of the objects under `under`; more
+    /// than `max` is corrupt (a prefix flooded with objects tenure did not
+    /// write), and is not listed to the end.
+    async fn list_under(&self, under: &Path, max: usize) -> Result<Vec<(String, u64)>> {
+        let mut stream = self.store.list(Some(under));
         let base = format!("{under}/");
-        Ok(metas
-            .into_iter()
-            .filter_map(|m| m.location.as_ref().strip_prefix(&base).map(|n| (n.to_string(), m.size)))
-            .collect())
+        let mut out = Vec::new();
+        while let Some(meta) = stream.try_next().await.map_err(|e| self.err(format!("listing {under}"), e))? {
+            if out.len() >= max {
+                return Err(Error::corrupt(&*self.url, under.to_string(), format!("more than {max} objects")));
+            }
+            if let Some(name) = meta.location.as_ref().strip_prefix(&base) {
+                out.push((name.to_string(), meta.size));
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -210,7 +221,8 @@ impl Storage for ObjectStorage {
 
     async fn list_items(&self, bucket: u64, _durable: bool) -> Result<Option<Listed<(String, u64)>>> {
         let under = self.key(&Self::bucket_key(bucket));
-        let all = self.list_under(&under).await?;
+        // A bucket holds its batches, a prelock and a manifest.
+        let all = self.list_under(&under, MAX_ITEMS + 2).await?;
         if all.is_empty() {
             return Ok(None);
         }
@@ -222,8 +234,6 @@ impl Storage for ObjectStorage {
                     path: format!("{under}/{name}"),
                     reason: format!("{size} bytes, more than a batch holds ({MAX_ITEM_BYTES}): not listed"),
                 });
-            } else if out.found.len() >= MAX_ITEMS {
-                return Err(Error::corrupt(&*self.url, under.to_string(), format!("more than {MAX_ITEMS} batches")));
             } else {
                 out.found.push((item.to_string(), size));
             }
@@ -287,7 +297,7 @@ impl Storage for ObjectStorage {
 
     async fn list_snapshots(&self) -> Result<Listed<u64>> {
         let mut found: Vec<u64> = self
-            .list_under(&self.key("s"))
+            .list_under(&self.key("s"), MAX_SNAPSHOTS)
             .await?
             .into_iter()
             .filter_map(|(n, _)| n.strip_suffix(".snap").and_then(|n| n.parse().ok()))
