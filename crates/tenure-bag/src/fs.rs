@@ -92,7 +92,6 @@
 //! The prelock is not fsynced: losing it in a power loss only means the close
 //! starts again, and a writer rejected because of it wrote nothing.
 
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::{File, Permissions};
 use std::io::{self, ErrorKind};
@@ -104,15 +103,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rustix::fs::{Mode, OFlags};
-use tenure::limits::{MAX_DURATION, MAX_TIME_MS};
 use tenure::store::fs::{Dir, Kind, Opened, Read, close_checked, is_gone, write_all};
 use tenure::store::offload::{DEFAULT_TIMEOUT, Offload};
 use tenure::{Error, Result};
 
-use crate::layout::{
-    LogConfig, MAX_CONFIG_BYTES, MAX_ITEM_BYTES, MAX_ITEMS, MAX_MANIFEST_BYTES, MAX_SNAPSHOT_BYTES, Manifest,
-};
-use crate::protocol::{Listed, Loaded, Skipped, Slot, Storage, Wrote};
+use crate::layout::{LogConfig, MAX_CONFIG_BYTES, MAX_ITEM_BYTES, MAX_ITEMS, MAX_MANIFEST_BYTES, Manifest};
+use crate::protocol::{Listed, Loaded, Skipped, Slot, Wrote};
 
 const CONFIG: &str = "bag.conf";
 const PRELOCK: &str = "prelock";
@@ -138,12 +134,6 @@ pub struct FsStorage {
 
 fn skipped(path: &Path, reason: impl Into<String>) -> Skipped {
     Skipped { path: path.display().to_string(), reason: reason.into() }
-}
-
-/// The number in `name` if it is `<prefix><exactly `digits` digits><suffix>`.
-fn parse_number(name: &OsStr, prefix: &str, digits: usize, suffix: &str) -> Option<u64> {
-    let n = name.to_str()?.strip_prefix(prefix)?.strip_suffix(suffix)?;
-    (n.len() == digits && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.parse().ok())?
 }
 
 /// How a listed data file turned out when opened.
@@ -502,164 +492,6 @@ impl FsStorage {
         let _ = rustix::fs::fchmod(&dir, Mode::from(0o555));
         Ok(())
     }
-
-    fn list_buckets_blocking(&self, from: u64, to: u64) -> Result<Listed<u64>> {
-        let width = match self.width_ms.get() {
-            Some(w) => *w,
-            None => match self.load_config_blocking()? {
-                Some(c) => *self.width_ms.get_or_init(|| c.width_ms),
-                None => return Ok(Listed::default()),
-            },
-        };
-        // Nothing is stored past the year 9999 (writers refuse it).
-        let to = to.min(MAX_TIME_MS.saturating_add(1));
-        let Some(root) = self.root_dir(false)? else { return Ok(Listed::default()) };
-        if from >= to {
-            return Ok(Listed::default());
-        }
-        let group_of = |b: u64| b / width / GROUP_BUCKETS;
-        let mut groups = Vec::new();
-        root.each(|name, _| {
-            if let Some(g) =
-                parse_number(name, "g", 12, "").filter(|&g| (group_of(from)..=group_of(to - 1)).contains(&g))
-            {
-                groups.push(g);
-            }
-        })
-        .map_err(|e| self.err("listing the log", &self.root, e))?;
-        groups.sort_unstable();
-        let mut out = Listed::default();
-        for group in groups {
-            let name = format!("g{group:012}");
-            let dir = match root.open_dir(&name, false, false) {
-                Ok(Opened::Dir(d)) => d,
-                Ok(Opened::Foreign { path, kind }) => {
-                    out.skipped.push(skipped(&path, format!("{kind} named like a group of buckets: not followed")));
-                    continue;
-                }
-                Ok(Opened::Absent) => continue,
-                Err(e) if is_gone(&e) => continue,
-                Err(e) => return Err(self.err("opening a group of buckets", &self.root.join(&name), e)),
-            };
-            let mut buckets = Vec::new();
-            dir.each(|name, kind| {
-                if let Some(b) =
-                    parse_number(name, "", 16, "").filter(|&b| (from..to).contains(&b) && group_of(b) == group)
-                {
-                    buckets.push((b, kind));
-                }
-            })
-            .map_err(|e| self.err("listing buckets", dir.path(), e))?;
-            for (bucket, kind) in buckets {
-                let name = format!("{bucket:016}");
-                let kind = match kind {
-                    Kind::Other => match self.kind_of(&dir, &name)? {
-                        Some(kind) => kind,
-                        None => continue,
-                    },
-                    kind => kind,
-                };
-                if kind == Kind::Dir {
-                    out.found.push(bucket);
-                } else {
-                    let path = dir.path().join(&name);
-                    out.skipped.push(skipped(&path, format!("{kind} named like a bucket: not followed")));
-                }
-            }
-        }
-        out.found.sort_unstable();
-        Ok(out)
-    }
-
-    /// The snapshots directory, or what stands in its place.
-    fn snapshots_dir(&self) -> Result<std::result::Result<Option<Dir>, Skipped>> {
-        let Some(root) = self.root_dir(false)? else { return Ok(Ok(None)) };
-        match root.open_dir(SNAPSHOTS, false, false) {
-            Ok(Opened::Dir(d)) => Ok(Ok(Some(d))),
-            Ok(Opened::Absent) => Ok(Ok(None)),
-            Ok(Opened::Foreign { path, kind }) => {
-                Ok(Err(skipped(&path, format!("{kind} named like the snapshots directory: not followed"))))
-            }
-            Err(e) if is_gone(&e) => Ok(Ok(None)),
-            Err(e) => Err(self.err("opening the snapshots", &self.root.join(SNAPSHOTS), e)),
-        }
-    }
-
-    fn list_snapshots_blocking(&self) -> Result<Listed<u64>> {
-        let dir = match self.snapshots_dir()? {
-            Ok(Some(dir)) => dir,
-            Ok(None) => return Ok(Listed::default()),
-            Err(odd) => return Ok(Listed { found: Vec::new(), skipped: vec![odd] }),
-        };
-        let mut chunks = Vec::new();
-        dir.each(|name, kind| {
-            if let Some(chunk) = parse_number(name, "", 15, ".snap") {
-                chunks.push((chunk, kind));
-            }
-        })
-        .map_err(|e| self.err("listing snapshots", dir.path(), e))?;
-        let mut out = Listed::default();
-        for (chunk, kind) in chunks {
-            let name = format!("{chunk:015}.snap");
-            match kind {
-                Kind::Other => match self.kind_of(&dir, &name)? {
-                    Some(Kind::File) => out.found.push(chunk),
-                    Some(kind) => out
-                        .skipped
-                        .push(skipped(&dir.path().join(&name), format!("{kind} named like a snapshot: not read"))),
-                    None => {}
-                },
-                Kind::File => out.found.push(chunk),
-                kind => out
-                    .skipped
-                    .push(skipped(&dir.path().join(&name), format!("{kind} named like a snapshot: not read"))),
-            }
-        }
-        out.found.sort_unstable();
-        Ok(out)
-    }
-
-    fn load_snapshot_blocking(&self, chunk: u64) -> Result<Loaded<Bytes>> {
-        let dir = match self.snapshots_dir()? {
-            Ok(Some(dir)) => dir,
-            Ok(None) => return Ok(Loaded::Absent),
-            Err(odd) => return Ok(Loaded::Odd(odd)),
-        };
-        let name = format!("{chunk:015}.snap");
-        let path = dir.path().join(&name);
-        Ok(match dir.read(&name, MAX_SNAPSHOT_BYTES).map_err(|e| self.err("reading a snapshot", &path, e))? {
-            Read::File { bytes, .. } => Loaded::Found(bytes.into()),
-            Read::Absent => Loaded::Absent,
-            Read::Foreign { kind, .. } => {
-                Loaded::Odd(skipped(&path, format!("{kind} named like a snapshot: not read")))
-            }
-            Read::TooLarge { size, .. } => Loaded::Odd(skipped(
-                &path,
-                format!("{size} bytes, more than a snapshot may hold ({MAX_SNAPSHOT_BYTES}): not read"),
-            )),
-        })
-    }
-
-    fn publish_snapshot_blocking(&self, chunk: u64, bytes: &[u8]) -> Result<bool> {
-        let dir = self
-            .sub_dir(SNAPSHOTS, true)?
-            .ok_or_else(|| Error::store(&*self.url, "publishing a snapshot", "the directory vanished at once"))?;
-        let name = format!("{chunk:015}.snap");
-        dir.publish(&name, bytes, self.fsync).map_err(|e| self.err("publishing a snapshot", &dir.path().join(&name), e))
-    }
-
-    /// Runs `f` on a blocking thread with the deadline, or inline when so set.
-    async fn run<T: Send + 'static>(
-        &self,
-        what: impl Into<String>,
-        f: impl FnOnce(&FsStorage) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        if self.inline {
-            return f(self);
-        }
-        let this = self.clone();
-        self.offload.run(&what.into(), move || f(&this)).await
-    }
 }
 
 /// Whether the bucket has a manifest (a regular file by that name).
@@ -667,139 +499,7 @@ fn manifest_exists(dir: &Dir) -> bool {
     matches!(dir.kind(OsStr::new(MANIFEST)), Ok(Some(Kind::File)))
 }
 
-impl Storage for FsStorage {
-    fn url(&self) -> &str {
-        &self.url
-    }
+mod storage;
+mod tree;
 
-    async fn load_config(&self) -> Result<Option<LogConfig>> {
-        self.run("reading the configuration", |s| s.load_config_blocking()).await
-    }
-
-    async fn create_config(&self, cfg: &LogConfig) -> Result<()> {
-        let cfg = *cfg;
-        self.run("creating the log", move |s| s.create_config_blocking(&cfg)).await
-    }
-
-    async fn write(&self, bucket: u64, slot: &mut Slot, writer: &str, _seq: u64, frame: Bytes) -> Result<Wrote> {
-        let (mut mine, writer) = (slot.clone(), writer.to_string());
-        let ran = self
-            .run(format!("appending to bucket {bucket}"), move |s| {
-                let wrote = s.write_blocking(bucket, &mut mine, &writer, &frame);
-                Ok((wrote, mine))
-            })
-            .await;
-        match ran {
-            Ok((wrote, after)) => {
-                *slot = after;
-                wrote
-            }
-            // Past the deadline the write may still land: never append after it.
-            Err(e) => {
-                slot.poisoned = true;
-                Err(e)
-            }
-        }
-    }
-
-    async fn prelock_exists(&self, bucket: u64) -> Result<bool> {
-        self.run(format!("looking for the prelock of bucket {bucket}"), move |s| s.prelock_blocking(bucket)).await
-    }
-
-    async fn ensure_prelock(&self, bucket: u64) -> Result<()> {
-        self.run(format!("prelocking bucket {bucket}"), move |s| s.ensure_prelock_blocking(bucket)).await
-    }
-
-    async fn list_items(&self, bucket: u64, durable: bool) -> Result<Option<Listed<(String, u64)>>> {
-        self.run(format!("listing bucket {bucket}"), move |s| s.list_items_blocking(bucket, durable)).await
-    }
-
-    async fn load_manifest(&self, bucket: u64) -> Result<Loaded<Manifest>> {
-        self.run(format!("reading the manifest of bucket {bucket}"), move |s| s.load_manifest_blocking(bucket)).await
-    }
-
-    async fn publish_manifest(&self, m: &Manifest) -> Result<bool> {
-        let m = m.clone();
-        self.run(format!("publishing the manifest of bucket {}", m.bucket), move |s| s.publish_manifest_blocking(&m))
-            .await
-    }
-
-    async fn read_item(&self, bucket: u64, item: &str, covered: Option<u64>) -> Result<Loaded<Bytes>> {
-        let item = item.to_string();
-        self.run(format!("reading bucket {bucket}"), move |s| s.read_item_blocking(bucket, &item, covered)).await
-    }
-
-    async fn hint_closed(&self, m: &Manifest) {
-        let m = m.clone();
-        if let Err(e) = self.run("marking a closed bucket read-only", move |s| s.hint_closed_blocking(&m)).await {
-            tracing::debug!(error = %e, "the read-only hint failed (only a hint)");
-        }
-    }
-
-    async fn list_buckets(&self, from: u64, to: u64) -> Result<Listed<u64>> {
-        self.run("listing buckets", move |s| s.list_buckets_blocking(from, to)).await
-    }
-
-    async fn list_snapshots(&self) -> Result<Listed<u64>> {
-        self.run("listing snapshots", |s| s.list_snapshots_blocking()).await
-    }
-
-    async fn load_snapshot(&self, chunk: u64) -> Result<Loaded<Bytes>> {
-        self.run(format!("reading snapshot {chunk}"), move |s| s.load_snapshot_blocking(chunk)).await
-    }
-
-    async fn publish_snapshot(&self, chunk: u64, bytes: Bytes) -> Result<bool> {
-        self.run(format!("publishing snapshot {chunk}"), move |s| s.publish_snapshot_blocking(chunk, &bytes)).await
-    }
-}
-
-/// Opens `file:///dir[?fsync=false&timeout=10s&io=inline]` or a plain path.
-pub fn open(url: &str) -> Result<FsStorage> {
-    open_with(url, &BTreeMap::new())
-}
-
-/// Like [`open`], with settings given apart from the URL (`--store-opt
-/// timeout=30s`), which take the same keys as the query and override it:
-/// `fsync=true|false`, `timeout=DURATION` (10 ms to 10 years, default 10 s),
-/// `io=pool|inline`.
-pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FsStorage> {
-    let invalid = |reason: &str| Error::InvalidStore { url: url.into(), reason: reason.into() };
-    let (path, query) = match url.strip_prefix("file://") {
-        Some(rest) => {
-            let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-            if !path.starts_with('/') {
-                return Err(invalid("a file:// URL needs an absolute path, as in file:///var/lib/log"));
-            }
-            (path, query)
-        }
-        None => (url, ""),
-    };
-    if path.is_empty() {
-        return Err(invalid("the directory is empty"));
-    }
-    let from_query = query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")));
-    let from_params = params.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    let (mut fsync, mut inline, mut timeout) = (true, false, DEFAULT_TIMEOUT);
-    for (key, value) in from_query.chain(from_params) {
-        match (key, value) {
-            ("fsync", "true" | "1") => fsync = true,
-            ("fsync", "false" | "0") => fsync = false,
-            ("io", "inline") => inline = true,
-            ("io", "pool") => inline = false,
-            ("timeout", v) => {
-                timeout = humantime::parse_duration(v)
-                    .ok()
-                    .filter(|d| (Duration::from_millis(10)..=MAX_DURATION).contains(d))
-                    .ok_or_else(|| {
-                        invalid(&format!("timeout={v:?} is not a duration from 10ms to 10 years (e.g. 10s)"))
-                    })?;
-            }
-            _ => {
-                return Err(invalid(&format!(
-                    "unknown option {key}={value:?} (known: fsync=true|false, timeout=DURATION, io=pool|inline)"
-                )));
-            }
-        }
-    }
-    Ok(FsStorage::new(path, fsync).with_timeout(timeout).with_inline_io(inline))
-}
+pub use storage::{open, open_with};
