@@ -34,7 +34,8 @@
 //! 3. **Stamp** every message with a timestamp strictly above all those
 //!    watermarks and strictly below every lease's deadline; never on a lease the
 //!    keep-alive reports lost. A stamp more than [`MAX_AHEAD`] ahead of the clock
-//!    (a predecessor whose clock ran fast) waits for the clock instead.
+//!    (a predecessor whose clock ran fast) waits for the clock instead; a
+//!    watermark at or past the grant's deadline fails the append at once.
 //! 4. **Append** the batch, carrying the lease names, fencing tokens, deadlines,
 //!    the watermark each grant learned, the holder's correlation id and, from the
 //!    lease server, the signed witness.
@@ -162,6 +163,17 @@ impl Txn {
     pub async fn append(&mut self, payloads: Vec<Bytes>) -> Result<Outcome> {
         let log = self.writer.log().clone();
         let clock = log.clock().clone();
+        let lost = |g: &Grant, reason: LossReason| Error::Lost {
+            store: self.store.clone(),
+            name: g.name.to_string(),
+            token: g.token,
+            reason,
+        };
+        // A floor at or past a deadline (a watermark from a clock years ahead)
+        // leaves nothing to stamp: say so now rather than wait for the clock.
+        if let Some(g) = self.set.grants().iter().find(|g| self.floor_ms >= g.deadline_ms) {
+            return Err(lost(g, LossReason::Expired));
+        }
         let mut now = clock.wall_ms();
         let ahead = self.floor_ms.saturating_sub(now);
         if ahead > millis(MAX_AHEAD) {
@@ -170,12 +182,6 @@ impl Txn {
         }
         let ts = now.max(self.floor_ms);
         let grants = self.set.grants();
-        let lost = |g: &Grant, reason: LossReason| Error::Lost {
-            store: self.store.clone(),
-            name: g.name.to_string(),
-            token: g.token,
-            reason,
-        };
         if let tenure::Health::Lost(reason) = self.set.health() {
             let g = grants.first().ok_or_else(|| Error::InvalidOptions { reason: "no grants".into() })?;
             return Err(lost(g, reason));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{T0, options};
-use tenure::{Client, Clock, LeaseOptions, ManualClock, OpenOptions};
+use tenure::{Client, Clock, LeaseOptions, ManualClock, OpenOptions, ReleaseRequest};
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{
     Batch, Journal, LeaseStamp, Log, ReadOptions, VerifiedWitness, ViolationKind, WitnessVerifier, audit,
@@ -173,6 +173,24 @@ async fn a_successor_decides_a_late_message_from_early_in_a_long_held_lease_befo
     // Anything else the predecessor still had on its way there is rejected.
     let late = a.writer().append(Batch::one(early + 2, "a: later still")).await.expect("append");
     assert!(!late.accepted, "{late:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watermark_past_the_deadline_fails_the_append_at_once_instead_of_waiting_for_the_clock() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = unique_store();
+    let clock = ManualClock::starting_at(T0);
+    // A predecessor whose clock read ten years ahead released with its stamps.
+    let leases = tenure::open(&store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
+    let lease = Client::new(leases).acquire("acct/3", &LeaseOptions::exclusive()).await.expect("acquire");
+    let far = T0 + 10 * 365 * 86_400_000;
+    lease.release_with(ReleaseRequest { watermark_ms: Some(far), ..Default::default() }).await.expect("release");
+    let j = journal(dir.path(), &store, &clock, "j");
+    let mut txn = j.begin(&["acct/3"]).await.expect("begin");
+    assert_eq!(txn.floor_ms(), far + 1);
+    // The manual clock never moves here: waiting for it would never end.
+    let out = tokio::time::timeout(Duration::from_secs(30), txn.append(vec!["x".into()])).await.expect("no wait");
+    assert!(matches!(out, Err(tenure::Error::Lost { reason: tenure::LossReason::Expired, .. })), "{out:?}");
 }
 
 fn stamp(token: u64, deadline_ms: u64, watermark_ms: Option<u64>, witness: Option<&[u8]>) -> LeaseStamp {
