@@ -508,6 +508,8 @@ async fn audit(a: AuditArgs) -> Result<ExitCode> {
         if let Some(obj) = summary.as_object_mut() {
             obj.remove("violations");
             obj.insert("violation_count".into(), report.violations.len().into());
+            obj.insert("skipped".into(), serde_json::to_value(&read.skipped)?);
+            obj.insert("skipped_total".into(), read.skipped_total.into());
         }
         out(&serde_json::json!({ "summary": summary }).to_string())?;
     } else {

@@ -132,6 +132,11 @@ fn odd_entries_are_reported_by_read_and_never_listed_by_close() {
     let (code, _, err) = bag(&["read", logs]);
     assert_eq!(code, 0);
     assert!(err.contains(&format!("skipped {} entries tenure did not write", planted.len())), "{err}");
+    let (code, out, _) = bag(&["audit", logs, "--json"]);
+    assert_eq!(code, 0);
+    let lines = json_lines(&out);
+    let audit = &lines.last().expect("summary")["summary"];
+    assert_eq!(audit["skipped_total"].as_u64(), Some(planted.len() as u64), "{audit}");
     assert!(err.contains("a FIFO (named pipe) named like a data file"), "{err}");
 
     let (code, out, err) = bag(&["close", logs]);
