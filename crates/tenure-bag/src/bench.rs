@@ -107,7 +107,8 @@ fn ctx(cfg: LogConfig, clock: Arc<dyn Clock>, fsync: bool) -> Ctx {
 
 fn fresh_log(dir: &Path, fsync: bool, cfg: &LogConfig) -> Result<FsStorage> {
     let _ = fs::remove_dir_all(dir);
-    let fs = FsStorage::new(dir, fsync);
+    // Driven from plain threads without a runtime: no deadline thread.
+    let fs = FsStorage::new(dir, fsync).with_inline_io(true);
     block_on(fs.create_config(cfg))?;
     Ok(fs)
 }

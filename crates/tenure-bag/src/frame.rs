@@ -281,13 +281,13 @@ impl Cursor<'_> {
 
 /// Decodes the frame at `at`; returns its messages and where the next frame starts.
 pub fn decode_one(data: &Bytes, at: usize) -> Result<(Vec<Message>, usize), String> {
-    let header = data.get(at..at + HEADER).ok_or("incomplete frame header")?;
+    let start = at.checked_add(HEADER).ok_or("incomplete frame header")?;
+    let header = data.get(at..start).ok_or("incomplete frame header")?;
     let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
     let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
     if len > MAX_FRAME {
         return Err(format!("frame length {len} is implausible"));
     }
-    let start = at + HEADER;
     let end = start.checked_add(len).filter(|&e| e <= data.len()).ok_or("incomplete frame")?;
     if crc32c::crc32c(&data[start..end]) != crc {
         return Err("checksum mismatch".into());

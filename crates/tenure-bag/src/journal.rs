@@ -8,19 +8,34 @@
 //! 2. **Learn the predecessors' watermarks**: each grant says up to when its
 //!    predecessors wrote. If a predecessor did not end gracefully (expired,
 //!    dropped, broken), its messages may still be in flight: the journal *helps*
-//!    close the buckets from one TTL (this grant's) below its watermark up to the
-//!    watermark (waiting for their grace, at most width + grace), so that every
-//!    late message of the predecessor stamped in that window is decided before
-//!    this operation reads or writes on top of it. A predecessor's append stalled
-//!    in flight for longer than that (a predecessor with a longer TTL, or a write
-//!    hung on a hard-mounted NFS while its keep-alive went on renewing) may still
-//!    land in an older bucket nobody closed; it keeps its older timestamp, so the
-//!    order holds, but this operation did not see it. A metronome (`tenure bag
-//!    close --loop`) closes every bucket within its grace and so bounds that too.
+//!    close the buckets it may have stamped into (waiting for their grace, at
+//!    most width + grace), so that every late message of the predecessor is
+//!    decided — accepted or rejected, for certain — before this operation reads
+//!    or writes on top of it. The predecessor stamped by its clock, at or after
+//!    its acquisition (`Predecessor::acquired_ms`, on its own clock) and at or
+//!    below the watermark, so the window is every bucket from `acquired_ms −
+//!    max_skew` (the log's skew bound) to the watermark, however long it held the
+//!    lease and whatever its TTL:
+//!    - every bucket of that window that **exists** is closed (listed first, so a
+//!      predecessor that held for hours costs a listing, not thousands of closes
+//!      of empty buckets);
+//!    - every bucket of the last TTL (this grant's) before the watermark is
+//!      closed whether it exists or not, so that a write still on its way to a
+//!      bucket nobody has created yet is refused when it gets there.
+//!
+//!    What remains undecided is a predecessor's write that stalled for more than
+//!    a TTL *before creating* a bucket nobody else wrote to (a write hung on a
+//!    hard-mounted NFS while its keep-alive went on renewing): it keeps its older
+//!    timestamp, so the order holds, but this operation did not see it. A
+//!    metronome (`tenure bag close --loop`) closes every bucket within its grace
+//!    and so bounds that too. When `acquired_ms` is unknown (records written
+//!    before it was kept, stores that do not keep it), the window is the last
+//!    TTL before the watermark only, as above.
 //! 3. **Stamp** every message with a timestamp strictly above all those
 //!    watermarks and strictly below every lease's deadline; never on a lease the
 //!    keep-alive reports lost. A stamp more than [`MAX_AHEAD`] ahead of the clock
-//!    (a predecessor whose clock ran fast) waits for the clock instead.
+//!    (a predecessor whose clock ran fast) waits for the clock instead; a
+//!    watermark at or past the grant's deadline fails the append at once.
 //! 4. **Append** the batch, carrying the lease names, fencing tokens, deadlines,
 //!    the watermark each grant learned, the holder's correlation id and, from the
 //!    lease server, the signed witness.
@@ -36,6 +51,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tenure::limits::{MAX_TIME_MS, millis};
 use tenure::{Client, ClockExt, Error, Grant, LeaseOptions, LeaseSet, LossReason, ReleaseRequest, Released, Result};
 
 use crate::frame::LeaseStamp;
@@ -75,7 +91,7 @@ impl Journal {
             if let Some(w) = p.watermark_ms {
                 floor = floor.max(w.saturating_add(1));
                 if !p.how.graceful() {
-                    self.settle(w, g).await?;
+                    self.settle(w, p.acquired_ms, g).await?;
                 }
             }
         }
@@ -90,19 +106,29 @@ impl Journal {
     }
 
     /// Closes the buckets in which a predecessor that did not end gracefully may
-    /// still have messages in flight, so their fate is decided.
-    async fn settle(&self, watermark_ms: u64, grant: &Grant) -> Result<()> {
+    /// still have messages in flight, so their fate is decided (see the module
+    /// docs for the window).
+    async fn settle(&self, watermark_ms: u64, acquired_ms: Option<u64>, grant: &Grant) -> Result<()> {
         let log = self.writer.log();
         let cfg = log.config_or_create().await?;
-        let last = cfg.bucket_of(watermark_ms);
+        // Nothing was stamped past the year 9999: a watermark beyond is no bucket.
+        let last = cfg.bucket_of(watermark_ms.min(MAX_TIME_MS));
         let ready = cfg.end_of(last).saturating_add(cfg.grace_ms);
         let clock = log.clock().clone();
         let now = clock.wall_ms();
         if now < ready {
             clock.sleep(Duration::from_millis(ready - now)).await;
         }
-        let mut bucket =
-            cfg.bucket_of(watermark_ms.saturating_sub(grant.ttl.as_millis() as u64)).max(cfg.first_bucket_ms);
+        let recent = cfg.bucket_of(watermark_ms.saturating_sub(millis(grant.ttl))).max(cfg.first_bucket_ms);
+        if let Some(acquired) = acquired_ms {
+            let first = cfg.bucket_of(acquired.saturating_sub(cfg.max_skew_ms)).max(cfg.first_bucket_ms);
+            if first < recent {
+                for bucket in log.existing_buckets(first, recent).await? {
+                    log.close(bucket).await?;
+                }
+            }
+        }
+        let mut bucket = recent;
         while bucket <= last {
             log.close(bucket).await?;
             bucket = cfg.end_of(bucket);
@@ -137,20 +163,25 @@ impl Txn {
     pub async fn append(&mut self, payloads: Vec<Bytes>) -> Result<Outcome> {
         let log = self.writer.log().clone();
         let clock = log.clock().clone();
-        let mut now = clock.wall_ms();
-        let ahead = self.floor_ms.saturating_sub(now);
-        if ahead > MAX_AHEAD.as_millis() as u64 {
-            clock.sleep(Duration::from_millis(ahead - MAX_AHEAD.as_millis() as u64)).await;
-            now = clock.wall_ms();
-        }
-        let ts = now.max(self.floor_ms);
-        let grants = self.set.grants();
         let lost = |g: &Grant, reason: LossReason| Error::Lost {
             store: self.store.clone(),
             name: g.name.to_string(),
             token: g.token,
             reason,
         };
+        // A floor at or past a deadline (a watermark from a clock years ahead)
+        // leaves nothing to stamp: say so now rather than wait for the clock.
+        if let Some(g) = self.set.grants().iter().find(|g| self.floor_ms >= g.deadline_ms) {
+            return Err(lost(g, LossReason::Expired));
+        }
+        let mut now = clock.wall_ms();
+        let ahead = self.floor_ms.saturating_sub(now);
+        if ahead > millis(MAX_AHEAD) {
+            clock.sleep(Duration::from_millis(ahead - millis(MAX_AHEAD))).await;
+            now = clock.wall_ms();
+        }
+        let ts = now.max(self.floor_ms);
+        let grants = self.set.grants();
         if let tenure::Health::Lost(reason) = self.set.health() {
             let g = grants.first().ok_or_else(|| Error::InvalidOptions { reason: "no grants".into() })?;
             return Err(lost(g, reason));

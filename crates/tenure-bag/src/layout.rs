@@ -34,6 +34,24 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use tenure::limits::{MAX_DURATION, MAX_TIME_MS, millis};
+
+/// Largest configuration file read.
+pub const MAX_CONFIG_BYTES: usize = 64 << 10;
+/// Most items (data files, batch objects) one bucket may hold: a closer refuses
+/// to list more, so a manifest never lists more either.
+pub const MAX_ITEMS: usize = 100_000;
+/// Largest manifest read: [`MAX_ITEMS`] lines of at most ~120 bytes fit well.
+pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
+/// Largest data file: a writer starts a new one before a batch would take its
+/// file past this, so a larger file (or a manifest claiming one) is not a bag's.
+pub const MAX_ITEM_BYTES: u64 = 256 << 20;
+/// Largest snapshot: compaction leaves a chunk that would need a larger one to
+/// its buckets, and readers skip larger files.
+pub const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
+/// Most buckets per snapshot chunk.
+pub const MAX_CHUNK_BUCKETS: u64 = 1 << 20;
+
 /// Log-wide settings, fixed when the log is created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogConfig {
@@ -81,32 +99,74 @@ impl Default for LogSettings {
 pub const CREATION_MARGIN_BUCKETS: u64 = 10;
 
 impl LogSettings {
-    /// Checks the settings and fixes them into a configuration created at `now_ms`.
-    pub fn config_at(&self, now_ms: u64) -> Result<LogConfig, String> {
-        let width_ms = self.width.as_millis() as u64;
-        if width_ms == 0 {
+    /// Checks the settings against the bounds every log keeps (see
+    /// [`LogConfig::check`]).
+    pub fn check(&self) -> Result<(), String> {
+        for (what, d) in [("bucket width", self.width), ("grace", self.grace), ("clock-skew bound", self.max_skew)] {
+            if d > MAX_DURATION {
+                return Err(format!("the {what} must be at most {} ms (10 years)", millis(MAX_DURATION)));
+            }
+        }
+        if millis(self.width) == 0 {
             return Err("the bucket width must be at least 1ms".into());
         }
-        if self.grace.is_zero() {
-            return Err("the grace must be positive".into());
+        if millis(self.grace) == 0 {
+            return Err("the grace must be at least 1ms".into());
         }
-        if self.chunk_buckets == 0 {
-            return Err("a snapshot chunk needs at least one bucket".into());
+        if !(1..=MAX_CHUNK_BUCKETS).contains(&self.chunk_buckets) {
+            return Err(format!("a snapshot chunk holds 1 to {MAX_CHUNK_BUCKETS} buckets, not {}", self.chunk_buckets));
         }
-        let max_skew_ms = self.max_skew.as_millis() as u64;
+        Ok(())
+    }
+
+    /// Checks the settings and fixes them into a configuration created at `now_ms`.
+    pub fn config_at(&self, now_ms: u64) -> Result<LogConfig, String> {
+        self.check()?;
+        if now_ms > MAX_TIME_MS {
+            return Err(format!("the clock reads {now_ms} ms, past the year 9999"));
+        }
+        let (width_ms, max_skew_ms) = (millis(self.width), millis(self.max_skew));
         let margin_ms = width_ms.saturating_mul(CREATION_MARGIN_BUCKETS).max(max_skew_ms);
         let first = now_ms.saturating_sub(margin_ms) / width_ms * width_ms;
-        Ok(LogConfig {
+        let cfg = LogConfig {
             width_ms,
-            grace_ms: self.grace.as_millis() as u64,
+            grace_ms: millis(self.grace),
             max_skew_ms,
             chunk_buckets: self.chunk_buckets,
             first_bucket_ms: first,
-        })
+        };
+        cfg.check()?;
+        Ok(cfg)
     }
 }
 
 impl LogConfig {
+    /// Checks the values against the bounds every log keeps: a width, grace and
+    /// skew bound of at most 10 years (width and grace at least 1 ms), 1 to
+    /// [`MAX_CHUNK_BUCKETS`] buckets per chunk, and a bucket-aligned first bucket
+    /// no later than the year 9999. Sums of two such values cannot overflow.
+    pub fn check(&self) -> Result<(), String> {
+        let max = millis(MAX_DURATION);
+        for (what, v) in [("width_ms", self.width_ms), ("grace_ms", self.grace_ms), ("max_skew_ms", self.max_skew_ms)] {
+            if v > max {
+                return Err(format!("{what} {v} is more than 10 years"));
+            }
+        }
+        if self.width_ms == 0 || self.grace_ms == 0 {
+            return Err("the width and the grace must be at least 1 ms".into());
+        }
+        if !(1..=MAX_CHUNK_BUCKETS).contains(&self.chunk_buckets) {
+            return Err(format!("chunk_buckets {} is not from 1 to {MAX_CHUNK_BUCKETS}", self.chunk_buckets));
+        }
+        if self.first_bucket_ms > MAX_TIME_MS || !self.first_bucket_ms.is_multiple_of(self.width_ms) {
+            return Err(format!(
+                "first_bucket_ms {} is not a bucket start before the year 10000",
+                self.first_bucket_ms
+            ));
+        }
+        Ok(())
+    }
+
     /// The bucket (its start, ms) holding timestamp `ts`.
     pub fn bucket_of(&self, ts_ms: u64) -> u64 {
         ts_ms - ts_ms % self.width_ms
@@ -160,7 +220,9 @@ impl LogConfig {
         for line in lines {
             let (k, v) = line.split_once(' ').ok_or_else(|| format!("bad line {line:?}"))?;
             let v: u64 = v.parse().map_err(|_| format!("bad number in {line:?}"))?;
-            fields.insert(k, v);
+            if fields.insert(k, v).is_some() {
+                return Err(format!("{k} is given twice"));
+            }
         }
         let get = |k: &str| fields.get(k).copied().ok_or_else(|| format!("missing {k}"));
         let cfg = LogConfig {
@@ -170,15 +232,15 @@ impl LogConfig {
             chunk_buckets: get("chunk_buckets")?,
             first_bucket_ms: get("first_bucket_ms")?,
         };
-        if cfg.width_ms == 0
-            || cfg.chunk_buckets == 0
-            || cfg.grace_ms == 0
-            || !cfg.first_bucket_ms.is_multiple_of(cfg.width_ms)
-        {
-            return Err("inconsistent values".into());
-        }
+        cfg.check()?;
         Ok(cfg)
     }
+}
+
+/// Whether `name` is an item name on either storage: a data file
+/// (`<writer>.<generation>.data`) or a batch object (`<writer>.<sequence>`).
+pub fn is_item_name(name: &str) -> bool {
+    crate::frame::is_item_name(name, crate::fs::DATA_SUFFIX) || crate::frame::is_item_name(name, "")
 }
 
 /// A closed bucket's manifest.
@@ -234,6 +296,9 @@ impl Manifest {
         if b != bucket {
             return Err(format!("it is the manifest of bucket {b}, found in bucket {bucket}"));
         }
+        if width_ms == 0 || width_ms > millis(MAX_DURATION) {
+            return Err(format!("bucket width {width_ms} is not from 1 ms to 10 years"));
+        }
         let mut items = BTreeMap::new();
         for line in lines {
             let mut parts = line.split(' ');
@@ -241,7 +306,21 @@ impl Manifest {
             else {
                 return Err(format!("bad item line {line:?}"));
             };
-            items.insert(name.to_string(), size.parse().map_err(|_| format!("bad size in {line:?}"))?);
+            // Only names a writer makes: a manifest can never send a reader
+            // elsewhere (`../x`, `/etc/passwd`).
+            if !is_item_name(name) {
+                return Err(format!("{name:?} is not an item name"));
+            }
+            let size: u64 = size.parse().map_err(|_| format!("bad size in {line:?}"))?;
+            if size > MAX_ITEM_BYTES {
+                return Err(format!("item {name} claims {size} bytes, more than an item may hold ({MAX_ITEM_BYTES})"));
+            }
+            if items.len() >= MAX_ITEMS {
+                return Err(format!("more than {MAX_ITEMS} items"));
+            }
+            if items.insert(name.to_string(), size).is_some() {
+                return Err(format!("item {name} is listed twice"));
+            }
         }
         Ok(Manifest { bucket, width_ms, items })
     }

@@ -19,6 +19,12 @@
 //! - **Readers never write**. Closed buckets give exactly the accepted messages;
 //!   open ones are reported as provisional. Messages merge in (timestamp, writer,
 //!   sequence) order.
+//! - **Entries tenure did not write** (symlinks, directories, FIFOs, devices or
+//!   huge files named like data files, buckets, manifests or snapshots) are never
+//!   followed, opened or listed in a manifest: closers and readers skip them and
+//!   report them ([`Skipped`]); every read is capped, and every storage operation
+//!   has a deadline, so a hostile entry or a hung mount can neither hang a
+//!   command nor send tenure outside the log. See [`fs`].
 //! - The [`Journal`] stamps messages under leases from any tenure store, above the
 //!   predecessors' watermarks and below the deadlines; [`audit()`] checks it.
 //! - [`Log::compact`] folds closed buckets into snapshots, idempotently.
@@ -57,8 +63,8 @@ pub use audit::{AuditReport, VerifiedWitness, Violation, ViolationKind, WitnessV
 pub use frame::{LeaseStamp, Message};
 pub use journal::{Journal, Txn};
 pub use layout::{LogConfig, LogSettings, Manifest};
-pub use log::{BagOptions, CloseReport, CloseRound, Log, Metronome, Writer};
-pub use protocol::{Batch, BucketState, Decision, Outcome};
+pub use log::{BagOptions, CloseReport, CloseRound, Log, Metronome, Unclosable, Writer};
+pub use protocol::{Batch, BucketState, Decision, Outcome, Skipped};
 pub use read::{ReadOptions, ReadResult};
 pub use snapshot::CompactReport;
 

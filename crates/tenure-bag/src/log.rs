@@ -7,6 +7,7 @@ use std::time::Duration;
 use object_store::ObjectStore;
 use object_store::path::Path;
 use serde::Serialize;
+use tenure::limits::millis;
 use tenure::{Clock, ClockExt, Error, Result, SystemClock};
 use tokio::sync::{Mutex, OnceCell, watch};
 use tokio::task::JoinHandle;
@@ -14,7 +15,7 @@ use tokio::task::JoinHandle;
 use crate::fs::FsStorage;
 use crate::layout::{LogConfig, LogSettings};
 use crate::object::ObjectStorage;
-use crate::protocol::{self, Batch, Ctx, Outcome, WriterState};
+use crate::protocol::{self, Batch, Ctx, Outcome, Skipped, WriterState};
 use crate::read::{self, ReadOptions, ReadResult};
 use crate::snapshot::{self, CompactReport};
 
@@ -28,7 +29,9 @@ pub struct BagOptions {
     pub clock: Arc<dyn Clock>,
     /// After a close, `chmod` the bucket read-only (a hint; never relied upon).
     pub read_only_hint: bool,
-    /// Store settings for object stores (`aws_endpoint`, `aws_access_key_id` …).
+    /// Store settings: for object stores `aws_endpoint`, `aws_access_key_id`,
+    /// `timeout` (each request's) …; for a directory `timeout` (each file-system
+    /// operation's deadline, default 10 s), `fsync`, `io`.
     pub params: BTreeMap<String, String>,
     /// Skip the check, before the first write or close on an object store, that
     /// it really enforces create-if-absent. Without it two closers could both
@@ -91,44 +94,25 @@ pub struct Log {
     inner: Arc<Inner>,
 }
 
-/// Runs `body` with the storage: file systems on the blocking pool (their futures
-/// block when polled and never wait on anything else), object stores inline.
+/// Runs `body` with the storage. Every storage operation has its own deadline
+/// (file systems run theirs on an abandonable thread), so nothing here blocks.
 macro_rules! with_storage {
     ($log:expr, |$s:ident| $body:expr) => {
         match &$log.inner.backend {
-            Backend::Fs(fs) => {
-                let fs = fs.clone();
-                tokio::task::spawn_blocking(move || {
-                    futures::executor::block_on(async move {
-                        let $s = &fs;
-                        $body
-                    })
-                })
-                .await
-                .map_err(|e| Error::store($log.url(), "running a file-system task", e))?
-            }
-            Backend::Object(obj) => {
-                let $s = obj;
-                $body
-            }
+            Backend::Fs($s) => $body,
+            Backend::Object($s) => $body,
         }
     };
 }
 
 impl Log {
-    /// Opens `file:///dir[?fsync=false]`, a plain path, or `s3://bucket/prefix`
-    /// (with `opts.params`: `aws_endpoint`, `aws_access_key_id`, …).
+    /// Opens `file:///dir[?fsync=false&timeout=10s]`, a plain path, or
+    /// `s3://bucket/prefix` (with `opts.params`: `aws_endpoint`,
+    /// `aws_access_key_id`, …; for a directory `fsync`, `timeout`, `io`).
     pub fn open(url: &str, opts: BagOptions) -> Result<Log> {
+        opts.settings.check().map_err(|reason| Error::InvalidOptions { reason })?;
         if url.starts_with("file://") || !url.contains("://") {
-            if let Some(key) = opts.params.keys().next() {
-                return Err(Error::InvalidStore {
-                    url: url.into(),
-                    reason: format!(
-                        "unknown option {key:?} (a directory log takes its options in the URL: ?fsync=false)"
-                    ),
-                });
-            }
-            let fs = crate::fs::open(url)?;
+            let fs = crate::fs::open_with(url, &opts.params)?;
             return Ok(Self::on_fs(fs, opts));
         }
         let (store, prefix) = crate::open_object_store(url, &opts.params)?;
@@ -237,7 +221,12 @@ impl Log {
             });
         }
         let closed = with_storage!(self, |s| protocol::close(s, &ctx, bucket).await)?;
-        Ok(CloseReport { bucket_ms: bucket, published: closed.published, items: closed.manifest.items.len() })
+        Ok(CloseReport {
+            bucket_ms: bucket,
+            published: closed.published,
+            items: closed.manifest.items.len(),
+            skipped: closed.skipped,
+        })
     }
 
     /// Closes every bucket from `*cursor` up to the newest closable one, advancing
@@ -249,12 +238,25 @@ impl Log {
         let (round, next) = with_storage!(self, |s| {
             let mut round = CloseRound::default();
             let mut bucket = start;
-            // A failed close ends the round; the next round starts again from `start`
-            // (closing is idempotent).
             while bucket <= last {
-                let closed = protocol::close(s, &ctx, bucket).await?;
-                round.closed += 1;
-                round.published += u64::from(closed.published);
+                match protocol::close(s, &ctx, bucket).await {
+                    Ok(closed) => {
+                        round.closed += 1;
+                        round.published += u64::from(closed.published);
+                        round.skipped.extend(closed.skipped.into_iter().take(MAX_REPORTED - round.skipped.len()));
+                    }
+                    // A bucket that cannot be closed until someone removes what
+                    // tenure did not write must not hold up the buckets after it.
+                    Err(e @ Error::Corrupt { .. }) => {
+                        tracing::warn!(bucket, error = %e, "a bucket cannot be closed; going on with the next");
+                        if round.unclosable.len() < MAX_REPORTED {
+                            round.unclosable.push(Unclosable { bucket_ms: bucket, error: e.to_string() });
+                        }
+                    }
+                    // Any other failure ends the round; the next round starts again
+                    // from `start` (closing is idempotent).
+                    Err(e) => return Err(e),
+                }
                 bucket = ctx.cfg.end_of(bucket);
             }
             Ok::<_, Error>((round, bucket))
@@ -270,8 +272,16 @@ impl Log {
         let now = self.clock().wall_ms();
         Ok(match lookback {
             None => cfg.first_bucket_ms,
-            Some(d) => cfg.bucket_of(now.saturating_sub(cfg.grace_ms + d.as_millis() as u64)).max(cfg.first_bucket_ms),
+            Some(d) => {
+                cfg.bucket_of(now.saturating_sub(cfg.grace_ms.saturating_add(millis(d)))).max(cfg.first_bucket_ms)
+            }
         })
+    }
+
+    /// Buckets that exist in `[from, to)` (odd entries named like buckets are
+    /// not). Never writes.
+    pub(crate) async fn existing_buckets(&self, from: u64, to: u64) -> Result<Vec<u64>> {
+        Ok(with_storage!(self, |s| protocol::Storage::list_buckets(s, from, to).await)?.found)
     }
 
     /// Reads messages in (timestamp, writer, sequence) order. Never writes.
@@ -298,7 +308,13 @@ pub struct CloseReport {
     pub published: bool,
     /// Items the manifest lists.
     pub items: usize,
+    /// Entries tenure did not write that this close found and did not list.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
 }
+
+/// Skipped entries and unclosable buckets one round lists.
+const MAX_REPORTED: usize = 1000;
 
 /// What one metronome round did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -307,6 +323,22 @@ pub struct CloseRound {
     pub closed: u64,
     /// Manifests this round published.
     pub published: u64,
+    /// Entries tenure did not write that this round's closes did not list.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
+    /// Buckets this round could not close and went past (their data is
+    /// corrupt, or something tenure did not write is in the way).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unclosable: Vec<Unclosable>,
+}
+
+/// A bucket a round could not close.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Unclosable {
+    /// The bucket.
+    pub bucket_ms: u64,
+    /// Why.
+    pub error: String,
 }
 
 /// Appends batches as one writer: one data file per bucket on a file system.

@@ -27,6 +27,16 @@
 //! - *Read*: `GET` the manifest, then each listed object (checked against its
 //!   recorded size); without a manifest, `LIST` + `GET` (provisional).
 //!
+//! Every request has a deadline: `object_store`'s request timeout (30 s by
+//! default, `--store-opt timeout=10s`) and connect timeout (5 s), retried at most
+//! a few times within a bounded window (see `tenure_object`'s config).
+//!
+//! Objects tenure did not write are never read past a cap: a configuration,
+//! manifest or snapshot larger than tenure writes is refused or skipped as on
+//! a file system, a batch object larger than a data file may be is skipped and
+//! reported, and a bucket with more than [`MAX_ITEMS`] batch objects cannot be
+//! closed.
+//!
 //! Objects are immutable and every PUT is atomic, so there are no torn batches
 //! here; a damaged object is still detected by its frame checksum. Durability is
 //! the store's: a successful PUT is durable. Stores that ignore `If-None-Match`
@@ -42,8 +52,17 @@ use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use tenure::{Error, Result};
 
-use crate::layout::{LogConfig, Manifest};
-use crate::protocol::{Slot, Storage, Wrote};
+use tenure::limits::MAX_TIME_MS;
+
+use crate::frame::MAX_FRAME;
+use crate::layout::{
+    LogConfig, MAX_CONFIG_BYTES, MAX_ITEM_BYTES, MAX_ITEMS, MAX_MANIFEST_BYTES, MAX_SNAPSHOT_BYTES, Manifest,
+};
+use crate::protocol::{Listed, Loaded, Skipped, Slot, Storage, Wrote};
+
+/// Most snapshot objects listed (a chunk per hour of 1 s buckets for 100 years
+/// is under a million).
+const MAX_SNAPSHOTS: usize = 1 << 20;
 
 /// A log under a prefix of an object store.
 #[derive(Clone, Debug)]
@@ -72,11 +91,27 @@ impl ObjectStorage {
         Error::store(&*self.url, op.into(), e)
     }
 
-    async fn get_opt(&self, key: &Path) -> Result<Option<Bytes>> {
+    /// GETs `key` unless it holds more than `cap` bytes (then it is not read:
+    /// `Odd`, naming `what` it should have been).
+    async fn get_capped(&self, key: &Path, cap: u64, what: &str) -> Result<Loaded<Bytes>> {
         match self.store.get_opts(key, GetOptions::default()).await {
-            Ok(r) => Ok(Some(r.bytes().await.map_err(|e| self.err(format!("reading {key}"), e))?)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Ok(r) if r.meta.size > cap => Ok(Loaded::Odd(Skipped {
+                path: key.to_string(),
+                reason: format!("{} bytes, more than {what} holds ({cap}): not read", r.meta.size),
+            })),
+            Ok(r) => Ok(Loaded::Found(r.bytes().await.map_err(|e| self.err(format!("reading {key}"), e))?)),
+            Err(object_store::Error::NotFound { .. }) => Ok(Loaded::Absent),
             Err(e) => Err(self.err(format!("reading {key}"), e)),
+        }
+    }
+
+    /// Like [`Self::get_capped`], for what a log cannot do without: an
+    /// oversized object is an error naming it.
+    async fn get_required(&self, key: &Path, cap: usize, what: &str) -> Result<Option<Bytes>> {
+        match self.get_capped(key, cap as u64, what).await? {
+            Loaded::Found(bytes) => Ok(Some(bytes)),
+            Loaded::Absent => Ok(None),
+            Loaded::Odd(odd) => Err(Error::corrupt(&*self.url, odd.path, odd.reason)),
         }
     }
 
@@ -117,15 +152,22 @@ impl ObjectStorage {
         }
     }
 
-    /// Names (relative to `under`) and sizes of the objects under `under`.
-    async fn list_under(&self, under: &Path) -> Result<Vec<(String, u64)>> {
-        let metas: Vec<_> =
-            self.store.list(Some(under)).try_collect().await.map_err(|e| self.err(format!("listing {under}"), e))?;
+    /// Names (relative to `under`) and sizes of the objects under `under`; more
+    /// than `max` is corrupt (a prefix flooded with objects tenure did not
+    /// write), and is not listed to the end.
+    async fn list_under(&self, under: &Path, max: usize) -> Result<Vec<(String, u64)>> {
+        let mut stream = self.store.list(Some(under));
         let base = format!("{under}/");
-        Ok(metas
-            .into_iter()
-            .filter_map(|m| m.location.as_ref().strip_prefix(&base).map(|n| (n.to_string(), m.size)))
-            .collect())
+        let mut out = Vec::new();
+        while let Some(meta) = stream.try_next().await.map_err(|e| self.err(format!("listing {under}"), e))? {
+            if out.len() >= max {
+                return Err(Error::corrupt(&*self.url, under.to_string(), format!("more than {max} objects")));
+            }
+            if let Some(name) = meta.location.as_ref().strip_prefix(&base) {
+                out.push((name.to_string(), meta.size));
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -135,7 +177,7 @@ impl Storage for ObjectStorage {
     }
 
     async fn load_config(&self) -> Result<Option<LogConfig>> {
-        match self.get_opt(&self.key("bag.conf")).await? {
+        match self.get_required(&self.key("bag.conf"), MAX_CONFIG_BYTES, "a configuration").await? {
             None => Ok(None),
             Some(b) => LogConfig::parse(&b).map(Some).map_err(|d| Error::corrupt(&*self.url, "bag.conf", d)),
         }
@@ -145,14 +187,15 @@ impl Storage for ObjectStorage {
         self.create(&self.key("bag.conf"), Bytes::from(cfg.encode())).await.map(drop)
     }
 
-    async fn write(&self, bucket: u64, _slot: &mut Slot, writer: &str, seq: u64, frame: &[u8]) -> Result<Wrote> {
+    async fn write(&self, bucket: u64, _slot: &mut Slot, writer: &str, seq: u64, frame: Bytes) -> Result<Wrote> {
         let item = format!("{writer}.{seq:020}");
         let key = self.key(&format!("{}/m/{item}", Self::bucket_key(bucket)));
-        if !self.create(&key, Bytes::copy_from_slice(frame)).await?
+        let end = frame.len() as u64;
+        if !self.create(&key, frame.clone()).await?
             // `object_store` resends a PUT whose answer was lost (a timeout, a
             // 5xx): if the first one landed, the resend finds it. Our very bytes
             // there mean the batch is in the bucket, whoever put them.
-            && self.get_opt(&key).await?.as_deref() != Some(frame)
+            && !matches!(self.get_capped(&key, end, "a batch").await?, Loaded::Found(b) if b == frame)
         {
             return Err(Error::store(
                 &*self.url,
@@ -160,7 +203,7 @@ impl Storage for ObjectStorage {
                 "another batch object already exists under this name: two writers share one writer id",
             ));
         }
-        Ok(Wrote::Landed { item, end: frame.len() as u64 })
+        Ok(Wrote::Landed { item, end })
     }
 
     async fn prelock_exists(&self, bucket: u64) -> Result<bool> {
@@ -176,28 +219,36 @@ impl Storage for ObjectStorage {
         self.create(&self.key(&format!("{}/prelock", Self::bucket_key(bucket))), Bytes::new()).await.map(drop)
     }
 
-    async fn list_items(&self, bucket: u64, _durable: bool) -> Result<Option<Vec<(String, u64)>>> {
-        let all = self.list_under(&self.key(&Self::bucket_key(bucket))).await?;
+    async fn list_items(&self, bucket: u64, _durable: bool) -> Result<Option<Listed<(String, u64)>>> {
+        let under = self.key(&Self::bucket_key(bucket));
+        // A bucket holds its batches, a prelock and a manifest.
+        let all = self.list_under(&under, MAX_ITEMS + 2).await?;
         if all.is_empty() {
             return Ok(None);
         }
-        let mut items: Vec<(String, u64)> = all
-            .into_iter()
-            .filter_map(|(n, s)| {
-                n.strip_prefix("m/").filter(|n| crate::frame::is_item_name(n, "")).map(|n| (n.to_string(), s))
-            })
-            .collect();
-        items.sort();
-        Ok(Some(items))
+        let mut out = Listed::default();
+        for (name, size) in all {
+            let Some(item) = name.strip_prefix("m/").filter(|n| crate::frame::is_item_name(n, "")) else { continue };
+            if size > MAX_ITEM_BYTES {
+                out.skipped.push(Skipped {
+                    path: format!("{under}/{name}"),
+                    reason: format!("{size} bytes, more than a batch holds ({MAX_ITEM_BYTES}): not listed"),
+                });
+            } else {
+                out.found.push((item.to_string(), size));
+            }
+        }
+        out.found.sort();
+        Ok(Some(out))
     }
 
-    async fn load_manifest(&self, bucket: u64) -> Result<Option<Manifest>> {
+    async fn load_manifest(&self, bucket: u64) -> Result<Loaded<Manifest>> {
         let key = self.key(&format!("{}/manifest", Self::bucket_key(bucket)));
-        match self.get_opt(&key).await? {
-            None => Ok(None),
-            Some(b) => {
-                Manifest::parse(&b, bucket).map(Some).map_err(|d| Error::corrupt(&*self.url, key.to_string(), d))
-            }
+        match self.get_required(&key, MAX_MANIFEST_BYTES, "a manifest").await? {
+            None => Ok(Loaded::Absent),
+            Some(b) => Manifest::parse(&b, bucket)
+                .map(Loaded::Found)
+                .map_err(|d| Error::corrupt(&*self.url, key.to_string(), d)),
         }
     }
 
@@ -205,20 +256,26 @@ impl Storage for ObjectStorage {
         self.create(&self.key(&format!("{}/manifest", Self::bucket_key(m.bucket))), Bytes::from(m.encode())).await
     }
 
-    async fn read_item(&self, bucket: u64, item: &str, covered: Option<u64>) -> Result<Bytes> {
+    async fn read_item(&self, bucket: u64, item: &str, covered: Option<u64>) -> Result<Loaded<Bytes>> {
+        // Only a plain name a writer makes: never a key elsewhere.
+        if !crate::frame::is_item_name(item, "") {
+            return Err(Error::corrupt(&*self.url, format!("bucket {bucket}"), format!("bad item name {item:?}")));
+        }
         let key = self.key(&format!("{}/m/{item}", Self::bucket_key(bucket)));
-        let bytes = self.get_opt(&key).await?.ok_or_else(|| {
-            Error::corrupt(&*self.url, key.to_string(), "a batch object listed in the manifest is missing")
-        })?;
-        Ok(match covered {
-            Some(n) if (bytes.len() as u64) > n => bytes.slice(..n as usize),
-            _ => bytes,
+        // One batch per object: at most a frame, whatever a manifest claims.
+        let cap = MAX_ITEM_BYTES.min(MAX_FRAME as u64 + 8);
+        Ok(match self.get_capped(&key, cap, "a batch").await? {
+            Loaded::Found(bytes) => match covered.and_then(|n| usize::try_from(n).ok()) {
+                Some(n) if bytes.len() > n => Loaded::Found(bytes.slice(..n)),
+                _ => Loaded::Found(bytes),
+            },
+            other => other,
         })
     }
 
     async fn hint_closed(&self, _m: &Manifest) {}
 
-    async fn list_buckets(&self, from: u64, to: u64) -> Result<Vec<u64>> {
+    async fn list_buckets(&self, from: u64, to: u64) -> Result<Listed<u64>> {
         let base = self.key("b");
         let offset = self.key(&Self::bucket_key(from));
         let mut stream = self.store.list_with_offset(Some(&base), &offset);
@@ -227,29 +284,30 @@ impl Storage for ObjectStorage {
         while let Some(meta) = stream.try_next().await.map_err(|e| self.err(format!("listing {base}"), e))? {
             let Some(rest) = meta.location.as_ref().strip_prefix(&strip) else { continue };
             let Some(b) = rest.split('/').next().and_then(|b| b.parse::<u64>().ok()) else { continue };
-            if b >= to {
+            // Nothing is stored past the year 9999 (writers refuse it).
+            if b >= to || b > MAX_TIME_MS {
                 break;
             }
             if b >= from {
                 out.insert(b);
             }
         }
-        Ok(out.into_iter().collect())
+        Ok(Listed { found: out.into_iter().collect(), skipped: Vec::new() })
     }
 
-    async fn list_snapshots(&self) -> Result<Vec<u64>> {
-        let mut out: Vec<u64> = self
-            .list_under(&self.key("s"))
+    async fn list_snapshots(&self) -> Result<Listed<u64>> {
+        let mut found: Vec<u64> = self
+            .list_under(&self.key("s"), MAX_SNAPSHOTS)
             .await?
             .into_iter()
             .filter_map(|(n, _)| n.strip_suffix(".snap").and_then(|n| n.parse().ok()))
             .collect();
-        out.sort_unstable();
-        Ok(out)
+        found.sort_unstable();
+        Ok(Listed { found, skipped: Vec::new() })
     }
 
-    async fn load_snapshot(&self, chunk: u64) -> Result<Option<Bytes>> {
-        self.get_opt(&self.key(&format!("s/{chunk:015}.snap"))).await
+    async fn load_snapshot(&self, chunk: u64) -> Result<Loaded<Bytes>> {
+        self.get_capped(&self.key(&format!("s/{chunk:015}.snap")), MAX_SNAPSHOT_BYTES as u64, "a snapshot").await
     }
 
     async fn publish_snapshot(&self, chunk: u64, bytes: Bytes) -> Result<bool> {

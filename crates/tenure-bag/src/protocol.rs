@@ -24,7 +24,10 @@
 //! 1. A manifest exists: done (idempotent).
 //! 2. Ensure the prelock exists (create-if-absent; losing the race is fine).
 //! 3. List the bucket's items and their sizes — after the prelock, so every
-//!    writer that missed the prelock in its step 3 is listed.
+//!    writer that missed the prelock in its step 3 is listed. Only regular files
+//!    (objects) named like items are listed: a directory, symlink, FIFO or
+//!    device named like one, or a file larger than any writer makes, is skipped
+//!    and reported — no writer's frame can be in it.
 //! 4. Publish the manifest create-if-absent; first wins. A loser reads the winner.
 //! 5. Optionally mark the bucket read-only, as a hint only (root ignores it).
 //!
@@ -51,7 +54,11 @@
 //!
 //! A bucket with a manifest is *closed*: exactly the frames within the recorded
 //! sizes. A bucket without one is *open* (or *absent*): everything currently
-//! readable, reported as provisional.
+//! readable, reported as provisional. Entries a manifest lists that are not
+//! regular files (manifests written before closers skipped them) are skipped and
+//! reported; an odd entry holding the manifest's name leaves the bucket open
+//! (nobody can close it) and is reported; a garbage manifest is an error naming
+//! it.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -59,6 +66,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
+use tenure::limits::MAX_TIME_MS;
 use tenure::{Clock, Error, Result};
 
 use crate::frame::{self, LeaseStamp, Message};
@@ -73,7 +81,8 @@ pub(crate) struct Slot {
     pub(crate) generation: u32,
     /// Bytes written so far.
     pub(crate) end: u64,
-    /// A write failed: its bytes are unknown, so the next write starts a new file.
+    /// The next write starts a new file: a write failed (its bytes are unknown),
+    /// or the file is full.
     pub(crate) poisoned: bool,
 }
 
@@ -86,8 +95,43 @@ pub(crate) enum Wrote {
     ClosedBefore,
 }
 
-/// What the protocol needs from storage. File-system futures do blocking I/O
-/// when polled; [`crate::Log`] runs them on the blocking pool.
+/// An entry tenure did not write, found where a log keeps its data (a
+/// directory, a symlink, a FIFO or a device named like a data file, a bucket or
+/// a manifest; a file larger than any tenure writes): never followed or opened,
+/// never listed in a manifest, skipped and reported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// Where it is (a path, or an object key).
+    pub path: String,
+    /// What it is, and what was not done with it.
+    pub reason: String,
+}
+
+/// What looking for one stored thing found.
+#[derive(Debug)]
+pub(crate) enum Loaded<T> {
+    Found(T),
+    Absent,
+    /// Something tenure did not write holds its name.
+    Odd(Skipped),
+}
+
+/// What a listing found: the entries, and the odd ones skipped.
+#[derive(Debug)]
+pub(crate) struct Listed<T> {
+    pub(crate) found: Vec<T>,
+    pub(crate) skipped: Vec<Skipped>,
+}
+
+impl<T> Default for Listed<T> {
+    fn default() -> Self {
+        Self { found: Vec::new(), skipped: Vec::new() }
+    }
+}
+
+/// What the protocol needs from storage. Every operation has a deadline: file
+/// systems run theirs on an abandonable thread, object stores have request
+/// timeouts.
 pub(crate) trait Storage: Send + Sync + 'static {
     fn url(&self) -> &str;
     fn load_config(&self) -> impl Future<Output = Result<Option<LogConfig>>> + Send;
@@ -99,25 +143,34 @@ pub(crate) trait Storage: Send + Sync + 'static {
         slot: &mut Slot,
         writer: &str,
         first_seq: u64,
-        frame: &[u8],
+        frame: Bytes,
     ) -> impl Future<Output = Result<Wrote>> + Send;
     fn prelock_exists(&self, bucket: u64) -> impl Future<Output = Result<bool>> + Send;
     fn ensure_prelock(&self, bucket: u64) -> impl Future<Output = Result<()>> + Send;
-    /// Items and sizes; `None` if the bucket does not exist at all. `durable`:
-    /// make the listed bytes durable first (closers, when fsync is on).
-    fn list_items(&self, bucket: u64, durable: bool)
-    -> impl Future<Output = Result<Option<Vec<(String, u64)>>>> + Send;
-    fn load_manifest(&self, bucket: u64) -> impl Future<Output = Result<Option<Manifest>>> + Send;
+    /// Items (regular files only) and sizes; `None` if the bucket does not exist
+    /// at all. `durable`: make the listed bytes durable first (closers, when
+    /// fsync is on).
+    fn list_items(
+        &self,
+        bucket: u64,
+        durable: bool,
+    ) -> impl Future<Output = Result<Option<Listed<(String, u64)>>>> + Send;
+    fn load_manifest(&self, bucket: u64) -> impl Future<Output = Result<Loaded<Manifest>>> + Send;
     /// Publishes `m` create-if-absent; `false` if another manifest won.
     fn publish_manifest(&self, m: &Manifest) -> impl Future<Output = Result<bool>> + Send;
     /// An item's bytes, the first `covered` of them if given.
-    fn read_item(&self, bucket: u64, item: &str, covered: Option<u64>) -> impl Future<Output = Result<Bytes>> + Send;
+    fn read_item(
+        &self,
+        bucket: u64,
+        item: &str,
+        covered: Option<u64>,
+    ) -> impl Future<Output = Result<Loaded<Bytes>>> + Send;
     /// The optional read-only hint after a close.
     fn hint_closed(&self, m: &Manifest) -> impl Future<Output = ()> + Send;
     /// Existing buckets in `[from, to)`, ascending.
-    fn list_buckets(&self, from: u64, to: u64) -> impl Future<Output = Result<Vec<u64>>> + Send;
-    fn list_snapshots(&self) -> impl Future<Output = Result<Vec<u64>>> + Send;
-    fn load_snapshot(&self, chunk: u64) -> impl Future<Output = Result<Option<Bytes>>> + Send;
+    fn list_buckets(&self, from: u64, to: u64) -> impl Future<Output = Result<Listed<u64>>> + Send;
+    fn list_snapshots(&self) -> impl Future<Output = Result<Listed<u64>>> + Send;
+    fn load_snapshot(&self, chunk: u64) -> impl Future<Output = Result<Loaded<Bytes>>> + Send;
     /// Publishes a snapshot create-if-absent; `false` if one existed.
     fn publish_snapshot(&self, chunk: u64, bytes: Bytes) -> impl Future<Output = Result<bool>> + Send;
 }
@@ -220,12 +273,17 @@ pub(crate) async fn append<S: Storage>(s: &S, ctx: &Ctx, w: &mut WriterState, ba
     else {
         return Err(invalid("an empty batch".into()));
     };
+    if max > MAX_TIME_MS {
+        return Err(invalid(format!("timestamp {max} is past the year 9999")));
+    }
     let bucket = ctx.cfg.bucket_of(min);
     if ctx.cfg.bucket_of(max) != bucket {
         return Err(invalid(format!("a batch must fit in one bucket: {min} and {max} do not")));
     }
     let first_seq = w.next_seq;
     let count = batch.messages.len() as u64;
+    let next_seq =
+        first_seq.checked_add(count).ok_or_else(|| invalid("this writer's sequence numbers ran out".into()))?;
     let outcome = |decision: Decision| Outcome {
         accepted: decision.accepted(),
         decision,
@@ -240,13 +298,13 @@ pub(crate) async fn append<S: Storage>(s: &S, ctx: &Ctx, w: &mut WriterState, ba
     }
     let frame = frame::encode(&w.id, first_seq, &batch.leases, &batch.messages).map_err(invalid)?;
     // Sequence numbers are spent even if the write fails: never reused.
-    w.next_seq += count;
+    w.next_seq = next_seq;
     if w.slots.len() >= MAX_SLOTS && !w.slots.contains_key(&bucket) {
         let oldest = w.slots.keys().copied().min().unwrap_or(bucket);
         w.slots.remove(&oldest);
     }
     let slot = w.slots.entry(bucket).or_default();
-    let (item, end) = match s.write(bucket, slot, &w.id, first_seq, &frame).await? {
+    let (item, end) = match s.write(bucket, slot, &w.id, first_seq, frame.into()).await? {
         Wrote::ClosedBefore => return Ok(outcome(Decision::ClosedBeforeWrite)),
         Wrote::Landed { item, end } => (item, end),
     };
@@ -267,25 +325,58 @@ pub(crate) struct Closed {
     pub(crate) manifest: Manifest,
     /// This call published the manifest (rather than finding one).
     pub(crate) published: bool,
+    /// Odd entries this call's listing skipped.
+    pub(crate) skipped: Vec<Skipped>,
+}
+
+/// The manifest of `bucket`, checked against the log's bucket width.
+async fn manifest<S: Storage>(s: &S, cfg: &LogConfig, bucket: u64) -> Result<Loaded<Manifest>> {
+    let loaded = s.load_manifest(bucket).await?;
+    if let Loaded::Found(m) = &loaded
+        && m.width_ms != cfg.width_ms
+    {
+        return Err(Error::corrupt(
+            s.url(),
+            format!("the manifest of bucket {bucket}"),
+            format!("it is for buckets {} ms wide; the log's are {} ms", m.width_ms, cfg.width_ms),
+        ));
+    }
+    Ok(loaded)
+}
+
+/// Something tenure did not write holds the manifest's name: nobody can close
+/// the bucket until it is removed.
+fn unclosable(url: &str, bucket: u64, odd: Skipped) -> Error {
+    Error::corrupt(url, odd.path, format!("bucket {bucket} cannot be closed: {}", odd.reason))
 }
 
 pub(crate) async fn close<S: Storage>(s: &S, ctx: &Ctx, bucket: u64) -> Result<Closed> {
-    if let Some(manifest) = s.load_manifest(bucket).await? {
-        return Ok(Closed { manifest, published: false });
+    match manifest(s, &ctx.cfg, bucket).await? {
+        Loaded::Found(manifest) => return Ok(Closed { manifest, published: false, skipped: Vec::new() }),
+        Loaded::Odd(odd) => return Err(unclosable(s.url(), bucket, odd)),
+        Loaded::Absent => {}
     }
     s.ensure_prelock(bucket).await?;
-    let items = s.list_items(bucket, ctx.fsync).await?.unwrap_or_default();
-    let manifest = Manifest { bucket, width_ms: ctx.cfg.width_ms, items: items.into_iter().collect() };
+    let listed = s.list_items(bucket, ctx.fsync).await?.unwrap_or_default();
+    for odd in &listed.skipped {
+        tracing::warn!(bucket, path = odd.path, reason = odd.reason, "closing: skipped an entry tenure did not write");
+    }
+    let manifest = Manifest { bucket, width_ms: ctx.cfg.width_ms, items: listed.found.into_iter().collect() };
     if s.publish_manifest(&manifest).await? {
         if ctx.read_only_hint {
             s.hint_closed(&manifest).await;
         }
-        return Ok(Closed { manifest, published: true });
+        return Ok(Closed { manifest, published: true, skipped: listed.skipped });
     }
-    let winner = s.load_manifest(bucket).await?.ok_or_else(|| {
-        Error::store(s.url(), format!("closing bucket {bucket}"), "a manifest was published but cannot be read back")
-    })?;
-    Ok(Closed { manifest: winner, published: false })
+    match self::manifest(s, &ctx.cfg, bucket).await? {
+        Loaded::Found(winner) => Ok(Closed { manifest: winner, published: false, skipped: listed.skipped }),
+        Loaded::Odd(odd) => Err(unclosable(s.url(), bucket, odd)),
+        Loaded::Absent => Err(Error::store(
+            s.url(),
+            format!("closing bucket {bucket}"),
+            "a manifest was published but cannot be read back",
+        )),
+    }
 }
 
 /// The state of a bucket as read.
@@ -309,22 +400,53 @@ pub(crate) struct BucketRead {
     pub(crate) ignored_bytes: u64,
     /// Messages whose timestamp is outside the bucket (a buggy writer): dropped.
     pub(crate) misplaced: u64,
+    /// Entries tenure did not write: not read.
+    pub(crate) skipped: Vec<Skipped>,
 }
 
 pub(crate) async fn read_bucket<S: Storage>(s: &S, cfg: &LogConfig, bucket: u64) -> Result<BucketRead> {
-    let (state, items): (BucketState, Vec<(String, Option<u64>)>) = match s.load_manifest(bucket).await? {
+    let mut skipped = Vec::new();
+    let manifest = match manifest(s, cfg, bucket).await? {
+        Loaded::Found(m) => Some(m),
+        Loaded::Absent => None,
+        // Nobody can close this bucket: read it as an open one.
+        Loaded::Odd(odd) => {
+            skipped.push(odd);
+            None
+        }
+    };
+    let (state, items): (BucketState, Vec<(String, Option<u64>)>) = match manifest {
         Some(m) => (BucketState::Closed, m.items.into_iter().map(|(k, v)| (k, Some(v))).collect()),
         None => match s.list_items(bucket, false).await? {
-            Some(items) => (BucketState::Open, items.into_iter().map(|(k, _)| (k, None)).collect()),
+            Some(listed) => {
+                skipped.extend(listed.skipped);
+                (BucketState::Open, listed.found.into_iter().map(|(k, _)| (k, None)).collect())
+            }
             None => (BucketState::Absent, Vec::new()),
         },
     };
-    let mut out = BucketRead { state, messages: Vec::new(), ignored_bytes: 0, misplaced: 0 };
+    let mut out = BucketRead { state, messages: Vec::new(), ignored_bytes: 0, misplaced: 0, skipped };
     for (item, covered) in items {
         if covered == Some(0) {
             continue;
         }
-        let data = s.read_item(bucket, &item, covered).await?;
+        let data = match s.read_item(bucket, &item, covered).await? {
+            Loaded::Found(data) => data,
+            // A manifest written before closers skipped odd entries may list one.
+            Loaded::Odd(odd) => {
+                out.skipped.push(odd);
+                continue;
+            }
+            // Gone from an open bucket: nothing was decided about it yet.
+            Loaded::Absent if covered.is_none() => continue,
+            Loaded::Absent => {
+                return Err(Error::corrupt(
+                    s.url(),
+                    format!("bucket {bucket}, item {item}"),
+                    "the manifest lists it but it is missing: data was lost after the close",
+                ));
+            }
+        };
         if let Some(size) = covered
             && (data.len() as u64) < size
         {
@@ -341,7 +463,7 @@ pub(crate) async fn read_bucket<S: Storage>(s: &S, cfg: &LogConfig, bucket: u64)
         if let Some(why) = &decoded.stopped {
             tracing::debug!(bucket, item, why, ignored = decoded.ignored, "ignoring a torn tail");
         }
-        out.ignored_bytes += decoded.ignored as u64;
+        out.ignored_bytes = out.ignored_bytes.saturating_add(decoded.ignored as u64);
         for m in decoded.messages {
             if cfg.bucket_of(m.ts_ms) == bucket {
                 out.messages.push(m);

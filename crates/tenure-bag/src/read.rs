@@ -11,14 +11,21 @@
 //! are dropped (they are reported in `late`): their writer may have acted after
 //! losing the lease. A snapshot that fails its checksum is skipped with a warning
 //! and its buckets are read instead (they are never deleted).
+//!
+//! Entries tenure did not write (a symlink, directory, FIFO or device named like
+//! a data file, bucket, manifest or snapshot; a file larger than any tenure
+//! writes) are never followed or opened: they are skipped and listed in
+//! [`ReadResult::skipped`], and the read goes on. A bucket whose manifest's name
+//! is held by such an entry cannot be closed, so it is read as open (provisional).
 
 use futures::StreamExt;
 use serde::Serialize;
 use tenure::Result;
+use tenure::limits::MAX_TIME_MS;
 
 use crate::frame::Message;
 use crate::layout::LogConfig;
-use crate::protocol::{self, BucketState, Storage};
+use crate::protocol::{self, BucketState, Loaded, Skipped, Storage};
 use crate::snapshot;
 
 /// Which messages to read.
@@ -60,33 +67,67 @@ pub struct ReadResult {
     pub ignored_bytes: u64,
     /// Messages dropped for a timestamp outside their bucket.
     pub misplaced: u64,
+    /// Entries tenure did not write, skipped (the first [`MAX_SKIPPED_LISTED`]).
+    pub skipped: Vec<Skipped>,
+    /// How many entries were skipped in all.
+    pub skipped_total: u64,
     /// Every bucket in the range is closed: this answer is final.
     pub exact: bool,
+}
+
+/// Skipped entries a read lists (it counts them all).
+pub const MAX_SKIPPED_LISTED: usize = 1000;
+
+impl ReadResult {
+    fn skip(&mut self, odd: Vec<Skipped>) {
+        for odd in odd {
+            tracing::warn!(path = odd.path, reason = odd.reason, "reading: skipped an entry tenure did not write");
+            self.skipped_total += 1;
+            if self.skipped.len() < MAX_SKIPPED_LISTED {
+                self.skipped.push(odd);
+            }
+        }
+    }
 }
 
 /// Buckets read concurrently from object stores.
 const CONCURRENCY: usize = 16;
 
 pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOptions) -> Result<ReadResult> {
-    let from = cfg.bucket_of(opts.from_ms.unwrap_or(cfg.first_bucket_ms).max(cfg.first_bucket_ms));
+    // Nothing is stored past the year 9999 (writers refuse it): a range reaching
+    // further ends there.
+    let end_of_time = cfg.end_of(cfg.bucket_of(MAX_TIME_MS));
+    let from = cfg.bucket_of(opts.from_ms.unwrap_or(cfg.first_bucket_ms).max(cfg.first_bucket_ms).min(MAX_TIME_MS));
+    let listed = s.list_buckets(from, opts.to_ms.unwrap_or(end_of_time).min(end_of_time)).await?;
+    let mut out = ReadResult::default();
+    out.skip(listed.skipped);
     // Only bucket-aligned names are buckets (a stray directory is not).
-    let mut existing_all = s.list_buckets(from, opts.to_ms.unwrap_or(u64::MAX)).await?;
+    let mut existing_all = listed.found;
     existing_all.retain(|&b| cfg.bucket_of(b) == b);
     let to = match opts.to_ms {
-        Some(t) => cfg.bucket_of(t.saturating_add(cfg.width_ms - 1)).max(from),
+        Some(t) => cfg.bucket_of(t.min(end_of_time).saturating_add(cfg.width_ms - 1)).max(from),
         None => existing_all.last().map_or(from, |&b| cfg.end_of(b)),
     };
-    let mut out = ReadResult { from_ms: from, to_ms: to, ..ReadResult::default() };
+    (out.from_ms, out.to_ms) = (from, to);
     let mut parts: Vec<(u64, Vec<Message>)> = Vec::new();
     let mut covered: Vec<(u64, u64)> = Vec::new();
     let mut snapshot_buckets = 0u64;
     if !opts.skip_snapshots && from < to {
-        for chunk in s.list_snapshots().await? {
+        let listed = s.list_snapshots().await?;
+        out.skip(listed.skipped);
+        for chunk in listed.found {
             let (start, end) = cfg.chunk_range(chunk);
             if end <= from || start >= to {
                 continue;
             }
-            let Some(bytes) = s.load_snapshot(chunk).await? else { continue };
+            let bytes = match s.load_snapshot(chunk).await? {
+                Loaded::Found(bytes) => bytes,
+                Loaded::Absent => continue,
+                Loaded::Odd(odd) => {
+                    out.skip(vec![odd]);
+                    continue;
+                }
+            };
             match snapshot::decode(&bytes, cfg, chunk) {
                 Ok(msgs) => {
                     out.snapshots += 1;
@@ -122,8 +163,9 @@ pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOp
             BucketState::Open => out.open.push(bucket),
             BucketState::Absent => out.absent += 1,
         }
-        out.ignored_bytes += read.ignored_bytes;
+        out.ignored_bytes = out.ignored_bytes.saturating_add(read.ignored_bytes);
         out.misplaced += read.misplaced;
+        out.skip(read.skipped);
         parts.push((bucket, read.messages));
     }
     parts.sort_by_key(|p| p.0);

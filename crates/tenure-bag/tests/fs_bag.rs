@@ -3,14 +3,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Harness, T0, options};
+use common::{Harness, T0, options, tree};
 use tenure::{Clock, ManualClock};
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{Batch, Decision, Log, ReadOptions};
@@ -147,23 +146,6 @@ async fn a_read_to_the_end_of_time_counts_absent_buckets_without_visiting_them()
     let buckets = (read.to_ms - read.from_ms) / 1_000;
     assert_eq!(read.absent, buckets - 1, "every bucket but the open one");
     assert!(!read.exact);
-}
-
-/// Names, sizes, modes and modification times of everything under `root`.
-fn tree(root: &Path) -> BTreeMap<PathBuf, (u64, u32, Option<std::time::SystemTime>)> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let meta = entry.metadata().expect("meta");
-            if meta.is_dir() {
-                stack.push(entry.path());
-            }
-            out.insert(entry.path(), (meta.len(), meta.permissions().mode(), meta.modified().ok()));
-        }
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

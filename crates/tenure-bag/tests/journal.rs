@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{T0, options};
-use tenure::{Client, LeaseOptions, ManualClock, OpenOptions};
+use tenure::{Client, Clock, LeaseOptions, ManualClock, OpenOptions, ReleaseRequest};
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{
     Batch, Journal, LeaseStamp, Log, ReadOptions, VerifiedWitness, ViolationKind, WitnessVerifier, audit,
@@ -65,28 +65,11 @@ async fn after_an_expired_predecessor_the_next_holder_first_closes_its_buckets()
     let mut txn = a.begin(&["acct/9"]).await.expect("begin");
     txn.append(vec!["a: before vanishing".into()]).await.expect("append");
     drop(txn); // dropped, not committed: its deadline becomes the watermark
-    // The drop releases in the background: wait (bounded) for the record to say so.
-    let leases = tenure::open(&store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
-    let leases = Client::new(leases);
-    for _ in 0..6_000 {
-        if leases.inspect("acct/9").await.expect("inspect").holders.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    released(&store, &clock, "acct/9").await;
     // b's lease outlives the wait for the predecessor's buckets by far, so it
     // needs no renewal while this test runs the clock ahead of real time.
     let b = journal_with_ttl(dir.path(), &store, &clock, "b", Duration::from_secs(600));
-    let begin = tokio::spawn(async move { b.begin(&["acct/9"]).await.map(|t| (t, b)) });
-    // Move time until b has waited out the predecessor's buckets (bounded loop).
-    for _ in 0..400 {
-        if begin.is_finished() {
-            break;
-        }
-        clock.advance(Duration::from_millis(100));
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    let (mut txn, b) = begin.await.expect("join").expect("begin");
+    let (mut txn, b) = begin_while_time_passes(b, &clock, "acct/9").await;
     let predecessor = txn.grants()[0].predecessor.clone().expect("predecessor");
     assert!(!predecessor.how.graceful(), "{:?}", predecessor.how);
     let watermark = predecessor.watermark_ms.expect("watermark");
@@ -100,6 +83,114 @@ async fn after_an_expired_predecessor_the_next_holder_first_closes_its_buckets()
     let out = txn.append(vec!["b: after".into()]).await.expect("append");
     assert!(out.max_ts_ms > watermark);
     txn.commit().await.expect("commit");
+}
+
+/// Waits (bounded, in real time) until `leases` shows no holder of `name`: a
+/// dropped grant is released in the background.
+async fn released(store: &str, clock: &ManualClock, name: &str) {
+    let leases = tenure::open(store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
+    let leases = Client::new(leases);
+    for _ in 0..6_000 {
+        if leases.inspect(name).await.expect("inspect").holders.is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{name} was never released");
+}
+
+/// `b.begin(name)` while time moves on, until it has waited out the
+/// predecessor's buckets (a bounded loop).
+async fn begin_while_time_passes(b: Journal, clock: &ManualClock, name: &'static str) -> (tenure_bag::Txn, Journal) {
+    let begin = tokio::spawn(async move { b.begin(&[name]).await.map(|t| (t, b)) });
+    for _ in 0..2_000 {
+        if begin.is_finished() {
+            break;
+        }
+        clock.advance(Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    begin.await.expect("join").expect("begin")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_decides_a_late_message_from_early_in_a_long_held_lease_before_it_stamps() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = unique_store();
+    let clock = ManualClock::starting_at(T0);
+    let ttl = Duration::from_secs(5);
+    let a = journal_with_ttl(dir.path(), &store, &clock, "a", ttl);
+    let mut txn = a.begin(&["acct/5"]).await.expect("begin");
+    assert!(txn.append(vec!["a: first".into()]).await.expect("append").accepted);
+    // It holds the lease for 20 TTLs, renewing (each step waits, in real time
+    // and bounded, for the keep-alive to have renewed recently).
+    while clock.wall_ms() < T0 + 20 * 5_000 {
+        clock.advance(Duration::from_millis(500));
+        let mut renewed = false;
+        for _ in 0..2_000 {
+            if txn.grants()[0].deadline_ms >= clock.wall_ms() + 3_000 {
+                renewed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(renewed, "the keep-alive stopped renewing at {}", clock.wall_ms());
+    }
+    // It crashed with a batch in flight that it had stamped early on: in its own
+    // (fresh) data file of an early bucket, written but not yet decided.
+    let early = T0 + 2_000;
+    let grant = txn.grants()[0].clone();
+    let lease = LeaseStamp {
+        name: grant.name.to_string(),
+        token: grant.token,
+        deadline_ms: T0 + 2_000 + 5_000,
+        watermark_ms: None,
+        holder: grant.holder.nonce.clone(),
+        witness: None,
+    };
+    let frame = tenure_bag::frame::encode("a", 100, &[lease], &[(early + 1, "a: in flight".into())]).expect("encode");
+    let bucket_dir = FsStorage::new(dir.path(), false).bucket_dir(early).expect("dir");
+    std::fs::create_dir_all(&bucket_dir).expect("mkdir");
+    std::fs::write(bucket_dir.join("a.1.data"), frame).expect("write");
+    drop(txn);
+    released(&store, &clock, "acct/5").await;
+
+    let b = journal_with_ttl(dir.path(), &store, &clock, "b", ttl);
+    let (txn, b) = begin_while_time_passes(b, &clock, "acct/5").await;
+    let p = txn.grants()[0].predecessor.clone().expect("predecessor");
+    assert!(!p.how.graceful(), "{:?}", p.how);
+    assert_eq!(p.acquired_ms, Some(T0), "the grant says where the predecessor's stamps began");
+    let watermark = p.watermark_ms.expect("watermark");
+    assert!(early + 1_000 < watermark - 5_000, "the bucket is older than one TTL before the watermark");
+    // Before b stamps anything, the early bucket is closed: the message is
+    // accepted (its manifest covers it), for certain, and every reader sees it.
+    let log = b.writer().log();
+    let range = ReadOptions { from_ms: Some(early), to_ms: Some(early + 1_000), ..Default::default() };
+    let read = log.read(&range).await.expect("read");
+    assert!(read.exact, "{read:?}");
+    let payloads: Vec<_> = read.messages.iter().map(|m| m.payload.clone()).collect();
+    assert_eq!(payloads, ["a: in flight"]);
+    // Anything else the predecessor still had on its way there is rejected.
+    let late = a.writer().append(Batch::one(early + 2, "a: later still")).await.expect("append");
+    assert!(!late.accepted, "{late:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watermark_past_the_deadline_fails_the_append_at_once_instead_of_waiting_for_the_clock() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = unique_store();
+    let clock = ManualClock::starting_at(T0);
+    // A predecessor whose clock read ten years ahead released with its stamps.
+    let leases = tenure::open(&store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
+    let lease = Client::new(leases).acquire("acct/3", &LeaseOptions::exclusive()).await.expect("acquire");
+    let far = T0 + 10 * 365 * 86_400_000;
+    lease.release_with(ReleaseRequest { watermark_ms: Some(far), ..Default::default() }).await.expect("release");
+    let j = journal(dir.path(), &store, &clock, "j");
+    let mut txn = j.begin(&["acct/3"]).await.expect("begin");
+    assert_eq!(txn.floor_ms(), far + 1);
+    // The manual clock never moves here: waiting for it would never end.
+    let out = tokio::time::timeout(Duration::from_secs(30), txn.append(vec!["x".into()])).await.expect("no wait");
+    assert!(matches!(out, Err(tenure::Error::Lost { reason: tenure::LossReason::Expired, .. })), "{out:?}");
 }
 
 fn stamp(token: u64, deadline_ms: u64, watermark_ms: Option<u64>, witness: Option<&[u8]>) -> LeaseStamp {

@@ -12,10 +12,12 @@ use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use serde::Serialize;
+use tenure::limits::{MAX_DURATION, MAX_TIME_MS, MAX_TTL, check_duration, millis};
 use tenure::{Client, Holder, LeaseOptions, OpenOptions};
-use tenure_bag::{BagOptions, Batch, Journal, Log, LogSettings, Message, Outcome, ReadOptions, Writer};
+use tenure_bag::{BagOptions, Batch, Journal, Log, LogSettings, Message, Outcome, ReadOptions, ReadResult, Writer};
 
 use crate::args::duration;
+use crate::exit::{DATA, Fail};
 
 /// Rejected appends, audit violations.
 const REJECTED: u8 = 1;
@@ -46,10 +48,13 @@ enum BagCmd {
 /// The log and how to reach and (if new) create it.
 #[derive(Debug, Args)]
 struct LogArgs {
-    /// The log: a directory, `file:///dir[?fsync=false]`, or `s3://bucket/prefix`.
+    /// The log: a directory, `file:///dir[?fsync=false&timeout=10s]`, or
+    /// `s3://bucket/prefix`.
     #[arg(value_name = "LOG")]
     log: String,
-    /// Object-store setting, repeatable: `--store-opt aws_endpoint=http://…`.
+    /// Store setting, repeatable: `--store-opt aws_endpoint=http://…` for object
+    /// stores, `--store-opt timeout=30s` (each file-system operation's deadline,
+    /// default 10s) or `fsync=false` for a directory.
     #[arg(long = "store-opt", value_name = "KEY=VALUE", value_parser = key_value)]
     store_opts: Vec<(String, String)>,
     /// Bucket width, if this command creates the log.
@@ -76,6 +81,25 @@ struct LogArgs {
 
 fn key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
+
+/// Refuses a time (unix ms) past the year 9999: nothing is stored there.
+fn check_time(flag: &str, ms: Option<u64>) -> Result<()> {
+    match ms {
+        Some(ms) if ms > MAX_TIME_MS => {
+            Err(Fail::usage(format!("{flag} {ms} is past the year 9999 (at most {MAX_TIME_MS} ms)")).into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a count outside `1..=max`.
+fn check_count(flag: &str, n: usize, max: usize) -> Result<()> {
+    if (1..=max).contains(&n) {
+        Ok(())
+    } else {
+        Err(Fail::usage(format!("{flag} must be from 1 to {max}, not {n}")).into())
+    }
 }
 
 impl LogArgs {
@@ -242,6 +266,9 @@ fn writer_prefix(explicit: Option<&str>) -> String {
 }
 
 async fn append(a: AppendArgs) -> Result<ExitCode> {
+    check_time("--at", a.at)?;
+    let lag = millis(check_duration("--lag", a.lag.unwrap_or_default(), MAX_DURATION)?);
+    check_duration("--ttl", a.ttl, MAX_TTL)?;
     let log = a.log.open(a.read_only_hint)?;
     let writer = log.writer(Writer::unique_id(&writer_prefix(a.writer.as_deref())))?;
     let journal = match &a.lease_store {
@@ -254,10 +281,7 @@ async fn append(a: AppendArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    let stamp = || match (a.at, a.lag) {
-        (Some(at), _) => at,
-        (None, lag) => log.clock().wall_ms().saturating_sub(lag.map_or(0, |l| l.as_millis() as u64)),
-    };
+    let stamp = || a.at.unwrap_or_else(|| log.clock().wall_ms().saturating_sub(lag));
     let mut rejected = false;
     let mut one = async |payloads: Vec<Bytes>| -> Result<()> {
         let outcome = match &journal {
@@ -313,7 +337,7 @@ fn report(o: &Outcome, json: bool) -> Result<()> {
         o.bucket_ms,
         o.writer,
         o.first_seq,
-        o.first_seq + o.count
+        o.first_seq.saturating_add(o.count)
     ))
 }
 
@@ -344,6 +368,8 @@ fn message_json(m: &Message) -> Result<String> {
 }
 
 async fn read(a: ReadArgs) -> Result<ExitCode> {
+    check_time("--from", a.from)?;
+    check_time("--to", a.to)?;
     let log = a.log.open(false)?;
     let opts =
         ReadOptions { from_ms: a.from, to_ms: a.to, include_late: a.include_late, skip_snapshots: a.no_snapshots };
@@ -367,11 +393,35 @@ async fn read(a: ReadArgs) -> Result<ExitCode> {
             if result.exact { " (final)" } else { " (provisional)" },
             result.late
         );
+        report_skipped(&result);
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// Tells (on standard error) which entries tenure did not write a read skipped.
+fn report_skipped(result: &ReadResult) {
+    if result.skipped_total == 0 {
+        return;
+    }
+    eprintln!(
+        "skipped {} entries tenure did not write (never followed, opened or counted as data):",
+        result.skipped_total
+    );
+    for s in &result.skipped {
+        eprintln!("  {}: {}", s.path, s.reason);
+    }
+    if result.skipped_total > result.skipped.len() as u64 {
+        eprintln!("  … and {} more", result.skipped_total - result.skipped.len() as u64);
+    }
+}
+
 async fn close(a: CloseArgs) -> Result<ExitCode> {
+    check_time("--bucket", a.bucket)?;
+    check_duration("--lookback", a.lookback, MAX_DURATION)?;
+    if a.interval.is_zero() {
+        return Err(Fail::usage("--interval must be at least 1ms").into());
+    }
+    check_duration("--interval", a.interval, MAX_DURATION)?;
     let log = a.log.open(a.read_only_hint)?;
     if let Some(bucket) = a.bucket {
         let r = log.close(bucket).await?;
@@ -380,25 +430,51 @@ async fn close(a: CloseArgs) -> Result<ExitCode> {
         } else {
             format!("bucket {bucket} closed ({} items)", r.items)
         })?;
+        for s in &r.skipped {
+            eprintln!("not listed: {}: {}", s.path, s.reason);
+        }
         return Ok(ExitCode::SUCCESS);
     }
-    let mut cursor = log.close_start(if a.all { None } else { Some(a.lookback) }).await?;
     let mut stop = std::pin::pin!(shutdown_signal());
+    let lookback = if a.all { None } else { Some(a.lookback) };
+    // A metronome waits for its storage to answer, however long that takes.
+    let mut cursor = loop {
+        match log.close_start(lookback).await {
+            Ok(cursor) => break cursor,
+            Err(e) if a.run_loop => tracing::warn!(error = %e, "cannot read the log; retrying"),
+            Err(e) => return Err(e.into()),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(a.interval) => {}
+            () = &mut stop => return Ok(ExitCode::SUCCESS),
+        }
+    };
     loop {
+        let mut unclosable = false;
         match log.close_due(&mut cursor).await {
-            Ok(round) if round.published > 0 || !a.run_loop => {
-                out(&if a.log.json {
-                    serde_json::json!({ "round": round, "next_bucket_ms": cursor }).to_string()
-                } else {
-                    format!("closed {} buckets ({} manifests published here)", round.closed, round.published)
-                })?;
+            Ok(round) => {
+                let noteworthy = round.published > 0 || !round.skipped.is_empty() || !round.unclosable.is_empty();
+                if noteworthy || !a.run_loop {
+                    out(&if a.log.json {
+                        serde_json::json!({ "round": round, "next_bucket_ms": cursor }).to_string()
+                    } else {
+                        format!("closed {} buckets ({} manifests published here)", round.closed, round.published)
+                    })?;
+                }
+                for s in &round.skipped {
+                    eprintln!("not listed: {}: {}", s.path, s.reason);
+                }
+                for u in &round.unclosable {
+                    eprintln!("cannot close bucket {}: {}", u.bucket_ms, u.error);
+                }
+                unclosable = !round.unclosable.is_empty();
             }
-            Ok(_) => {}
             Err(e) if a.run_loop => tracing::warn!(error = %e, "closing failed; retrying next round"),
             Err(e) => return Err(e.into()),
         }
         if !a.run_loop {
-            return Ok(ExitCode::SUCCESS);
+            // The others were closed; these need someone to remove what is in the way.
+            return Ok(ExitCode::from(if unclosable { DATA } else { 0 }));
         }
         tokio::select! {
             () = tokio::time::sleep(a.interval) => {}
@@ -421,8 +497,9 @@ async fn shutdown_signal() {
 async fn audit(a: AuditArgs) -> Result<ExitCode> {
     let log = a.log.open(false)?;
     let verifier = witness_verifier(a.witness_key.as_deref())?;
+    let skew = millis(check_duration("--witness-skew", a.witness_skew, MAX_DURATION)?);
     let read = log.read(&ReadOptions { include_late: true, ..ReadOptions::default() }).await?;
-    let report = tenure_bag::audit(&read, verifier.as_deref(), a.witness_skew.as_millis() as u64);
+    let report = tenure_bag::audit(&read, verifier.as_deref(), skew);
     if a.log.json {
         for v in &report.violations {
             out(&serde_json::to_string(v)?)?;
@@ -431,6 +508,8 @@ async fn audit(a: AuditArgs) -> Result<ExitCode> {
         if let Some(obj) = summary.as_object_mut() {
             obj.remove("violations");
             obj.insert("violation_count".into(), report.violations.len().into());
+            obj.insert("skipped".into(), serde_json::to_value(&read.skipped)?);
+            obj.insert("skipped_total".into(), read.skipped_total.into());
         }
         out(&serde_json::json!({ "summary": summary }).to_string())?;
     } else {
@@ -458,6 +537,7 @@ async fn audit(a: AuditArgs) -> Result<ExitCode> {
             report.witnesses_unverified,
             if report.exact { "" } else { "; some buckets are still open (provisional)" }
         );
+        report_skipped(&read);
     }
     Ok(ExitCode::from(if report.violations.is_empty() { 0 } else { REJECTED }))
 }
@@ -515,6 +595,13 @@ async fn compact(a: CompactArgs) -> Result<ExitCode> {
 }
 
 async fn bench(a: BenchArgs) -> Result<ExitCode> {
+    for &n in &a.writers {
+        check_count("--writers", n, 1024)?;
+    }
+    check_count("--payload", a.payload.max(1), 16 << 20)?;
+    check_count("--close-buckets", a.close_buckets, 100_000)?;
+    check_count("--read-messages", a.read_messages, 10_000_000)?;
+    check_duration("--seconds", a.seconds, std::time::Duration::from_secs(3600))?;
     let opts = tenure_bag::bench::BenchOptions {
         dir: a.dir,
         writers: a.writers,

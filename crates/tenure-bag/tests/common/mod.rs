@@ -242,3 +242,23 @@ pub async fn closing_before_the_grace_is_refused(h: &impl Harness) {
     c.advance(Duration::from_secs(3));
     assert!(log.close(T0).await.expect("close after the grace").items == 1);
 }
+
+/// Names, sizes, modes and modification times of everything under `root`
+/// (never following a symlink), to show that nothing there changed.
+pub fn tree(
+    root: &std::path::Path,
+) -> std::collections::BTreeMap<std::path::PathBuf, (u64, u32, Option<std::time::SystemTime>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let meta = std::fs::symlink_metadata(entry.path()).expect("meta");
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+            out.insert(entry.path(), (meta.len(), meta.permissions().mode(), meta.modified().ok()));
+        }
+    }
+    out
+}

@@ -1,0 +1,165 @@
+//! The storage operations with their deadlines, and opening a log by URL.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tenure::limits::MAX_DURATION;
+use tenure::store::offload::DEFAULT_TIMEOUT;
+use tenure::{Error, Result};
+
+use super::FsStorage;
+use crate::layout::{LogConfig, Manifest};
+use crate::protocol::{Listed, Loaded, Slot, Storage, Wrote};
+
+impl FsStorage {
+    /// Runs `f` on a blocking thread with the deadline, or inline when so set.
+    async fn run<T: Send + 'static>(
+        &self,
+        what: impl Into<String>,
+        f: impl FnOnce(&FsStorage) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        if self.inline {
+            return f(self);
+        }
+        let this = self.clone();
+        self.offload.run(&what.into(), move || f(&this)).await
+    }
+}
+
+impl Storage for FsStorage {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn load_config(&self) -> Result<Option<LogConfig>> {
+        self.run("reading the configuration", |s| s.load_config_blocking()).await
+    }
+
+    async fn create_config(&self, cfg: &LogConfig) -> Result<()> {
+        let cfg = *cfg;
+        self.run("creating the log", move |s| s.create_config_blocking(&cfg)).await
+    }
+
+    async fn write(&self, bucket: u64, slot: &mut Slot, writer: &str, _seq: u64, frame: Bytes) -> Result<Wrote> {
+        let (mut mine, writer) = (slot.clone(), writer.to_string());
+        let ran = self
+            .run(format!("appending to bucket {bucket}"), move |s| {
+                let wrote = s.write_blocking(bucket, &mut mine, &writer, &frame);
+                Ok((wrote, mine))
+            })
+            .await;
+        match ran {
+            Ok((wrote, after)) => {
+                *slot = after;
+                wrote
+            }
+            // Past the deadline the write may still land: never append after it.
+            Err(e) => {
+                slot.poisoned = true;
+                Err(e)
+            }
+        }
+    }
+
+    async fn prelock_exists(&self, bucket: u64) -> Result<bool> {
+        self.run(format!("looking for the prelock of bucket {bucket}"), move |s| s.prelock_blocking(bucket)).await
+    }
+
+    async fn ensure_prelock(&self, bucket: u64) -> Result<()> {
+        self.run(format!("prelocking bucket {bucket}"), move |s| s.ensure_prelock_blocking(bucket)).await
+    }
+
+    async fn list_items(&self, bucket: u64, durable: bool) -> Result<Option<Listed<(String, u64)>>> {
+        self.run(format!("listing bucket {bucket}"), move |s| s.list_items_blocking(bucket, durable)).await
+    }
+
+    async fn load_manifest(&self, bucket: u64) -> Result<Loaded<Manifest>> {
+        self.run(format!("reading the manifest of bucket {bucket}"), move |s| s.load_manifest_blocking(bucket)).await
+    }
+
+    async fn publish_manifest(&self, m: &Manifest) -> Result<bool> {
+        let m = m.clone();
+        self.run(format!("publishing the manifest of bucket {}", m.bucket), move |s| s.publish_manifest_blocking(&m))
+            .await
+    }
+
+    async fn read_item(&self, bucket: u64, item: &str, covered: Option<u64>) -> Result<Loaded<Bytes>> {
+        let item = item.to_string();
+        self.run(format!("reading bucket {bucket}"), move |s| s.read_item_blocking(bucket, &item, covered)).await
+    }
+
+    async fn hint_closed(&self, m: &Manifest) {
+        let m = m.clone();
+        if let Err(e) = self.run("marking a closed bucket read-only", move |s| s.hint_closed_blocking(&m)).await {
+            tracing::debug!(error = %e, "the read-only hint failed (only a hint)");
+        }
+    }
+
+    async fn list_buckets(&self, from: u64, to: u64) -> Result<Listed<u64>> {
+        self.run("listing buckets", move |s| s.list_buckets_blocking(from, to)).await
+    }
+
+    async fn list_snapshots(&self) -> Result<Listed<u64>> {
+        self.run("listing snapshots", |s| s.list_snapshots_blocking()).await
+    }
+
+    async fn load_snapshot(&self, chunk: u64) -> Result<Loaded<Bytes>> {
+        self.run(format!("reading snapshot {chunk}"), move |s| s.load_snapshot_blocking(chunk)).await
+    }
+
+    async fn publish_snapshot(&self, chunk: u64, bytes: Bytes) -> Result<bool> {
+        self.run(format!("publishing snapshot {chunk}"), move |s| s.publish_snapshot_blocking(chunk, &bytes)).await
+    }
+}
+
+/// Opens `file:///dir[?fsync=false&timeout=10s&io=inline]` or a plain path.
+pub fn open(url: &str) -> Result<FsStorage> {
+    open_with(url, &BTreeMap::new())
+}
+
+/// Like [`open`], with settings given apart from the URL (`--store-opt
+/// timeout=30s`), which take the same keys as the query and override it:
+/// `fsync=true|false`, `timeout=DURATION` (10 ms to 10 years, default 10 s),
+/// `io=pool|inline`.
+pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FsStorage> {
+    let invalid = |reason: &str| Error::InvalidStore { url: url.into(), reason: reason.into() };
+    let (path, query) = match url.strip_prefix("file://") {
+        Some(rest) => {
+            let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+            if !path.starts_with('/') {
+                return Err(invalid("a file:// URL needs an absolute path, as in file:///var/lib/log"));
+            }
+            (path, query)
+        }
+        None => (url, ""),
+    };
+    if path.is_empty() {
+        return Err(invalid("the directory is empty"));
+    }
+    let from_query = query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")));
+    let from_params = params.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let (mut fsync, mut inline, mut timeout) = (true, false, DEFAULT_TIMEOUT);
+    for (key, value) in from_query.chain(from_params) {
+        match (key, value) {
+            ("fsync", "true" | "1") => fsync = true,
+            ("fsync", "false" | "0") => fsync = false,
+            ("io", "inline") => inline = true,
+            ("io", "pool") => inline = false,
+            ("timeout", v) => {
+                timeout = humantime::parse_duration(v)
+                    .ok()
+                    .filter(|d| (Duration::from_millis(10)..=MAX_DURATION).contains(d))
+                    .ok_or_else(|| {
+                        invalid(&format!("timeout={v:?} is not a duration from 10ms to 10 years (e.g. 10s)"))
+                    })?;
+            }
+            _ => {
+                return Err(invalid(&format!(
+                    "unknown option {key}={value:?} (known: fsync=true|false, timeout=DURATION, io=pool|inline)"
+                )));
+            }
+        }
+    }
+    Ok(FsStorage::new(path, fsync).with_timeout(timeout).with_inline_io(inline))
+}
