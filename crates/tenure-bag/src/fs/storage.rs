@@ -1,12 +1,9 @@
 //! The storage operations with their deadlines, and opening a log by URL.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use bytes::Bytes;
-use tenure::limits::MAX_DURATION;
-use tenure::store::offload::DEFAULT_TIMEOUT;
-use tenure::{Error, Result};
+use tenure::Result;
 
 use super::FsStorage;
 use crate::layout::{LogConfig, Manifest};
@@ -123,43 +120,6 @@ pub fn open(url: &str) -> Result<FsStorage> {
 /// `fsync=true|false`, `timeout=DURATION` (10 ms to 10 years, default 10 s),
 /// `io=pool|inline`.
 pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FsStorage> {
-    let invalid = |reason: &str| Error::InvalidStore { url: url.into(), reason: reason.into() };
-    let (path, query) = match url.strip_prefix("file://") {
-        Some(rest) => {
-            let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-            if !path.starts_with('/') {
-                return Err(invalid("a file:// URL needs an absolute path, as in file:///var/lib/log"));
-            }
-            (path, query)
-        }
-        None => (url, ""),
-    };
-    if path.is_empty() {
-        return Err(invalid("the directory is empty"));
-    }
-    let from_query = query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")));
-    let from_params = params.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    let (mut fsync, mut inline, mut timeout) = (true, false, DEFAULT_TIMEOUT);
-    for (key, value) in from_query.chain(from_params) {
-        match (key, value) {
-            ("fsync", "true" | "1") => fsync = true,
-            ("fsync", "false" | "0") => fsync = false,
-            ("io", "inline") => inline = true,
-            ("io", "pool") => inline = false,
-            ("timeout", v) => {
-                timeout = humantime::parse_duration(v)
-                    .ok()
-                    .filter(|d| (Duration::from_millis(10)..=MAX_DURATION).contains(d))
-                    .ok_or_else(|| {
-                        invalid(&format!("timeout={v:?} is not a duration from 10ms to 10 years (e.g. 10s)"))
-                    })?;
-            }
-            _ => {
-                return Err(invalid(&format!(
-                    "unknown option {key}={value:?} (known: fsync=true|false, timeout=DURATION, io=pool|inline)"
-                )));
-            }
-        }
-    }
-    Ok(FsStorage::new(path, fsync).with_timeout(timeout).with_inline_io(inline))
+    let d = tenure::store::file::DirUrl::parse(url, params)?;
+    Ok(FsStorage::new(d.path, d.fsync).with_timeout(d.timeout).with_inline_io(d.inline))
 }

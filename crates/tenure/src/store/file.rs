@@ -486,46 +486,71 @@ pub fn open(url: &str) -> Result<FileBackend> {
 /// Like [`open`], with settings given apart from the URL (`--store-opt
 /// fsync=false`), which take the same keys as the query and override it.
 pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FileBackend> {
-    let invalid = |reason: &str| Error::InvalidStore { url: url.into(), reason: reason.into() };
-    let (path, query) = match url.strip_prefix("file://") {
-        Some(rest) => {
-            let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-            if !path.starts_with('/') {
-                return Err(invalid("a file:// URL needs an absolute path, as in file:///var/lib/locks"));
+    let d = DirUrl::parse(url, params)?;
+    Ok(FileBackend::new(d.path).with_fsync(d.fsync).with_inline_io(d.inline).with_timeout(d.timeout))
+}
+
+/// A directory store's URL (`file:///dir?…` or a plain path) and its settings,
+/// as the lease store and the bags both take them: `fsync=true|false` (default
+/// true), `io=pool|inline` (default pool), `timeout=DURATION` (10 ms to 10
+/// years, default 10 s). Settings given apart from the URL override the query.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirUrl {
+    /// The directory.
+    pub path: PathBuf,
+    /// Whether to fsync files and directories.
+    pub fsync: bool,
+    /// Whether to run file operations on the calling task (no deadline).
+    pub inline: bool,
+    /// The deadline of one file-system operation.
+    pub timeout: Duration,
+}
+
+impl DirUrl {
+    /// Parses `url` with `params`; refuses unknown settings, and a directory on
+    /// an NFS mount without close-to-open consistency.
+    pub fn parse(url: &str, params: &BTreeMap<String, String>) -> Result<Self> {
+        let invalid = |reason: &str| Error::InvalidStore { url: url.into(), reason: reason.into() };
+        let (path, query) = match url.strip_prefix("file://") {
+            Some(rest) => {
+                let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+                if !path.starts_with('/') {
+                    return Err(invalid("a file:// URL needs an absolute path, as in file:///var/lib/locks"));
+                }
+                (path, query)
             }
-            (path.to_string(), query)
+            None => (url, ""),
+        };
+        if path.is_empty() {
+            return Err(invalid("the directory is empty"));
         }
-        None => (url.to_string(), ""),
-    };
-    if path.is_empty() {
-        return Err(invalid("the directory is empty"));
-    }
-    let from_query = query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")));
-    let from_params = params.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    let (mut fsync, mut inline, mut timeout) = (true, false, DEFAULT_TIMEOUT);
-    for (key, value) in from_query.chain(from_params) {
-        match (key, value) {
-            ("fsync", "true" | "1") => fsync = true,
-            ("fsync", "false" | "0") => fsync = false,
-            ("io", "inline") => inline = true,
-            ("io", "pool") => inline = false,
-            ("timeout", v) => {
-                timeout = humantime::parse_duration(v)
-                    .ok()
-                    .filter(|d| (Duration::from_millis(10)..=MAX_DURATION).contains(d))
-                    .ok_or_else(|| {
-                        invalid(&format!("timeout={v:?} is not a duration from 10ms to 10 years (e.g. 10s)"))
-                    })?;
-            }
-            _ => {
-                return Err(invalid(&format!(
-                    "unknown option {key}={value:?} (known: fsync=true|false, io=pool|inline, timeout=DURATION)"
-                )));
+        let from_query = query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")));
+        let from_params = params.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let mut d = DirUrl { path: PathBuf::from(path), fsync: true, inline: false, timeout: DEFAULT_TIMEOUT };
+        for (key, value) in from_query.chain(from_params) {
+            match (key, value) {
+                ("fsync", "true" | "1") => d.fsync = true,
+                ("fsync", "false" | "0") => d.fsync = false,
+                ("io", "inline") => d.inline = true,
+                ("io", "pool") => d.inline = false,
+                ("timeout", v) => {
+                    d.timeout = humantime::parse_duration(v)
+                        .ok()
+                        .filter(|t| (Duration::from_millis(10)..=MAX_DURATION).contains(t))
+                        .ok_or_else(|| {
+                            invalid(&format!("timeout={v:?} is not a duration from 10ms to 10 years (e.g. 10s)"))
+                        })?;
+                }
+                _ => {
+                    return Err(invalid(&format!(
+                        "unknown option {key}={value:?} (known: fsync=true|false, io=pool|inline, timeout=DURATION)"
+                    )));
+                }
             }
         }
+        check_mount(url, &d.path)?;
+        Ok(d)
     }
-    check_mount(url, Path::new(&path))?;
-    Ok(FileBackend::new(path).with_fsync(fsync).with_inline_io(inline).with_timeout(timeout))
 }
 
 /// Refuses a store on an NFS mount without close-to-open consistency, and
