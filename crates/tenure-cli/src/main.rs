@@ -54,14 +54,19 @@ fn main() -> ExitCode {
             return exit::code(exit::INTERNAL);
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    let code = match runtime.block_on(run(cli.command)) {
         Ok(code) => code,
         Err(e) => {
             // One line, naming the store and lease; no backtrace for user errors.
             let _ = writeln!(std::io::stderr(), "tenure: {}", one_line(&e));
             exit::code(exit::code_for(&e))
         }
-    }
+    };
+    // Dropping a runtime waits for its blocking threads, and a store operation given
+    // up at its deadline may still sit in one (a read on a hung hard NFS mount): do
+    // not wait for them. Exiting kills such a thread (NFS waits are killable).
+    runtime.shutdown_background();
+    code
 }
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
