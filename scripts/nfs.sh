@@ -16,11 +16,14 @@
 #                                          why not and exit 77 (not root, no /dev/net/tun,
 #                                          no network namespaces, packages missing)
 #   scripts/nfs.sh up [--vers 4.2|4.1|3] [--opts-a OPTS] [--opts-b OPTS] [--mem SIZE]
-#                                          start server and guests; returns when both
-#                                          guests have the export mounted
-#   scripts/nfs.sh down                    stop everything (idempotent, whatever state
+#                     [--owner PID]        start server and guests; returns when both
+#                                          guests have the export mounted. With --owner,
+#                                          a watchdog tears it all down when PID exits
+#                                          (a test killed by its runner leaves nothing)
+#   scripts/nfs.sh down [--all]            stop everything (idempotent, whatever state
 #                                          `up` reached): guests, ganesha, rpcbind by PID,
-#                                          anything left in the namespace, the namespace
+#                                          anything left in the namespace, the namespace;
+#                                          --all: every harness on this machine
 #   scripts/nfs.sh status                  what runs; exit 0 only if all of it does
 #   scripts/nfs.sh run [--timeout S] GUEST -- CMD [ARGS…]
 #                                          run CMD in guest a or b (as root, cwd $DIR,
@@ -265,9 +268,10 @@ wait_guest() {
 }
 
 cmd_up() {
-    local vers=4.2 opts_a="" opts_b="" mem=640M
+    local vers=4.2 opts_a="" opts_b="" mem=640M owner=""
     while [ $# -gt 0 ]; do
         case "$1" in
+            --owner) owner="$2"; shift ;;
             --vers) vers="$2"; shift ;;
             --opts-a) opts_a="$2"; shift ;;
             --opts-b) opts_b="$2"; shift ;;
@@ -281,9 +285,15 @@ cmd_up() {
     why=$(why_not)
     [ -z "$why" ] || { echo "nfs.sh: cannot run here: $why" >&2; exit 77; }
     [ -x "$TENURE_BIN" ] || die "no tenure binary at $TENURE_BIN (cargo build -p tenure-cli, or set TENURE_BIN)"
-    local other
-    other=$(ip netns list | awk '/^tenure-nfs-/ {print $1}' | head -n 1)
-    [ -z "$other" ] || die "another NFS harness is up (namespace $other): stop it first (scripts/nfs.sh down --dir <its dir>, or ip netns del $other)"
+    # One harness per machine: wait (up to TENURE_NFS_WAIT seconds, default 900) for
+    # another one to go away, e.g. another test's.
+    local other waited=0
+    while other=$(ip netns list | awk '/^tenure-nfs-/ {print $1}' | head -n 1); [ -n "$other" ]; do
+        [ "$waited" -lt "${TENURE_NFS_WAIT:-900}" ] \
+            || die "another NFS harness is up (namespace $other, dir $(cat "/run/tenure-nfs/$other" 2>/dev/null || echo unknown)): stop it with scripts/nfs.sh down --dir <its dir>"
+        [ "$waited" -eq 0 ] && log "waiting for another NFS harness (namespace $other) to go away"
+        sleep 1; waited=$((waited + 1))
+    done
     [ ! -e "$DIR/ns" ] || die "$DIR is in use (namespace $(ns_name)): run scripts/nfs.sh down first"
 
     mkdir -p "$DIR/pid" "$DIR/export" "$DIR/mnt" "$DIR/local" "$DIR/modroot/lib/modules"
@@ -295,6 +305,14 @@ cmd_up() {
     local ns="tenure-nfs-$$"
     echo "$ns" >"$DIR/ns"
     ip netns add "$ns"
+    # Where to find this harness's files from its namespace's name (down --all).
+    mkdir -p /run/tenure-nfs
+    echo "$DIR" >"/run/tenure-nfs/$ns"
+    # The watchdog: when the owner (a test process) dies, even by SIGKILL, tear down.
+    if [ -n "$owner" ]; then
+        setsid "$REPO/scripts/nfs.sh" watch --dir "$DIR" "$owner" </dev/null >>"$DIR/watchdog.log" 2>&1 &
+        echo $! >"$DIR/pid/watchdog"
+    fi
     ip netns exec "$ns" ip link set lo up
     ip netns exec "$ns" ip link add br0 type bridge
     ip netns exec "$ns" ip addr add "$SERVER/24" dev br0
@@ -343,6 +361,10 @@ stop_pid() {
 cmd_down() {
     [ -d "$DIR" ] || return 0
     local g pid i ns
+    # The watchdog, unless we are it.
+    pid=$(pid_of watchdog)
+    if [ -n "$pid" ] && [ "$pid" != "${WATCHDOG_SELF:-}" ] && alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
+    rm -f "$DIR/pid/watchdog"
     # Guests first (they hold mounts of the server): ask them to power off, then kill.
     for g in a b; do
         pid=$(pid_of "uml-$g")
@@ -365,9 +387,35 @@ cmd_down() {
         for i in $(seq 1 50); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
         ip netns del "$ns"
     fi
+    [ -n "$ns" ] && rm -f "/run/tenure-nfs/$ns"
     rm -f "$DIR/ns" "$DIR/guest-a/halt" "$DIR/guest-b/halt" "$DIR/guest-a/ready" "$DIR/guest-b/ready"
     rm -rf "$DIR/uml"
     log "down: nothing of $DIR runs"
+}
+
+# down --all: every harness of this machine (from /run/tenure-nfs), and any
+# namespace named tenure-nfs-* left without one.
+cmd_down_all() {
+    local f ns
+    for f in /run/tenure-nfs/tenure-nfs-*; do
+        [ -e "$f" ] || continue
+        DIR=$(cat "$f") cmd_down || true
+        rm -f "$f"
+    done
+    for ns in $(ip netns list | awk '/^tenure-nfs-/ {print $1}'); do
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+        sleep 0.5
+        ip netns del "$ns" || true
+    done
+}
+
+# watch OWNER: tear down when OWNER exits.
+cmd_watch() {
+    local owner="$1"
+    while alive "$owner" && [ -e "$DIR/ns" ]; do sleep 1; done
+    [ -e "$DIR/ns" ] || return 0
+    log "watchdog: owner $owner is gone; tearing down"
+    WATCHDOG_SELF=$$ cmd_down
 }
 
 # ------------------------------------------------------------ status ------
@@ -473,7 +521,8 @@ mkdir -p "$DIR" 2>/dev/null || true
 case "$cmd" in
     check) cmd_check ;;
     up) cmd_up "$@" ;;
-    down) cmd_down ;;
+    down) if [ "${1:-}" = --all ]; then cmd_down_all; else cmd_down; fi ;;
+    watch) cmd_watch "$@" ;;
     status) cmd_status ;;
     run) cmd_run "$@" ;;
     server) cmd_server "$@" ;;
