@@ -41,6 +41,8 @@
 #   NFS_LOCAL  a guest-local ext4 disk (each guest its own, same path $DIR/local)
 #   NFS_EXPORT the exported directory as the server's local disk (host path)
 #   GUEST      a or b; TENURE: the tenure binary ($TENURE_BIN, default target/debug)
+#   NFS_SRC, NFS_OPTS  the mount's source and options (to mount it again elsewhere
+#              with other options: mount -t nfs -o "$NFS_OPTS,nosharecache,…")
 #
 # Mount options: vers=4.2 by default (hard, close-to-open, default attribute caching);
 # --opts-a / --opts-b add options for one guest (e.g. actimeo=60, lookupcache=none,
@@ -206,6 +208,9 @@ for i in $(seq 1 30); do
   sleep 1
 done
 [ "$ok" = 1 ] || fail "mount -t nfs -o $o $src"
+# For jobs that mount the export again with other options.
+echo "$src" >"$me/mount-src"
+echo "$o" >"$me/mount-opts"
 grep " $dir/mnt " /proc/mounts >"$me/mount"
 say "mounted: $(cat "$me/mount")"
 echo ready >"$me/ready"
@@ -463,8 +468,9 @@ cmd_run() {
     id="$(date +%s%N)-$$-$RANDOM"
     echo "$limit" >"$jobs/$id.limit"
     {
-        printf 'export NFS_MNT=%q NFS_LOCAL=%q NFS_EXPORT=%q GUEST=%q TENURE=%q\n' \
-            "$DIR/mnt" "$DIR/local" "$DIR/export" "$g" "$TENURE_BIN"
+        printf 'export NFS_MNT=%q NFS_LOCAL=%q NFS_EXPORT=%q GUEST=%q TENURE=%q NFS_SRC=%q NFS_OPTS=%q\n' \
+            "$DIR/mnt" "$DIR/local" "$DIR/export" "$g" "$TENURE_BIN" \
+            "$(cat "$DIR/guest-$g/mount-src")" "$(cat "$DIR/guest-$g/mount-opts")"
         printf '%q ' "$@"
         echo
     } >"$jobs/$id.tmp"

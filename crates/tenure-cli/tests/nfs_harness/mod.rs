@@ -155,44 +155,43 @@ impl Cluster {
         path
     }
 
-    /// The guests' clocks against the host's: the largest difference seen, in ms.
+    /// Each guest's clock against the host's: guest time minus host time, in
+    /// seconds, with its uncertainty, keyed by the guest's host name.
     ///
-    /// A guest stamps its clock just before and after writing a file on hostfs; the
-    /// host's kernel stamps the file's mtime with the host's clock in between
-    /// (coarse: up to one tick, 4 ms, earlier). UML reads the host's clock for its
-    /// own (clocksource `timer`), so this stays within a few ms.
-    pub fn clock_offset_ms(&self) -> f64 {
-        let mut worst: f64 = 0.0;
+    /// UML guests read the host's clock (clocksource `timer`, checked here) so they
+    /// run at its rate, but each starts with an offset of its own, fixed at boot
+    /// (tens of ms, measured). Measured without a round trip: the guest reads its
+    /// clock (t0), creates a file on hostfs, reads its clock again (t1); the host's
+    /// kernel stamped the file's ctime with the host's clock in between (its coarse
+    /// clock, up to one tick — 4 ms — behind). So offset ∈ [t0 − ctime − 4 ms,
+    /// t1 − ctime]; five samples are intersected.
+    pub fn clock_offsets(&self) -> Offsets {
+        const STAMP: &str = r#"
+            cat /sys/devices/system/clocksource/clocksource0/current_clocksource
+            for i in 1 2 3 4 5; do
+              t0=$EPOCHREALTIME; : > "$1/$GUEST-$i"; t1=$EPOCHREALTIME; echo "$i $t0 $t1"; sleep 0.1
+            done"#;
+        let dir = self.work().join("clock");
+        std::fs::create_dir_all(&dir).expect("clock dir");
+        let mut offsets = Offsets::default();
         for guest in ["a", "b"] {
-            let out = self.ok(
-                guest,
-                r#"cat /sys/devices/system/clocksource/clocksource0/current_clocksource
-                   for i in 1 2 3 4 5; do t0=$(date +%s.%N); : > "$1/clock-$i"; t1=$(date +%s.%N); echo "$i $t0 $t1"; done"#,
-                &[&self.work().display().to_string()],
-            );
+            let out = self.ok(guest, STAMP, &[&dir.display().to_string()]);
             let mut lines = out.lines();
             assert_eq!(lines.next(), Some("timer"), "guest {guest}'s clocksource is not UML's host-clock timer");
+            let (mut lo, mut hi) = (f64::NEG_INFINITY, f64::INFINITY);
             for line in lines {
                 let f: Vec<&str> = line.split(' ').collect();
                 let (t0, t1): (f64, f64) = (f[1].parse().expect("t0"), f[2].parse().expect("t1"));
-                let mtime = std::fs::metadata(self.work().join(format!("clock-{}", f[0])))
-                    .and_then(|m| m.modified())
-                    .expect("mtime")
-                    .duration_since(UNIX_EPOCH)
-                    .expect("epoch")
-                    .as_secs_f64();
-                // The host's coarse clock may lag by a tick.
-                let off = if mtime + 0.004 < t0 {
-                    t0 - (mtime + 0.004)
-                } else if mtime > t1 {
-                    mtime - t1
-                } else {
-                    0.0
-                };
-                worst = worst.max(off * 1000.0);
+                let ctime = std::fs::metadata(dir.join(format!("{guest}-{}", f[0]))).expect("stamp file");
+                let ctime = std::os::unix::fs::MetadataExt::ctime(&ctime) as f64
+                    + std::os::unix::fs::MetadataExt::ctime_nsec(&ctime) as f64 / 1e9;
+                lo = lo.max(t0 - ctime - 0.004);
+                hi = hi.min(t1 - ctime);
             }
+            assert!(lo <= hi, "guest {guest}'s clock does not run at the host's rate: offsets disagree");
+            offsets.0.insert(format!("nfs-client-{guest}"), ((lo + hi) / 2.0, (hi - lo) / 2.0));
         }
-        worst
+        offsets
     }
 
     pub fn uptime(&self) -> Duration {
@@ -238,6 +237,29 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// Guest clock minus host clock (seconds) and its uncertainty, per guest host name.
+#[derive(Clone, Debug, Default)]
+pub struct Offsets(pub std::collections::BTreeMap<String, (f64, f64)>);
+
+impl Offsets {
+    /// `t` read on `client`'s clock, as host time.
+    pub fn host_time(&self, client: &str, t: f64) -> f64 {
+        t - self.0.get(client).map_or(0.0, |o| o.0)
+    }
+
+    /// The uncertainty of [`Offsets::host_time`] for `client`.
+    pub fn error(&self, client: &str) -> f64 {
+        self.0.get(client).map_or(0.0, |o| o.1)
+    }
+
+    /// The largest offset between two clients, and the largest uncertainty, in ms.
+    pub fn summary(&self) -> String {
+        let parts: Vec<String> =
+            self.0.iter().map(|(c, (o, e))| format!("{c} {:+.1} ± {:.1} ms", o * 1000.0, e * 1000.0)).collect();
+        parts.join(", ")
+    }
+}
+
 /// One hold of a lease, from the command's own log: it started at `start` (the
 /// lease was granted before) and ended at `end` (it exited, or took SIGTERM).
 #[derive(Clone, Debug)]
@@ -259,8 +281,9 @@ sleep "${2:-0.05}" & wait
 echo "end $(date +%s.%N) $TENURE_TOKEN" >> "$log"
 "#;
 
-/// Reads hold logs (lines `start T token client …`, `end T token`, `term T token`).
-pub fn holds(logs: &[PathBuf]) -> Vec<Hold> {
+/// Reads hold logs (lines `start T token client …`, `end T token`, `term T token`),
+/// times converted to the host's clock.
+pub fn holds(logs: &[PathBuf], clocks: &Offsets) -> Vec<Hold> {
     let mut by_token: std::collections::BTreeMap<u64, Hold> = Default::default();
     for log in logs {
         for line in lines(log) {
@@ -268,12 +291,14 @@ pub fn holds(logs: &[PathBuf]) -> Vec<Hold> {
             let (t, token): (f64, u64) = (f[1].parse().expect("time"), f[2].parse().expect("token"));
             match f[0] {
                 "start" => {
-                    let h = Hold { token, client: f[3].to_string(), start: t, end: None, how: String::new() };
+                    let client = f[3].to_string();
+                    let start = clocks.host_time(&client, t);
+                    let h = Hold { token, client, start, end: None, how: String::new() };
                     assert!(by_token.insert(token, h).is_none(), "token {token} was granted twice");
                 }
                 "end" | "term" => {
                     let h = by_token.get_mut(&token).expect("an end without a start");
-                    h.end = Some(t);
+                    h.end = Some(clocks.host_time(&h.client, t));
                     h.how = f[0].to_string();
                 }
                 other => panic!("bad hold log line {other:?} in {}", log.display()),
@@ -283,17 +308,18 @@ pub fn holds(logs: &[PathBuf]) -> Vec<Hold> {
     by_token.into_values().collect()
 }
 
-/// The interval check (as Jepsen's lock workloads do, with one clock): sorted by
-/// token, every hold has ended before the next one starts, and tokens increase
-/// with time. Returns the smallest gap between one hold's end and the next start.
-pub fn assert_no_overlap(holds: &[Hold], clock_error_s: f64) -> f64 {
+/// The interval check (as Jepsen's lock workloads do, on one clock): sorted by
+/// token, every hold has ended before the next one starts — by more than the
+/// uncertainty of the two clients' clock offsets — so tokens also increase with
+/// time. Returns the smallest gap between one hold's end and the next start.
+pub fn assert_no_overlap(holds: &[Hold], clocks: &Offsets) -> f64 {
     let mut min_gap = f64::INFINITY;
     for pair in holds.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
         let end = a.end.unwrap_or_else(|| panic!("hold of token {} ({}) has no logged end", a.token, a.client));
         let gap = b.start - end;
         assert!(
-            gap > clock_error_s,
+            gap > clocks.error(&a.client) + clocks.error(&b.client),
             "holds overlap: token {} on {} ran until {end:.6}, token {} on {} started at {:.6}",
             a.token,
             a.client,

@@ -1,0 +1,199 @@
+//! When NFS goes away (see `nfs_harness`): the server hangs (ganesha SIGSTOPped)
+//! or is restarted while a lease is held and others wait; a client is cut off the
+//! network while it holds. The holder's command must be stopped before the
+//! lease's deadline, nothing may be granted twice, waiters keep `--timeout` and
+//! signals, and the cut-off holder's late writes must not count.
+
+mod nfs_harness;
+
+use std::time::Duration;
+
+use nfs_harness::*;
+
+/// `tenure lock` with the hold script, printing `rc <status> <end time>` last.
+/// `$1` store, `$2` hold log, `$3` hold seconds, then extra lock options.
+const LOCK: &str = r#"
+store=$1 log=$2 secs=$3; shift 3
+"$TENURE" lock "$store" L --ttl 6s --max-skew 200ms --poll 100ms "$@" -- "${log%/*}/hold.sh" "$log" "$secs"
+echo "rc $? $(date +%s.%N)"
+"#;
+
+/// The last line's `rc <status> <time>` of a [`LOCK`] job, the time on the host's clock.
+fn rc_of(out: &std::process::Output, client: &str, clocks: &Offsets) -> (i32, f64) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_else(|| panic!("no output: {}", String::from_utf8_lossy(&out.stderr)));
+    let f: Vec<&str> = last.split(' ').collect();
+    assert_eq!(f[0], "rc", "unexpected output {stdout:?}");
+    (f[1].parse().expect("rc"), clocks.host_time(client, f[2].parse().expect("time")))
+}
+
+/// The deadline of token `token` of lease L as the store has it now, host clock.
+fn deadline_of(c: &Cluster, store: &str, token: u64, clocks: &Offsets) -> f64 {
+    let out = c.ok("b", "\"$TENURE\" status --json \"$1\" L", &[store]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("status JSON");
+    let lease = &v[0];
+    let all = lease["holders"].as_array().into_iter().chain(lease["expired"].as_array()).flatten();
+    let grant = all.into_iter().find(|h| h["token"].as_u64() == Some(token));
+    let grant = grant.unwrap_or_else(|| panic!("token {token} is not in the record: {out}"));
+    let host = grant["holder"]["host"].as_str().expect("host").to_string();
+    clocks.host_time(&host, grant["deadline_ms"].as_u64().expect("deadline") as f64 / 1000.0)
+}
+
+#[test]
+fn nfs_server_hang_stops_the_holder_before_its_deadline_and_waiters_keep_timeout_and_signals() {
+    let Some(c) = Cluster::up(&[]) else { return };
+    let clocks = c.clock_offsets();
+    let store = c.store("leases");
+    c.script("hold.sh", HOLD);
+    let log = |n: &str| c.work().join(n).display().to_string();
+    let holder = c.spawn("a", Duration::from_secs(300), LOCK, &[&store, &log("holds-a"), "120"]);
+    assert!(eventually(Duration::from_secs(60), || !lines(&c.work().join("holds-a")).is_empty()), "a never held");
+    // b waits with --timeout 8s, and b waits without one and gets SIGTERM 5 s into the hang.
+    let waiter = c.spawn("b", Duration::from_secs(300), LOCK, &[&store, &log("holds-b0"), "0.1", "--timeout", "8s"]);
+    let signalled = c.spawn(
+        "b",
+        Duration::from_secs(300),
+        &format!(
+            r#"{LOCK_BG}
+               sleep 6; t0=$(date +%s.%N); kill -TERM $pid; wait $pid; echo "rc $? $t0 $(date +%s.%N)""#
+        ),
+        &[&store, &log("holds-b1")],
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    c.server("stop");
+    let stopped_at = unix_now();
+
+    let out = holder.wait_with_output().expect("holder");
+    let (rc, a_done) = rc_of(&out, "nfs-client-a", &clocks);
+    assert_eq!(rc, 76, "the holder loses its lease loudly: {}", String::from_utf8_lossy(&out.stderr));
+    let out = waiter.wait_with_output().expect("waiter");
+    let (rc, w_done) = rc_of(&out, "nfs-client-b", &clocks);
+    let waited = w_done - (stopped_at - 1.0);
+    assert_eq!(rc, 75, "the waiter times out: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(waited < 8.0 + 5.0, "the waiter gave up {waited:.1}s after it started, --timeout 8s");
+    let out = signalled.wait_with_output().expect("signalled");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let f: Vec<&str> = stdout.trim().split(' ').collect();
+    let (rc, t0, t1): (i32, f64, f64) = (f[1].parse().expect("rc"), f[2].parse().expect("t0"), f[3].parse().expect("t1"));
+    assert_eq!(rc, 143, "SIGTERM ends a waiting tenure with 128+15: {stdout}");
+    assert!(t1 - t0 < 2.0, "a waiting tenure took {:.2}s to end after SIGTERM on a hung server", t1 - t0);
+    let hung_for = unix_now() - stopped_at;
+
+    c.server("cont");
+    let holds_a = holds(&[c.work().join("holds-a")], &clocks);
+    let deadline = deadline_of(&c, &store, holds_a[0].token, &clocks);
+    let end = holds_a[0].end.expect("the holder's command was stopped");
+    assert!(end < deadline, "the holder's command ran until {end:.3}, past its lease's deadline {deadline:.3}");
+    assert!(a_done - stopped_at < 6.0 + 5.0, "tenure on a took {:.1}s to exit after the server hung", a_done - stopped_at);
+
+    // After the server is back, b gets the lease, with a higher token, after a's hold.
+    let out = c.run("b", Duration::from_secs(120), LOCK, &[&store, &log("holds-b2"), "0.1"]);
+    assert_eq!(rc_of(&out, "nfs-client-b", &clocks).0, 0, "b takes the lease after the server is back");
+    let all = holds(&[c.work().join("holds-a"), c.work().join("holds-b0"), c.work().join("holds-b2")], &clocks);
+    assert_eq!(all.len(), 2, "nobody else held during the hang: {all:?}");
+    let gap = assert_no_overlap(&all, &clocks);
+    println!(
+        "NFS server hung {hung_for:.1}s: holder a's command stopped {:.2}s before its deadline, tenure exited 76 \
+         {:.1}s after the hang began; waiter --timeout 8s exited 75 after {waited:.1}s; SIGTERM ended a waiter in \
+         {:.2}s; b took over after the hang ({:.1}s between holds)",
+        deadline - end,
+        a_done - stopped_at,
+        t1 - t0,
+        gap
+    );
+}
+
+/// `tenure lock` (as [`LOCK`]) in the background, its PID in `$pid`.
+const LOCK_BG: &str = r#"
+store=$1 log=$2
+"$TENURE" lock "$store" L --ttl 6s --max-skew 200ms --poll 100ms -- "${log%/*}/hold.sh" "$log" 0.1 &
+pid=$!
+"#;
+
+/// Under the lease: log the start, then append `<token> <i>` to `$NFS_MNT/data`
+/// every 0.1 s for `$2` seconds (a file opened and closed per line, as a shell
+/// does), then log the end. A SIGTERM is logged as the end.
+const WRITER: &str = r#"#!/bin/bash
+log=$1
+echo "start $(date +%s.%N) $TENURE_TOKEN $(hostname) $TENURE_DEADLINE" >> "$log"
+trap 'echo "term $(date +%s.%N) $TENURE_TOKEN" >> "$log"; exit 143' TERM
+end=$((SECONDS + $2)); i=0
+while [ "$SECONDS" -lt "$end" ]; do
+  i=$((i + 1)); echo "$TENURE_TOKEN $i" >> "$NFS_MNT/data"; sleep 0.1 & wait
+done
+echo "end $(date +%s.%N) $TENURE_TOKEN" >> "$log"
+"#;
+
+#[test]
+fn nfs_cut_off_holder_loses_loudly_the_other_takes_over_after_its_deadline_and_late_writes_do_not_count() {
+    let Some(c) = Cluster::up(&[]) else { return };
+    let clocks = c.clock_offsets();
+    let store = c.store("leases");
+    let writer = c.script("writer.sh", WRITER).display().to_string();
+    let log = |n: &str| c.work().join(n).display().to_string();
+    let lock = r#"store=$1 writer=$2 log=$3 secs=$4
+        "$TENURE" lock "$store" L --ttl 6s --max-skew 200ms --poll 100ms -- "$writer" "$log" "$secs"
+        echo "rc $? $(date +%s.%N)""#;
+    let a = c.spawn("a", Duration::from_secs(300), lock, &[&store, &writer, &log("holds-a"), "120"]);
+    assert!(eventually(Duration::from_secs(60), || !lines(&c.work().join("holds-a")).is_empty()), "a never held");
+    let b = c.spawn("b", Duration::from_secs(300), lock, &[&store, &writer, &log("holds-b"), "3"]);
+    std::thread::sleep(Duration::from_secs(2));
+    c.link("a", false);
+    let cut_at = unix_now();
+    // a cannot renew any more: the deadline b sees now is a's last.
+    std::thread::sleep(Duration::from_secs(1));
+    let seen = c.ok("b", "\"$TENURE\" status --json \"$1\" L", &[&store]);
+    let v: serde_json::Value = serde_json::from_str(&seen).expect("status JSON");
+    let a_grant = &v[0]["holders"][0];
+    let a_token = a_grant["token"].as_u64().expect("a's token");
+    let a_deadline = clocks.host_time("nfs-client-a", a_grant["deadline_ms"].as_u64().expect("deadline") as f64 / 1000.0);
+
+    // a notices on its own (its job still reports: the shared directory is not on the network).
+    let out = a.wait_with_output().expect("a");
+    let (rc, a_exit) = rc_of(&out, "nfs-client-a", &clocks);
+    assert_eq!(rc, 76, "the cut-off holder loses its lease loudly: {}", String::from_utf8_lossy(&out.stderr));
+    let a_said = String::from_utf8_lossy(&out.stderr).into_owned();
+    let out = b.wait_with_output().expect("b");
+    assert_eq!(rc_of(&out, "nfs-client-b", &clocks).0, 0, "b took over: {}", String::from_utf8_lossy(&out.stderr));
+
+    let holds_a = holds(&[c.work().join("holds-a")], &clocks);
+    let holds_b = holds(&[c.work().join("holds-b")], &clocks);
+    let a_end = holds_a[0].end.expect("a's command was stopped (TERM logged)");
+    assert!(a_end < a_deadline, "a's command ran until {a_end:.3}, past its deadline {a_deadline:.3}");
+    assert!(holds_b[0].start >= a_deadline - clocks.error("nfs-client-a") - clocks.error("nfs-client-b"));
+    let gap = assert_no_overlap(&[holds_a[0].clone(), holds_b[0].clone()], &clocks);
+
+    // a comes back: what it had in flight (its command's appends, tenure's own
+    // renewal or release) reaches the server now.
+    c.link("a", true);
+    std::thread::sleep(Duration::from_secs(5));
+    let data = lines(&c.export().join("data"));
+    let b_token = holds_b[0].token;
+    let first_b = data.iter().position(|l| l.starts_with(&format!("{b_token} "))).expect("b wrote");
+    let late: Vec<&String> = data[first_b..].iter().filter(|l| l.starts_with(&format!("{a_token} "))).collect();
+    // Fencing: every late line carries a's older token, so a reader that keeps the
+    // highest token it has seen drops them all.
+    assert!(late.iter().all(|l| l.split(' ').next() == Some(&*a_token.to_string())));
+    // tenure's own late writes did not undo b's grant: both clients see b's token
+    // (or newer), and a's next grant is above it.
+    for g in ["a", "b"] {
+        let out = c.ok(g, "\"$TENURE\" status --json \"$1\" L", &[&store]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("status JSON");
+        assert!(v[0]["last_token"].as_u64() >= Some(b_token), "{g} sees an older record after a came back: {out}");
+    }
+    let next = c.ok("a", "\"$TENURE\" lock \"$1\" L --ttl 6s -- sh -c 'echo $TENURE_TOKEN'", &[&store]);
+    let next: u64 = next.trim().parse().expect("token");
+    assert!(next > b_token, "a's next grant {next} is not above b's {b_token}");
+    println!(
+        "NFS client a cut off while holding token {a_token}: its command stopped {:.2}s before its deadline, \
+         tenure exited 76 {:.1}s after the cut ({}); b took token {b_token} {:.2}s after a's deadline \
+         ({:.2}s between holds); {} of a's appends landed after b's first ({} lines in all); a's next token {next}",
+        a_deadline - a_end,
+        a_exit - cut_at,
+        a_said.lines().next().unwrap_or("").trim(),
+        holds_b[0].start - a_deadline,
+        gap,
+        late.len(),
+        data.len()
+    );
+}
