@@ -13,6 +13,8 @@
 #   apt   etcd-server etcd-client redis-server protobuf-compiler curl procps chromium
 #         e2fsprogs (chattr, for the lock tests' store outage)
 #         radosgw ceph-mon ceph-osd (with --no-install-recommends)
+#         user-mode-linux nfs-ganesha nfs-ganesha-vfs rpcbind nfs-common kmod iproute2
+#         (with --no-install-recommends; the NFS harness, scripts/nfs.sh)
 #         (python3-venv / nodejs+npm only if python3 venv / npm are missing)
 #   pip   moto[server] and localbucket, in a venv at $TOOLS/venv
 #   npm   azurite and s3rver, in $TOOLS/npm (npm install --prefix)
@@ -41,6 +43,8 @@ S3RVER_VERSION="3.7.1"
 
 APT_PACKAGES=(etcd-server etcd-client redis-server protobuf-compiler curl procps chromium e2fsprogs)
 APT_PACKAGES_NORECOMMENDS=(radosgw ceph-mon ceph-osd)
+# scripts/nfs.sh: a real NFS server (ganesha) and client kernels (user-mode-linux).
+APT_PACKAGES_NFS=(user-mode-linux nfs-ganesha nfs-ganesha-vfs rpcbind nfs-common kmod iproute2)
 
 export DEBIAN_FRONTEND=noninteractive
 
@@ -112,7 +116,16 @@ else
     report ceph "installed: ${missing[*]} (--no-install-recommends)" "$t"
 fi
 
-for bin in etcd etcdctl redis-server redis-cli protoc curl ps chattr script ceph-mon ceph-osd radosgw radosgw-admin ceph ceph-authtool monmaptool; do
+t=$(now)
+mapfile -t missing < <(apt_missing "${APT_PACKAGES_NFS[@]}")
+if [ "${#missing[@]}" -eq 0 ]; then
+    report nfs "already present: ${APT_PACKAGES_NFS[*]}" "$t"
+else
+    apt_install --no-install-recommends -- "${missing[@]}"
+    report nfs "installed: ${missing[*]} (--no-install-recommends)" "$t"
+fi
+
+for bin in linux ganesha.nfsd rpcbind mount.nfs modprobe ip etcd etcdctl redis-server redis-cli protoc curl ps chattr script ceph-mon ceph-osd radosgw radosgw-admin ceph ceph-authtool monmaptool; do
     command -v "$bin" >/dev/null 2>&1 || die "'$bin' is still missing after the apt step"
 done
 
