@@ -39,26 +39,37 @@ fn deadline_of(c: &Cluster, store: &str, token: u64, clocks: &Offsets) -> f64 {
     clocks.host_time(&host, grant["deadline_ms"].as_u64().expect("deadline") as f64 / 1000.0)
 }
 
+/// Runs, in guest `b`, `tenure lock` in the background (as [`LOCK`]), sends it
+/// SIGTERM after `$3` seconds, and prints `rc <status> <sent> <ended>`.
+const SIGNALLED: &str = r#"
+store=$1 log=$2
+"$TENURE" lock "$store" L --ttl 6s --max-skew 200ms --poll 100ms -- "${log%/*}/hold.sh" "$log" 0.1 &
+pid=$!
+sleep "$3"; t0=$(date +%s.%N); kill -TERM $pid; wait $pid; echo "rc $? $t0 $(date +%s.%N)"
+"#;
+
+/// Parses [`SIGNALLED`]'s output: (status, seconds from SIGTERM to exit).
+fn signalled(out: &std::process::Output) -> (i32, f64) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let f: Vec<&str> = stdout.trim().split(' ').collect();
+    assert_eq!(f.len(), 4, "unexpected output {stdout:?} {}", String::from_utf8_lossy(&out.stderr));
+    let (t0, t1): (f64, f64) = (f[2].parse().expect("t0"), f[3].parse().expect("t1"));
+    (f[1].parse().expect("rc"), t1 - t0)
+}
+
 #[test]
-fn nfs_server_hang_stops_the_holder_before_its_deadline_and_waiters_keep_timeout_and_signals() {
+fn nfs_server_hang_stops_the_holder_before_its_deadline_and_nothing_is_granted_twice() {
     let Some(c) = Cluster::up(&[]) else { return };
     let clocks = c.clock_offsets();
     let store = c.store("leases");
     c.script("hold.sh", HOLD);
     let log = |n: &str| c.work().join(n).display().to_string();
     let holder = c.spawn("a", Duration::from_secs(300), LOCK, &[&store, &log("holds-a"), "120"]);
+    let holder_gone = c.watch_gone("a", &c.work().join("holds-a"));
     assert!(eventually(Duration::from_secs(60), || !lines(&c.work().join("holds-a")).is_empty()), "a never held");
-    // b waits with --timeout 8s, and b waits without one and gets SIGTERM 5 s into the hang.
-    let waiter = c.spawn("b", Duration::from_secs(300), LOCK, &[&store, &log("holds-b0"), "0.1", "--timeout", "8s"]);
-    let signalled = c.spawn(
-        "b",
-        Duration::from_secs(300),
-        &format!(
-            r#"{LOCK_BG}
-               sleep 6; t0=$(date +%s.%N); kill -TERM $pid; wait $pid; echo "rc $? $t0 $(date +%s.%N)""#
-        ),
-        &[&store, &log("holds-b1")],
-    );
+    // b waits (no timeout) through the hang; another waiter on b gets SIGTERM 6 s into it.
+    let waiter = c.spawn("b", Duration::from_secs(300), LOCK, &[&store, &log("holds-b0"), "0.1"]);
+    let term = c.spawn("b", Duration::from_secs(300), SIGNALLED, &[&store, &log("holds-b1"), "7"]);
     std::thread::sleep(Duration::from_secs(1));
     c.server("stop");
     let stopped_at = unix_now();
@@ -66,55 +77,84 @@ fn nfs_server_hang_stops_the_holder_before_its_deadline_and_waiters_keep_timeout
     let out = holder.wait_with_output().expect("holder");
     let (rc, a_done) = rc_of(&out, "nfs-client-a", &clocks);
     assert_eq!(rc, 76, "the holder loses its lease loudly: {}", String::from_utf8_lossy(&out.stderr));
-    let out = waiter.wait_with_output().expect("waiter");
-    let (rc, w_done) = rc_of(&out, "nfs-client-b", &clocks);
-    let waited = w_done - (stopped_at - 1.0);
-    assert_eq!(rc, 75, "the waiter times out: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(waited < 8.0 + 5.0, "the waiter gave up {waited:.1}s after it started, --timeout 8s");
-    let out = signalled.wait_with_output().expect("signalled");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let f: Vec<&str> = stdout.trim().split(' ').collect();
-    let (rc, t0, t1): (i32, f64, f64) = (f[1].parse().expect("rc"), f[2].parse().expect("t0"), f[3].parse().expect("t1"));
-    assert_eq!(rc, 143, "SIGTERM ends a waiting tenure with 128+15: {stdout}");
-    assert!(t1 - t0 < 2.0, "a waiting tenure took {:.2}s to end after SIGTERM on a hung server", t1 - t0);
+    let a_said = String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("").to_string();
+    let out = term.wait_with_output().expect("signalled waiter");
+    let (rc, term_took) = signalled(&out);
+    assert_eq!(rc, 143, "SIGTERM ends a waiting tenure with 128+15: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(term_took < 2.0, "a waiting tenure took {term_took:.2}s to end after SIGTERM on a hung server");
+    std::thread::sleep(Duration::from_secs(2));
     let hung_for = unix_now() - stopped_at;
-
     c.server("cont");
+
     let holds_a = holds(&[c.work().join("holds-a")], &clocks);
     let deadline = deadline_of(&c, &store, holds_a[0].token, &clocks);
-    let end = holds_a[0].end.expect("the holder's command was stopped");
+    let end = gone_at(holder_gone, "nfs-client-a", &clocks);
+    assert!(holds_a[0].end.is_some_and(|e| e <= end), "the holder's command logged its SIGTERM");
     assert!(end < deadline, "the holder's command ran until {end:.3}, past its lease's deadline {deadline:.3}");
     assert!(a_done - stopped_at < 6.0 + 5.0, "tenure on a took {:.1}s to exit after the server hung", a_done - stopped_at);
 
-    // After the server is back, b gets the lease, with a higher token, after a's hold.
-    let out = c.run("b", Duration::from_secs(120), LOCK, &[&store, &log("holds-b2"), "0.1"]);
-    assert_eq!(rc_of(&out, "nfs-client-b", &clocks).0, 0, "b takes the lease after the server is back");
-    let all = holds(&[c.work().join("holds-a"), c.work().join("holds-b0"), c.work().join("holds-b2")], &clocks);
-    assert_eq!(all.len(), 2, "nobody else held during the hang: {all:?}");
+    // The waiter gets the lease once the server is back, after a's hold.
+    let out = waiter.wait_with_output().expect("waiter");
+    assert_eq!(rc_of(&out, "nfs-client-b", &clocks).0, 0, "b's waiter: {}", String::from_utf8_lossy(&out.stderr));
+
+    // The server restarts (killed, started again, no grace period) while b holds.
+    let b_holder = c.spawn("b", Duration::from_secs(300), LOCK, &[&store, &log("holds-b2"), "8"]);
+    assert!(eventually(Duration::from_secs(60), || !lines(&c.work().join("holds-b2")).is_empty()), "b never held");
+    std::thread::sleep(Duration::from_secs(2));
+    c.server("restart");
+    let out = b_holder.wait_with_output().expect("b holder");
+    let (b_rc, _) = rc_of(&out, "nfs-client-b", &clocks);
+    assert!(b_rc == 0 || b_rc == 76, "across a restart the holder ends normally or loses loudly: {b_rc}");
+    let out = c.run("a", Duration::from_secs(120), LOCK, &[&store, &log("holds-a2"), "0.1"]);
+    assert_eq!(rc_of(&out, "nfs-client-a", &clocks).0, 0, "a takes the lease after the restart");
+
+    let mut all = holds(
+        &["holds-a", "holds-b0", "holds-b1", "holds-b2", "holds-a2"].map(|f| c.work().join(f)),
+        &clocks,
+    );
+    all.iter_mut().filter(|h| h.token == holds_a[0].token).for_each(|h| h.end = Some(end));
+    assert_eq!(all.len(), 4, "a, b's waiter, b, a: nobody else held: {all:?}");
     let gap = assert_no_overlap(&all, &clocks);
     println!(
-        "NFS server hung {hung_for:.1}s: holder a's command stopped {:.2}s before its deadline, tenure exited 76 \
-         {:.1}s after the hang began; waiter --timeout 8s exited 75 after {waited:.1}s; SIGTERM ended a waiter in \
-         {:.2}s; b took over after the hang ({:.1}s between holds)",
+        "NFS server hung {hung_for:.1}s: holder a's command gone {:.2}s before its deadline; tenure on a exited 76 \
+         {:.1}s after the hang began ({a_said}); SIGTERM ended a waiter in {term_took:.2}s; the waiter got the lease \
+         after the hang; across a server restart b's holder exited {b_rc}; holds never overlapped (smallest gap {:.2}s)",
         deadline - end,
         a_done - stopped_at,
-        t1 - t0,
         gap
     );
 }
 
-/// `tenure lock` (as [`LOCK`]) in the background, its PID in `$pid`.
-const LOCK_BG: &str = r#"
-store=$1 log=$2
-"$TENURE" lock "$store" L --ttl 6s --max-skew 200ms --poll 100ms -- "${log%/*}/hold.sh" "$log" 0.1 &
-pid=$!
-"#;
+/// `--timeout` must bound the whole wait, even when the store hangs in the first
+/// attempt. Today the first `try_acquire` on a hung mount is awaited without a
+/// deadline (tenure/src/client.rs `acquire_grants`), so this waiter runs until the
+/// server comes back: reported to the lead (NOTES-for-lead.md); run with
+/// `--run-ignored all` once store calls have deadlines.
+#[test]
+#[ignore = "the first acquire attempt on a hung store has no deadline yet (NOTES-for-lead.md, item 5)"]
+fn nfs_waiter_timeout_holds_while_the_server_hangs() {
+    let Some(c) = Cluster::up(&[]) else { return };
+    let store = c.store("leases");
+    c.script("hold.sh", HOLD);
+    let log = |n: &str| c.work().join(n).display().to_string();
+    c.ok("a", r#""$TENURE" lock "$1" L -- true"#, &[&store]);
+    c.server("stop");
+    let started = std::time::Instant::now();
+    let out = c.run("b", Duration::from_secs(120), LOCK, &[&store, &log("holds-b"), "0.1", "--timeout", "8s"]);
+    let waited = started.elapsed().as_secs_f64();
+    c.server("cont");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("rc 75 ") || stdout.starts_with("rc 69 "), "gives up: {stdout}");
+    assert!(waited < 8.0 + 5.0, "--timeout 8s, gave up after {waited:.1}s");
+}
+
 
 /// Under the lease: log the start, then append `<token> <i>` to `$NFS_MNT/data`
 /// every 0.1 s for `$2` seconds (a file opened and closed per line, as a shell
 /// does), then log the end. A SIGTERM is logged as the end.
 const WRITER: &str = r#"#!/bin/bash
 log=$1
+echo $$ > "$log.pid"
 echo "start $(date +%s.%N) $TENURE_TOKEN $(hostname) $TENURE_DEADLINE" >> "$log"
 trap 'echo "term $(date +%s.%N) $TENURE_TOKEN" >> "$log"; exit 143' TERM
 end=$((SECONDS + $2)); i=0
@@ -135,6 +175,7 @@ fn nfs_cut_off_holder_loses_loudly_the_other_takes_over_after_its_deadline_and_l
         "$TENURE" lock "$store" L --ttl 6s --max-skew 200ms --poll 100ms -- "$writer" "$log" "$secs"
         echo "rc $? $(date +%s.%N)""#;
     let a = c.spawn("a", Duration::from_secs(300), lock, &[&store, &writer, &log("holds-a"), "120"]);
+    let a_gone = c.watch_gone("a", &c.work().join("holds-a"));
     assert!(eventually(Duration::from_secs(60), || !lines(&c.work().join("holds-a")).is_empty()), "a never held");
     let b = c.spawn("b", Duration::from_secs(300), lock, &[&store, &writer, &log("holds-b"), "3"]);
     std::thread::sleep(Duration::from_secs(2));
@@ -158,10 +199,14 @@ fn nfs_cut_off_holder_loses_loudly_the_other_takes_over_after_its_deadline_and_l
 
     let holds_a = holds(&[c.work().join("holds-a")], &clocks);
     let holds_b = holds(&[c.work().join("holds-b")], &clocks);
-    let a_end = holds_a[0].end.expect("a's command was stopped (TERM logged)");
+    // a's command may die in a hung write (SIGKILLed after its grace): it is gone
+    // when the watcher on a saw it gone.
+    let a_end = gone_at(a_gone, "nfs-client-a", &clocks);
+    let mut hold_a = holds_a[0].clone();
+    hold_a.end = Some(a_end);
     assert!(a_end < a_deadline, "a's command ran until {a_end:.3}, past its deadline {a_deadline:.3}");
     assert!(holds_b[0].start >= a_deadline - clocks.error("nfs-client-a") - clocks.error("nfs-client-b"));
-    let gap = assert_no_overlap(&[holds_a[0].clone(), holds_b[0].clone()], &clocks);
+    let gap = assert_no_overlap(&[hold_a, holds_b[0].clone()], &clocks);
 
     // a comes back: what it had in flight (its command's appends, tenure's own
     // renewal or release) reaches the server now.

@@ -194,6 +194,20 @@ impl Cluster {
         offsets
     }
 
+    /// Watches, in `guest`, for the process whose PID a hold script writes to
+    /// `<log>.pid`, and prints (guest clock) when it is gone: an upper bound of the
+    /// hold's end even when the command was SIGKILLed before it could log (stuck
+    /// in a hung NFS call when its SIGTERM came). Runs on the shared directory, not
+    /// on NFS, so a hung server or a cut network does not stop it.
+    pub fn watch_gone(&self, guest: &str, log: &Path) -> Child {
+        const GONE: &str = r#"
+            while [ ! -s "$1.pid" ]; do sleep 0.05; done
+            p=$(cat "$1.pid")
+            while [ -e "/proc/$p" ] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null; do sleep 0.01; done
+            date +%s.%N"#;
+        self.spawn(guest, Duration::from_secs(600), GONE, &[&log.display().to_string()])
+    }
+
     pub fn uptime(&self) -> Duration {
         self.started.elapsed()
     }
@@ -275,6 +289,7 @@ pub struct Hold {
 /// `$1`, and sleeps `$2` seconds in between (a SIGTERM ends it at once, logged).
 pub const HOLD: &str = r#"#!/bin/bash
 log=$1
+echo $$ > "$log.pid"
 echo "start $(date +%s.%N) $TENURE_TOKEN $(hostname) $TENURE_DEADLINE" >> "$log"
 trap 'echo "term $(date +%s.%N) $TENURE_TOKEN" >> "$log"; exit 143' TERM
 sleep "${2:-0.05}" & wait
@@ -330,4 +345,12 @@ pub fn assert_no_overlap(holds: &[Hold], clocks: &Offsets) -> f64 {
         min_gap = min_gap.min(gap);
     }
     min_gap
+}
+
+/// The time a [`Cluster::watch_gone`] job printed, on the host's clock.
+pub fn gone_at(job: Child, client: &str, clocks: &Offsets) -> f64 {
+    let out = job.wait_with_output().expect("watch_gone");
+    assert!(out.status.success(), "watch_gone: {}", String::from_utf8_lossy(&out.stderr));
+    let t: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().expect("gone time");
+    clocks.host_time(client, t)
 }
