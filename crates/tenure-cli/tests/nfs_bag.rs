@@ -176,3 +176,72 @@ fn nfs_bag_appends_and_closes_from_two_clients_accepted_is_read_rejected_is_not(
         unix_now() - started
     );
 }
+
+/// One appender, `$3` its id: a message every 50 ms until `$2/stop-gen` exists,
+/// what it sent in `sent-<id>`, its verdicts in `verdicts-<id>`, its exit status last.
+const APPENDER: &str = r#"
+log=$1 work=$2 id=$3
+common=(COMMON)
+i=0
+while [ ! -e "$work/stop-gen" ]; do i=$((i + 1)); echo "$id-m$i"; sleep 0.05; done \
+  | tee "$work/sent-$id" \
+  | "$TENURE" bag append "$log" --stdin --json --writer "$id" "${common[@]}" > "$work/verdicts-$id" 2> "$work/err-$id"
+echo "$?"
+"#;
+
+#[test]
+fn nfs_bag_appends_in_flight_while_the_server_hangs_and_restarts_lose_nothing_accepted() {
+    let Some(c) = Cluster::up(&[]) else { return };
+    let log = c.mnt().join("bag").display().to_string();
+    let work = c.work().display().to_string();
+    let appender = APPENDER.replace("(COMMON)", &format!("({COMMON})"));
+    let closer = format!(r#""$TENURE" bag close "$1" --loop --interval 100ms --lookback 60s {COMMON} > /dev/null 2>&1 & echo $! > "$2/closer.pid"; wait"#);
+    let writers: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|g| c.spawn(g, Duration::from_secs(300), &appender, &[&log, &work, &format!("{g}0")]))
+        .collect();
+    let closer = c.spawn("b", Duration::from_secs(300), &closer, &[&log, &work]);
+    std::thread::sleep(Duration::from_secs(4));
+    c.server("stop");
+    std::thread::sleep(Duration::from_secs(8));
+    let in_flight = ["a0", "b0"].map(|id| {
+        let sent = lines(&c.work().join(format!("sent-{id}"))).len();
+        let told = lines(&c.work().join(format!("verdicts-{id}"))).len();
+        sent.saturating_sub(told)
+    });
+    c.server("cont");
+    std::thread::sleep(Duration::from_secs(4));
+    c.server("restart");
+    std::thread::sleep(Duration::from_secs(4));
+    std::fs::write(c.work().join("stop-gen"), "").expect("stop-gen");
+    let mut statuses = Vec::new();
+    for (g, w) in ["a", "b"].iter().zip(writers) {
+        let out = w.wait_with_output().expect("appender");
+        assert!(out.status.success(), "appender on {g}: {}", String::from_utf8_lossy(&out.stderr));
+        statuses.push(format!("{g}: exit {}", String::from_utf8_lossy(&out.stdout).trim()));
+    }
+    let pid = std::fs::read_to_string(c.work().join("closer.pid")).expect("closer pid");
+    c.ok("b", "kill \"$1\"", &[pid.trim()]);
+    let _ = closer.wait_with_output();
+
+    std::thread::sleep(Duration::from_secs(2));
+    c.ok("b", &format!("\"$TENURE\" bag close \"$1\" --lookback 600s {COMMON}"), &[&log]);
+    let read = read_from_both(&c, &log);
+    let set: BTreeSet<&str> = read.iter().map(String::as_str).collect();
+    let (acc, rej, unk, _) = verdicts(c.work().as_path());
+    let missing: Vec<_> = acc.iter().filter(|p| !set.contains(p.as_str())).collect();
+    assert!(missing.is_empty(), "accepted but not read: {missing:?}");
+    let resurrected: Vec<_> = rej.iter().filter(|p| set.contains(p.as_str())).collect();
+    assert!(resurrected.is_empty(), "rejected but read: {resurrected:?}");
+    assert!(acc.len() > 20, "too few accepted appends: {}", acc.len());
+    let errors: Vec<String> = ["a0", "b0"].iter().flat_map(|id| lines(&c.work().join(format!("err-{id}")))).collect();
+    println!(
+        "NFS bag appends across an 8 s server hang and a restart: accepted {}, rejected {}, unknown {}, {} read, \
+         identical on both clients; messages waiting for a verdict during the hang (a, b): {in_flight:?}; \
+         appenders {statuses:?}; what they said: {errors:?}",
+        acc.len(),
+        rej.len(),
+        unk.len(),
+        read.len()
+    );
+}

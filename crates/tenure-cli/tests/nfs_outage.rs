@@ -27,7 +27,7 @@ fn rc_of(out: &std::process::Output, client: &str, clocks: &Offsets) -> (i32, f6
     (f[1].parse().expect("rc"), clocks.host_time(client, f[2].parse().expect("time")))
 }
 
-/// The deadline of token `token` of lease L as the store has it now, host clock.
+/// The deadline of token `token` of lease L as b reads it now, host clock.
 fn deadline_of(c: &Cluster, store: &str, token: u64, clocks: &Offsets) -> f64 {
     let out = c.ok("b", "\"$TENURE\" status --json \"$1\" L", &[store]);
     let v: serde_json::Value = serde_json::from_str(&out).expect("status JSON");
@@ -69,8 +69,11 @@ fn nfs_server_hang_stops_the_holder_before_its_deadline_and_nothing_is_granted_t
     assert!(eventually(Duration::from_secs(60), || !lines(&c.work().join("holds-a")).is_empty()), "a never held");
     // b waits (no timeout) through the hang; another waiter on b gets SIGTERM 6 s into it.
     let waiter = c.spawn("b", Duration::from_secs(300), LOCK, &[&store, &log("holds-b0"), "0.1"]);
-    let term = c.spawn("b", Duration::from_secs(300), SIGNALLED, &[&store, &log("holds-b1"), "7"]);
-    std::thread::sleep(Duration::from_secs(1));
+    let term = c.spawn("b", Duration::from_secs(300), SIGNALLED, &[&store, &log("holds-b1"), "8"]);
+    // a's deadline as the store has it just before the hang: a renewal may still
+    // land before the server stops, so the real last deadline is this or later.
+    let a_token = holds(&[c.work().join("holds-a")], &clocks)[0].token;
+    let deadline = deadline_of(&c, &store, a_token, &clocks);
     c.server("stop");
     let stopped_at = unix_now();
 
@@ -87,7 +90,6 @@ fn nfs_server_hang_stops_the_holder_before_its_deadline_and_nothing_is_granted_t
     c.server("cont");
 
     let holds_a = holds(&[c.work().join("holds-a")], &clocks);
-    let deadline = deadline_of(&c, &store, holds_a[0].token, &clocks);
     let end = gone_at(holder_gone, "nfs-client-a", &clocks);
     assert!(holds_a[0].end.is_some_and(|e| e <= end), "the holder's command logged its SIGTERM");
     assert!(end < deadline, "the holder's command ran until {end:.3}, past its lease's deadline {deadline:.3}");
