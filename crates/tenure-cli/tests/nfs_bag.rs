@@ -156,7 +156,10 @@ fn nfs_bag_appends_and_closes_from_two_clients_accepted_is_read_rejected_is_not(
     let read = read_from_both(&c, &log);
     let set: BTreeSet<&str> = read.iter().map(String::as_str).collect();
     assert_eq!(set.len(), read.len(), "a payload was read twice");
-    assert!(set.contains("nim-first") && !set.contains("nim-second"), "nim: the accepted one is read, the rejected one not");
+    assert!(
+        set.contains("nim-first") && !set.contains("nim-second"),
+        "nim: the accepted one is read, the rejected one not"
+    );
 
     let (acc, rej, unk, nim) = verdicts(c.work().as_path());
     let missing: Vec<_> = acc.iter().filter(|p| !set.contains(p.as_str())).collect();
@@ -195,7 +198,9 @@ fn nfs_bag_appends_in_flight_while_the_server_hangs_and_restarts_lose_nothing_ac
     let log = c.mnt().join("bag").display().to_string();
     let work = c.work().display().to_string();
     let appender = APPENDER.replace("(COMMON)", &format!("({COMMON})"));
-    let closer = format!(r#""$TENURE" bag close "$1" --loop --interval 100ms --lookback 60s {COMMON} > /dev/null 2>&1 & echo $! > "$2/closer.pid"; wait"#);
+    let closer = format!(
+        r#""$TENURE" bag close "$1" --loop --interval 100ms --lookback 60s {COMMON} > /dev/null 2>&1 & echo $! > "$2/closer.pid"; wait"#
+    );
     let writers: Vec<_> = ["a", "b"]
         .iter()
         .map(|g| c.spawn(g, Duration::from_secs(300), &appender, &[&log, &work, &format!("{g}0")]))

@@ -82,7 +82,8 @@ fn counter_torture(c: &Cluster, store: &str, per_client: usize, runs: usize, kil
     let workers: Vec<Child> = ids
         .iter()
         .map(|id| {
-            let args = [store.to_string(), work.display().to_string(), id.clone(), runs.to_string(), format!("{ttl_s}s")];
+            let args =
+                [store.to_string(), work.display().to_string(), id.clone(), runs.to_string(), format!("{ttl_s}s")];
             c.spawn(&id[..1], Duration::from_secs(900), WORKER, &args.each_ref().map(String::as_str))
         })
         .collect();
@@ -267,7 +268,14 @@ struct Watched {
 /// on `a` (`store_a`: the same directory on the server). With `created_first`,
 /// `a` takes the lease once before `b` looks at it; without, `b` looks first, so
 /// its kernel has looked the lease's directory up while it did not exist.
-fn watch(c: &Cluster, store_a: &str, store_b: &str, lease: &str, holds_per_worker: usize, created_first: bool) -> Watched {
+fn watch(
+    c: &Cluster,
+    store_a: &str,
+    store_b: &str,
+    lease: &str,
+    holds_per_worker: usize,
+    created_first: bool,
+) -> Watched {
     let work = c.work();
     for f in ["stop", "status-b", "holds-h0", "holds-h1", "err-h0", "err-h1"] {
         let _ = std::fs::remove_file(work.join(f));
@@ -280,10 +288,14 @@ fn watch(c: &Cluster, store_a: &str, store_b: &str, lease: &str, holds_per_worke
     let watcher = c.spawn("b", Duration::from_secs(600), WATCHER, &[store_b, &w, lease]);
     // The watcher's first answer before the first hold (so that, when the lease
     // is new, b has looked it up while it did not exist).
-    assert!(eventually(Duration::from_secs(60), || !lines(&work.join("status-b")).is_empty()), "b's status never answered");
+    assert!(
+        eventually(Duration::from_secs(60), || !lines(&work.join("status-b")).is_empty()),
+        "b's status never answered"
+    );
     let n = holds_per_worker.to_string();
-    let holders: Vec<Child> =
-        (0..2).map(|i| c.spawn("a", Duration::from_secs(600), HOLDER, &[store_a, &w, &format!("h{i}"), &n, lease])).collect();
+    let holders: Vec<Child> = (0..2)
+        .map(|i| c.spawn("a", Duration::from_secs(600), HOLDER, &[store_a, &w, &format!("h{i}"), &n, lease]))
+        .collect();
     for h in holders {
         let out = h.wait_with_output().expect("holder");
         assert!(out.status.success(), "holder: {}", String::from_utf8_lossy(&out.stderr));
@@ -291,10 +303,15 @@ fn watch(c: &Cluster, store_a: &str, store_b: &str, lease: &str, holds_per_worke
     // Until b shows the last grant (at most 90 s: a negative lookup cached with
     // actimeo=60 may hide a new lease that long), so the stale window is measured
     // to its end.
-    let last = lines(&work.join("holds-h0")).iter().chain(&lines(&work.join("holds-h1"))).filter_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        (f[0] == "start").then(|| f[2].parse::<u64>().ok()).flatten()
-    }).max().unwrap_or(0);
+    let last = lines(&work.join("holds-h0"))
+        .iter()
+        .chain(&lines(&work.join("holds-h1")))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0] == "start").then(|| f[2].parse::<u64>().ok()).flatten()
+        })
+        .max()
+        .unwrap_or(0);
     let caught_up = eventually(Duration::from_secs(90), || {
         lines(&work.join("status-b")).last().is_some_and(|l| l.contains(&format!("\"last_token\": {last},")))
     });
@@ -307,8 +324,17 @@ fn watch(c: &Cluster, store_a: &str, store_b: &str, lease: &str, holds_per_worke
     let holds = holds(&[work.join("holds-h0"), work.join("holds-h1")], &clocks);
     // A grant whose command was stopped before it could log (renewals too slow on
     // a loaded machine: tenure said so, exit 76) has no hold: it ran nothing.
-    let lost = ["err-h0", "err-h1"].iter().flat_map(|f| lines(&work.join(f))).filter(|l| l.contains("could not be renewed")).count();
-    assert!(holds.len() + lost >= 2 * holds_per_worker, "{} holds and {lost} lost of {}", holds.len(), 2 * holds_per_worker);
+    let lost = ["err-h0", "err-h1"]
+        .iter()
+        .flat_map(|f| lines(&work.join(f)))
+        .filter(|l| l.contains("could not be renewed"))
+        .count();
+    assert!(
+        holds.len() + lost >= 2 * holds_per_worker,
+        "{} holds and {lost} lost of {}",
+        holds.len(),
+        2 * holds_per_worker
+    );
     assert_no_overlap(&holds, &clocks);
     let first = holds.first().map_or(f64::INFINITY, |h| h.start);
     let (mut stale, mut window, mut errors) = (Vec::new(), 0.0_f64, Vec::new());
@@ -316,7 +342,8 @@ fn watch(c: &Cluster, store_a: &str, store_b: &str, lease: &str, holds_per_worke
     for line in &obs {
         let mut f = line.splitn(3, ' ');
         let before: f64 = f.next().and_then(|t| t.parse().ok()).expect("time");
-        let before = clocks.host_time("nfs-client-b", before) - clocks.error("nfs-client-b") - clocks.error("nfs-client-a");
+        let before =
+            clocks.host_time("nfs-client-b", before) - clocks.error("nfs-client-b") - clocks.error("nfs-client-a");
         let _after = f.next();
         let out = f.next().unwrap_or("");
         let Ok(json) = serde_json::from_str::<serde_json::Value>(out) else {
@@ -331,7 +358,8 @@ fn watch(c: &Cluster, store_a: &str, store_b: &str, lease: &str, holds_per_worke
             .max(lease["last_token"].as_u64().unwrap_or(0));
         let visible = holds.iter().filter(|h| h.start < before).map(|h| h.token).max().unwrap_or(0);
         if seen < visible {
-            stale.push(format!("status started at {before:.3} showed token {seen}, token {visible} had started before"));
+            stale
+                .push(format!("status started at {before:.3} showed token {seen}, token {visible} had started before"));
             window = window.max(before - first);
         }
     }

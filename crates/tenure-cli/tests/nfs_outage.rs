@@ -93,7 +93,11 @@ fn nfs_server_hang_stops_the_holder_before_its_deadline_and_nothing_is_granted_t
     let end = gone_at(holder_gone, "nfs-client-a", &clocks);
     assert!(holds_a[0].end.is_some_and(|e| e <= end), "the holder's command logged its SIGTERM");
     assert!(end < deadline, "the holder's command ran until {end:.3}, past its lease's deadline {deadline:.3}");
-    assert!(a_done - stopped_at < 6.0 + 5.0, "tenure on a took {:.1}s to exit after the server hung", a_done - stopped_at);
+    assert!(
+        a_done - stopped_at < 6.0 + 5.0,
+        "tenure on a took {:.1}s to exit after the server hung",
+        a_done - stopped_at
+    );
 
     // The waiter gets the lease once the server is back, after a's hold.
     let out = waiter.wait_with_output().expect("waiter");
@@ -110,10 +114,8 @@ fn nfs_server_hang_stops_the_holder_before_its_deadline_and_nothing_is_granted_t
     let out = c.run("a", Duration::from_secs(120), LOCK, &[&store, &log("holds-a2"), "0.1"]);
     assert_eq!(rc_of(&out, "nfs-client-a", &clocks).0, 0, "a takes the lease after the restart");
 
-    let mut all = holds(
-        &["holds-a", "holds-b0", "holds-b1", "holds-b2", "holds-a2"].map(|f| c.work().join(f)),
-        &clocks,
-    );
+    let mut all =
+        holds(&["holds-a", "holds-b0", "holds-b1", "holds-b2", "holds-a2"].map(|f| c.work().join(f)), &clocks);
     all.iter_mut().filter(|h| h.token == holds_a[0].token).for_each(|h| h.end = Some(end));
     assert_eq!(all.len(), 4, "a, b's waiter, b, a: nobody else held: {all:?}");
     let gap = assert_no_overlap(&all, &clocks);
@@ -149,7 +151,6 @@ fn nfs_waiter_timeout_holds_while_the_server_hangs() {
     assert!(stdout.starts_with("rc 75 ") || stdout.starts_with("rc 69 "), "gives up: {stdout}");
     assert!(waited < 8.0 + 5.0, "--timeout 8s, gave up after {waited:.1}s");
 }
-
 
 /// Under the lease: log the start, then append `<token> <i>` to `$NFS_MNT/data`
 /// every 0.1 s for `$2` seconds (a file opened and closed per line, as a shell
@@ -189,7 +190,8 @@ fn nfs_cut_off_holder_loses_loudly_the_other_takes_over_after_its_deadline_and_l
     let v: serde_json::Value = serde_json::from_str(&seen).expect("status JSON");
     let a_grant = &v[0]["holders"][0];
     let a_token = a_grant["token"].as_u64().expect("a's token");
-    let a_deadline = clocks.host_time("nfs-client-a", a_grant["deadline_ms"].as_u64().expect("deadline") as f64 / 1000.0);
+    let a_deadline =
+        clocks.host_time("nfs-client-a", a_grant["deadline_ms"].as_u64().expect("deadline") as f64 / 1000.0);
 
     // a notices on its own (its job still reports: the shared directory is not on the network).
     let out = a.wait_with_output().expect("a");

@@ -69,7 +69,11 @@ impl Cluster {
             String::from_utf8_lossy(&out.stderr)
         );
         std::fs::create_dir_all(cluster.work()).expect("work dir");
-        eprintln!("NFS cluster up in {:.1}s: {}", started.elapsed().as_secs_f64(), String::from_utf8_lossy(&out.stderr).trim());
+        eprintln!(
+            "NFS cluster up in {:.1}s: {}",
+            started.elapsed().as_secs_f64(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
         Some(cluster)
     }
 
