@@ -98,32 +98,25 @@ apt_install() { # [apt-get install options...] -- packages...
 
 mkdir -p "$TOOLS"
 
-t=$(now)
-mapfile -t missing < <(apt_missing "${APT_PACKAGES[@]}")
-if [ "${#missing[@]}" -eq 0 ]; then
-    report apt "already present: ${APT_PACKAGES[*]}" "$t"
-else
-    apt_install -- "${missing[@]}"
-    report apt "installed: ${missing[*]}" "$t"
-fi
-
-t=$(now)
-mapfile -t missing < <(apt_missing "${APT_PACKAGES_NORECOMMENDS[@]}")
-if [ "${#missing[@]}" -eq 0 ]; then
-    report ceph "already present: ${APT_PACKAGES_NORECOMMENDS[*]}" "$t"
-else
-    apt_install --no-install-recommends -- "${missing[@]}"
-    report ceph "installed: ${missing[*]} (--no-install-recommends)" "$t"
-fi
-
-t=$(now)
-mapfile -t missing < <(apt_missing "${APT_PACKAGES_NFS[@]}")
-if [ "${#missing[@]}" -eq 0 ]; then
-    report nfs "already present: ${APT_PACKAGES_NFS[*]}" "$t"
-else
-    apt_install --no-install-recommends -- "${missing[@]}"
-    report nfs "installed: ${missing[*]} (--no-install-recommends)" "$t"
-fi
+# apt_group NAME [apt-get install options…] -- PACKAGES…: installs those missing.
+apt_group() {
+    local name="$1" t opts=() note=""
+    shift
+    while [ "$1" != "--" ]; do opts+=("$1"); shift; done
+    shift
+    [ "${#opts[@]}" -eq 0 ] || note=" (${opts[*]})"
+    t=$(now)
+    mapfile -t missing < <(apt_missing "$@")
+    if [ "${#missing[@]}" -eq 0 ]; then
+        report "$name" "already present: $*" "$t"
+    else
+        apt_install "${opts[@]}" -- "${missing[@]}"
+        report "$name" "installed: ${missing[*]}$note" "$t"
+    fi
+}
+apt_group apt -- "${APT_PACKAGES[@]}"
+apt_group ceph --no-install-recommends -- "${APT_PACKAGES_NORECOMMENDS[@]}"
+apt_group nfs --no-install-recommends -- "${APT_PACKAGES_NFS[@]}"
 
 for bin in linux ganesha.nfsd rpcbind mount.nfs modprobe ip etcd etcdctl redis-server redis-cli protoc curl ps chattr script ceph-mon ceph-osd radosgw radosgw-admin ceph ceph-authtool monmaptool; do
     command -v "$bin" >/dev/null 2>&1 || die "'$bin' is still missing after the apt step"
