@@ -44,6 +44,9 @@
 #   NFS_SRC, NFS_OPTS  the mount's source and options (to mount it again elsewhere
 #              with other options: mount -t nfs -o "$NFS_OPTS,nosharecache,…")
 #
+# Clocks: `up` sets each guest's clock to the host's (to within a few ms, printed), as
+# NTP would; the tests measure what is left.
+#
 # Mount options: vers=4.2 by default (hard, close-to-open, default attribute caching);
 # --opts-a / --opts-b add options for one guest (e.g. actimeo=60, lookupcache=none,
 # noac). vers=3 mounts with nolock,proto=tcp,mountproto=tcp.
@@ -87,7 +90,7 @@ why_not() {
     [ "$(id -u)" -eq 0 ] || { echo "not root (network namespaces, taps and ganesha need root)"; return; }
     [ -c /dev/net/tun ] || { echo "no /dev/net/tun (the guests' network)"; return; }
     local c
-    for c in ip linux ganesha.nfsd rpcbind mount.nfs modprobe mkfs.ext4 setsid timeout; do
+    for c in ip linux ganesha.nfsd rpcbind mount.nfs modprobe mkfs.ext4 setsid timeout python3; do
         command -v "$c" >/dev/null 2>&1 \
             || { echo "'$c' is missing (apt-get install user-mode-linux nfs-ganesha nfs-ganesha-vfs rpcbind nfs-common kmod e2fsprogs iproute2, or scripts/install-deps.sh)"; return; }
     done
@@ -272,6 +275,34 @@ wait_guest() {
     die "guest $g was not ready within 120 s; see $me/console.log"
 }
 
+# guest_offset GUEST: the guest's clock minus the host's, "<mid> <uncertainty>" in
+# seconds. The guest reads its clock, creates a file on hostfs, reads its clock again;
+# the host's kernel stamped the file's ctime in between (its coarse clock: up to one
+# 4 ms tick behind). hostfs shows the guest whole seconds only, so the host reads it.
+guest_offset() {
+    local g="$1" out
+    out=$(cmd_run --timeout 60 "$g" -- bash -c \
+        'for i in 1 2 3 4 5; do t0=$EPOCHREALTIME; : > "$1/clock-$i"; t1=$EPOCHREALTIME; echo "$i $t0 $t1"; sleep 0.05; done' \
+        bash "$DIR/guest-$g")
+    while read -r i t0 t1; do
+        echo "$t0 $t1 $(stat -c %.9Z "$DIR/guest-$g/clock-$i")"
+    done <<<"$out" | awk 'BEGIN { lo = -1e18; hi = 1e18 }
+        { l = $1 - $3 - 0.004; h = $2 - $3; if (l > lo) lo = l; if (h < hi) hi = h }
+        END { printf "%.6f %.6f\n", (lo + hi) / 2, (hi - lo) / 2 }'
+}
+
+# sync_clock GUEST: a UML guest's clock runs at the host's rate (it reads the host's
+# clock) but starts tens to hundreds of ms off, fixed at boot. Set it right, as NTP
+# would on real machines: read and set in one process, so the correction is exact.
+sync_clock() {
+    local g="$1" off err
+    read -r off err < <(guest_offset "$g")
+    cmd_run --timeout 60 "$g" -- python3 -c \
+        "import time; time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_REALTIME) - ($off))"
+    read -r off err < <(guest_offset "$g")
+    log "guest $g: clock set; now off the host's by ${off}s ± ${err}s"
+}
+
 cmd_up() {
     local vers=4.2 opts_a="" opts_b="" mem=640M owner=""
     while [ $# -gt 0 ]; do
@@ -314,8 +345,11 @@ cmd_up() {
     mkdir -p /run/tenure-nfs
     echo "$DIR" >"/run/tenure-nfs/$ns"
     # The watchdog: when the owner (a test process) dies, even by SIGKILL, tear down.
+    # It runs a copy of this script: bash reads a script as it runs, so an edit of
+    # scripts/nfs.sh while a test runs must not change what the watchdog does.
     if [ -n "$owner" ]; then
-        setsid "$REPO/scripts/nfs.sh" watch --dir "$DIR" "$owner" </dev/null >>"$DIR/watchdog.log" 2>&1 &
+        cp "$REPO/scripts/nfs.sh" "$DIR/nfs.sh"
+        setsid bash "$DIR/nfs.sh" watch --dir "$DIR" "$owner" </dev/null >>"$DIR/watchdog.log" 2>&1 &
         echo $! >"$DIR/pid/watchdog"
     fi
     ip netns exec "$ns" ip link set lo up
@@ -343,6 +377,8 @@ cmd_up() {
     start_guest b "$opts_b" "$vers" "$mem"
     wait_guest a
     wait_guest b
+    sync_clock a
+    sync_clock b
     trap - EXIT INT TERM
     log "up: ganesha $SERVER:/export (NFS $vers) -> $DIR/export; guests a ($(cat "$DIR/guest-a/mount")) and b ($(cat "$DIR/guest-b/mount"))"
 }

@@ -53,12 +53,10 @@ echo "end $(date +%s.%N) $TENURE_TOKEN" >> "$log"
 /// before its TERM trap can log), and the lease's record before and after the
 /// kill (a renewal may land between the first read and the kill, none after it).
 const KILL: &str = r#"
-gone() { [ ! -e "/proc/$1" ] || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
 before=$("$TENURE" status --json "$2" counter | tr -d '\n')
-kill -9 "$1"; t=$(date +%s.%N)
-until gone "$3"; do sleep 0.01; done
-echo "$t $(date +%s.%N)"
-until gone "$1"; do sleep 0.01; done
+kill -9 "$1"; t=$EPOCHREALTIME
+echo "$t $(wait_gone "$3")"
+wait_gone "$1" > /dev/null
 echo "$before"
 "$TENURE" status --json "$2" counter | tr -d '\n'
 "#;
@@ -105,7 +103,7 @@ fn counter_torture(c: &Cluster, store: &str, per_client: usize, runs: usize, kil
         let f: Vec<&str> = victim.split_whitespace().collect();
         let (token, id, run, cmd) = (f[0].parse().expect("token"), f[1], f[2], f[3]);
         let pid = std::fs::read_to_string(work.join(format!("pid-{id}"))).expect("pid file");
-        let out = c.ok(&id[..1], KILL, &[pid.trim(), store, cmd]);
+        let out = c.ok(&id[..1], &format!("{WAIT_GONE}{KILL}"), &[pid.trim(), store, cmd]);
         let mut out = out.lines();
         let (times, before, after) = (out.next().unwrap_or(""), out.next().unwrap_or(""), out.next().unwrap_or(""));
         let (at, gone) = times.split_once(' ').expect("kill times");

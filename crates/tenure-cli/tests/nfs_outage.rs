@@ -11,10 +11,10 @@ use std::time::Duration;
 use nfs_harness::*;
 
 /// `tenure lock` with the hold script, printing `rc <status> <end time>` last.
-/// `$1` store, `$2` hold log, `$3` hold seconds, then extra lock options.
+/// `$1` store, `$2` hold log, `$3` hold seconds, `$4` TTL, then extra lock options.
 const LOCK: &str = r#"
-store=$1 log=$2 secs=$3; shift 3
-"$TENURE" lock "$store" L --ttl 6s --max-skew 200ms --poll 100ms "$@" -- "${log%/*}/hold.sh" "$log" "$secs"
+store=$1 log=$2 secs=$3 ttl=$4; shift 4
+"$TENURE" lock "$store" L --ttl "$ttl" --max-skew 200ms --poll 100ms "$@" -- "${log%/*}/hold.sh" "$log" "$secs"
 echo "rc $? $(date +%s.%N)"
 "#;
 
@@ -27,17 +27,26 @@ fn rc_of(out: &std::process::Output, client: &str, clocks: &Offsets) -> (i32, f6
     (f[1].parse().expect("rc"), clocks.host_time(client, f[2].parse().expect("time")))
 }
 
-/// The deadline of token `token` of lease L as b reads it now, host clock.
-fn deadline_of(c: &Cluster, store: &str, token: u64, clocks: &Offsets) -> f64 {
-    let out = c.ok("b", "\"$TENURE\" status --json \"$1\" L", &[store]);
-    let v: serde_json::Value = serde_json::from_str(&out).expect("status JSON");
-    let lease = &v[0];
-    let all = lease["holders"].as_array().into_iter().chain(lease["expired"].as_array()).flatten();
-    let grant = all.into_iter().find(|h| h["token"].as_u64() == Some(token));
-    let grant = grant.unwrap_or_else(|| panic!("token {token} is not in the record: {out}"));
-    let host = grant["holder"]["host"].as_str().expect("host").to_string();
-    clocks.host_time(&host, grant["deadline_ms"].as_u64().expect("deadline") as f64 / 1000.0)
+/// The deadline of lease L's exclusive grant `token` as the server's own disk has
+/// it (its newest version file), on the host's clock: read while the server is
+/// stopped, this is the last renewal it carried out.
+fn deadline_on_server(c: &Cluster, token: u64, clocks: &Offsets) -> f64 {
+    let dir = c.export().join("leases/L");
+    let newest = std::fs::read_dir(&dir)
+        .expect("lease directory")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('~'))
+        .max()
+        .expect("a version file");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join(&newest)).expect("record")).expect("record JSON");
+    let grant = &record["exclusive"];
+    assert_eq!(grant["token"].as_u64(), Some(token), "the server's record {newest}: {record}");
+    let host = grant["holder"]["host"].as_str().expect("host");
+    clocks.host_time(host, grant["deadline_ms"].as_u64().expect("deadline") as f64 / 1000.0)
 }
+
 
 /// Runs, in guest `b`, `tenure lock` in the background (as [`LOCK`]), sends it
 /// SIGTERM after `$3` seconds, and prints `rc <status> <sent> <ended>`.
@@ -64,16 +73,12 @@ fn nfs_server_hang_stops_the_holder_before_its_deadline_and_nothing_is_granted_t
     let store = c.store("leases");
     c.script("hold.sh", HOLD);
     let log = |n: &str| c.work().join(n).display().to_string();
-    let holder = c.spawn("a", Duration::from_secs(300), LOCK, &[&store, &log("holds-a"), "120"]);
+    let holder = c.spawn("a", Duration::from_secs(300), LOCK, &[&store, &log("holds-a"), "120", "6s"]);
     let holder_gone = c.watch_gone("a", &c.work().join("holds-a"));
     assert!(eventually(Duration::from_secs(60), || !lines(&c.work().join("holds-a")).is_empty()), "a never held");
-    // b waits (no timeout) through the hang; another waiter on b gets SIGTERM 6 s into it.
-    let waiter = c.spawn("b", Duration::from_secs(300), LOCK, &[&store, &log("holds-b0"), "0.1"]);
-    let term = c.spawn("b", Duration::from_secs(300), SIGNALLED, &[&store, &log("holds-b1"), "8"]);
-    // a's deadline as the store has it just before the hang: a renewal may still
-    // land before the server stops, so the real last deadline is this or later.
-    let a_token = holds(&[c.work().join("holds-a")], &clocks)[0].token;
-    let deadline = deadline_of(&c, &store, a_token, &clocks);
+    // b waits (no timeout) through the hang; another waiter on b gets SIGTERM ~5 s into it.
+    let waiter = c.spawn("b", Duration::from_secs(300), LOCK, &[&store, &log("holds-b0"), "0.1", "6s"]);
+    let term = c.spawn("b", Duration::from_secs(300), SIGNALLED, &[&store, &log("holds-b1"), "6"]);
     c.server("stop");
     let stopped_at = unix_now();
 
@@ -86,6 +91,10 @@ fn nfs_server_hang_stops_the_holder_before_its_deadline_and_nothing_is_granted_t
     assert_eq!(rc, 143, "SIGTERM ends a waiting tenure with 128+15: {}", String::from_utf8_lossy(&out.stderr));
     assert!(term_took < 2.0, "a waiting tenure took {term_took:.2}s to end after SIGTERM on a hung server");
     std::thread::sleep(Duration::from_secs(2));
+    // The last renewal the server carried out before it stopped (one that a sent
+    // during the hang is carried out only after it: a did not count on it).
+    let a_token = holds(&[c.work().join("holds-a")], &clocks)[0].token;
+    let deadline = deadline_on_server(&c, a_token, &clocks);
     let hung_for = unix_now() - stopped_at;
     c.server("cont");
 
@@ -104,14 +113,14 @@ fn nfs_server_hang_stops_the_holder_before_its_deadline_and_nothing_is_granted_t
     assert_eq!(rc_of(&out, "nfs-client-b", &clocks).0, 0, "b's waiter: {}", String::from_utf8_lossy(&out.stderr));
 
     // The server restarts (killed, started again, no grace period) while b holds.
-    let b_holder = c.spawn("b", Duration::from_secs(300), LOCK, &[&store, &log("holds-b2"), "8"]);
+    let b_holder = c.spawn("b", Duration::from_secs(300), LOCK, &[&store, &log("holds-b2"), "8", "6s"]);
     assert!(eventually(Duration::from_secs(60), || !lines(&c.work().join("holds-b2")).is_empty()), "b never held");
     std::thread::sleep(Duration::from_secs(2));
     c.server("restart");
     let out = b_holder.wait_with_output().expect("b holder");
     let (b_rc, _) = rc_of(&out, "nfs-client-b", &clocks);
     assert!(b_rc == 0 || b_rc == 76, "across a restart the holder ends normally or loses loudly: {b_rc}");
-    let out = c.run("a", Duration::from_secs(120), LOCK, &[&store, &log("holds-a2"), "0.1"]);
+    let out = c.run("a", Duration::from_secs(120), LOCK, &[&store, &log("holds-a2"), "0.1", "6s"]);
     assert_eq!(rc_of(&out, "nfs-client-a", &clocks).0, 0, "a takes the lease after the restart");
 
     let mut all =
@@ -144,7 +153,7 @@ fn nfs_waiter_timeout_holds_while_the_server_hangs() {
     c.ok("a", r#""$TENURE" lock "$1" L -- true"#, &[&store]);
     c.server("stop");
     let started = std::time::Instant::now();
-    let out = c.run("b", Duration::from_secs(120), LOCK, &[&store, &log("holds-b"), "0.1", "--timeout", "8s"]);
+    let out = c.run("b", Duration::from_secs(120), LOCK, &[&store, &log("holds-b"), "0.1", "6s", "--timeout", "8s"]);
     let waited = started.elapsed().as_secs_f64();
     c.server("cont");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -184,14 +193,10 @@ fn nfs_cut_off_holder_loses_loudly_the_other_takes_over_after_its_deadline_and_l
     std::thread::sleep(Duration::from_secs(2));
     c.link("a", false);
     let cut_at = unix_now();
-    // a cannot renew any more: the deadline b sees now is a's last.
+    // a cannot renew any more: the deadline on the server's disk now is a's last.
     std::thread::sleep(Duration::from_secs(1));
-    let seen = c.ok("b", "\"$TENURE\" status --json \"$1\" L", &[&store]);
-    let v: serde_json::Value = serde_json::from_str(&seen).expect("status JSON");
-    let a_grant = &v[0]["holders"][0];
-    let a_token = a_grant["token"].as_u64().expect("a's token");
-    let a_deadline =
-        clocks.host_time("nfs-client-a", a_grant["deadline_ms"].as_u64().expect("deadline") as f64 / 1000.0);
+    let a_token = holds(&[c.work().join("holds-a")], &clocks)[0].token;
+    let a_deadline = deadline_on_server(&c, a_token, &clocks);
 
     // a notices on its own (its job still reports: the shared directory is not on the network).
     let out = a.wait_with_output().expect("a");
