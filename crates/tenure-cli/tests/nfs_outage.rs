@@ -36,7 +36,8 @@ fn deadline_on_server(c: &Cluster, token: u64, clocks: &Offsets) -> f64 {
         .expect("lease directory")
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with('~'))
+        // Version files are `~` and 20 digits (not `~tmp-…`).
+        .filter(|n| n.len() == 21 && n.starts_with('~') && n[1..].bytes().all(|b| b.is_ascii_digit()))
         .max()
         .expect("a version file");
     let record: serde_json::Value =
