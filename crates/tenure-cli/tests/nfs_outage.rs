@@ -48,7 +48,6 @@ fn deadline_on_server(c: &Cluster, token: u64, clocks: &Offsets) -> f64 {
     clocks.host_time(host, grant["deadline_ms"].as_u64().expect("deadline") as f64 / 1000.0)
 }
 
-
 /// Runs, in guest `b`, `tenure lock` in the background (as [`LOCK`]), sends it
 /// SIGTERM after `$3` seconds, and prints `rc <status> <sent> <ended>`.
 const SIGNALLED: &str = r#"
