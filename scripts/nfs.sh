@@ -97,7 +97,7 @@ why_not() {
     [ -f "$GANESHA_FSAL" ] || { echo "$GANESHA_FSAL is missing (apt-get install nfs-ganesha-vfs)"; return; }
     compgen -G "$UML_MODULES/*/kernel/fs/nfs/nfsv4.ko" >/dev/null \
         || { echo "no NFS modules for the user-mode-linux kernel under $UML_MODULES"; return; }
-    local probe="tenure-nfs-probe-$$"
+    local probe="tnfs-probe-$$"
     if ! ip netns add "$probe" 2>/dev/null; then
         echo "cannot create a network namespace (ip netns add failed)"; return
     fi
