@@ -31,7 +31,6 @@ fn script() -> PathBuf {
 /// A running server and two client guests.
 pub struct Cluster {
     dir: tempfile::TempDir,
-    started: Instant,
     _turn: MutexGuard<'static, ()>,
 }
 
@@ -61,7 +60,7 @@ impl Cluster {
             .env("TENURE_BIN", TENURE)
             .output()
             .expect("run scripts/nfs.sh up");
-        let cluster = Cluster { dir, started, _turn: turn };
+        let cluster = Cluster { dir, _turn: turn };
         assert!(
             out.status.success(),
             "scripts/nfs.sh up {up_args:?} failed: {}{}",
@@ -210,10 +209,6 @@ impl Cluster {
                read -r p < "$1.pid"; wait_gone "$p""#
         );
         self.spawn(guest, Duration::from_secs(600), &script, &[&log.display().to_string()])
-    }
-
-    pub fn uptime(&self) -> Duration {
-        self.started.elapsed()
     }
 }
 
