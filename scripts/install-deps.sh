@@ -14,6 +14,8 @@
 #         e2fsprogs (chattr, for the lock tests' store outage)
 #         bindfs fuse3 (a FUSE mount whose daemon the hung-storage test stops)
 #         radosgw ceph-mon ceph-osd (with --no-install-recommends)
+#         user-mode-linux nfs-ganesha nfs-ganesha-vfs rpcbind nfs-common kmod iproute2
+#         (with --no-install-recommends; the NFS harness, scripts/nfs.sh)
 #         (python3-venv / nodejs+npm only if python3 venv / npm are missing)
 #   pip   moto[server] and localbucket, in a venv at $TOOLS/venv
 #   npm   azurite and s3rver, in $TOOLS/npm (npm install --prefix)
@@ -42,6 +44,8 @@ S3RVER_VERSION="3.7.1"
 
 APT_PACKAGES=(etcd-server etcd-client redis-server protobuf-compiler curl procps chromium e2fsprogs bindfs fuse3)
 APT_PACKAGES_NORECOMMENDS=(radosgw ceph-mon ceph-osd)
+# scripts/nfs.sh: a real NFS server (ganesha) and client kernels (user-mode-linux).
+APT_PACKAGES_NFS=(user-mode-linux nfs-ganesha nfs-ganesha-vfs rpcbind nfs-common kmod iproute2)
 
 export DEBIAN_FRONTEND=noninteractive
 
@@ -95,25 +99,27 @@ apt_install() { # [apt-get install options...] -- packages...
 
 mkdir -p "$TOOLS"
 
-t=$(now)
-mapfile -t missing < <(apt_missing "${APT_PACKAGES[@]}")
-if [ "${#missing[@]}" -eq 0 ]; then
-    report apt "already present: ${APT_PACKAGES[*]}" "$t"
-else
-    apt_install -- "${missing[@]}"
-    report apt "installed: ${missing[*]}" "$t"
-fi
+# apt_group NAME [apt-get install options…] -- PACKAGES…: installs those missing.
+apt_group() {
+    local name="$1" t opts=() note=""
+    shift
+    while [ "$1" != "--" ]; do opts+=("$1"); shift; done
+    shift
+    [ "${#opts[@]}" -eq 0 ] || note=" (${opts[*]})"
+    t=$(now)
+    mapfile -t missing < <(apt_missing "$@")
+    if [ "${#missing[@]}" -eq 0 ]; then
+        report "$name" "already present: $*" "$t"
+    else
+        apt_install "${opts[@]}" -- "${missing[@]}"
+        report "$name" "installed: ${missing[*]}$note" "$t"
+    fi
+}
+apt_group apt -- "${APT_PACKAGES[@]}"
+apt_group ceph --no-install-recommends -- "${APT_PACKAGES_NORECOMMENDS[@]}"
+apt_group nfs --no-install-recommends -- "${APT_PACKAGES_NFS[@]}"
 
-t=$(now)
-mapfile -t missing < <(apt_missing "${APT_PACKAGES_NORECOMMENDS[@]}")
-if [ "${#missing[@]}" -eq 0 ]; then
-    report ceph "already present: ${APT_PACKAGES_NORECOMMENDS[*]}" "$t"
-else
-    apt_install --no-install-recommends -- "${missing[@]}"
-    report ceph "installed: ${missing[*]} (--no-install-recommends)" "$t"
-fi
-
-for bin in etcd etcdctl redis-server redis-cli protoc curl ps chattr script bindfs fusermount3 ceph-mon ceph-osd radosgw radosgw-admin ceph ceph-authtool monmaptool; do
+for bin in linux ganesha.nfsd rpcbind mount.nfs modprobe ip etcd etcdctl redis-server redis-cli protoc curl ps chattr script bindfs fusermount3 ceph-mon ceph-osd radosgw radosgw-admin ceph ceph-authtool monmaptool; do
     command -v "$bin" >/dev/null 2>&1 || die "'$bin' is still missing after the apt step"
 done
 
