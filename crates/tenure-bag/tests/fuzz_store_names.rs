@@ -119,6 +119,24 @@ async fn an_object_store_snapshot_name_alias_does_not_duplicate_messages() {
     assert_eq!(read_all(&log).await, ["once"], "each accepted message once");
 }
 
+/// Bug (FINDINGS.md, F10): a regular file (or anything not a directory) in
+/// the log's root named like a group directory, `g000001000000`, makes
+/// `list_buckets` fail with "Not a directory", so every read of the log fails.
+#[tokio::test]
+#[ignore = "bug F10: a file named like a group directory fails every read"]
+async fn a_file_named_like_a_group_is_ignored() {
+    let (tmp, log, _clock) = closed_log().await;
+    fs::write(tmp.path().join("log/g000001000000"), b"not a group").expect("plant");
+    let read = log.read(&ReadOptions::default()).await;
+    let payloads: Vec<String> = read
+        .expect("a stray file must not fail the read")
+        .messages
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+        .collect();
+    assert_eq!(payloads, ["m0", "m1", "m2"]);
+}
+
 fn only_entry_with(dir: &Path, first: char) -> String {
     let names: Vec<String> = fs::read_dir(dir)
         .expect("dir")
@@ -165,7 +183,9 @@ proptest! {
             };
             for g in &groups {
                 if g.trim_start_matches('+').parse::<u64>().ok() != Some(real_group) {
-                    plant(&root, &format!("g{g}"));
+                    // A file named like a group fails every read (F10): groups are
+                    // planted as directories here until that is fixed.
+                    let _ = fs::create_dir(root.join(format!("g{g}")));
                 }
             }
             for b in &buckets {
