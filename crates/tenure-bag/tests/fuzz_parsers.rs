@@ -459,3 +459,41 @@ fn snapshot_counts_claiming_billions_are_refused_before_allocating() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// Audits: every number in a lease stamp came out of a frame, so from outside.
+
+/// Says every witness verifies, with content taken from its first bytes: the
+/// audit's comparisons then meet arbitrary names, tokens and times.
+#[derive(Debug)]
+struct Gullible;
+
+impl tenure_bag::WitnessVerifier for Gullible {
+    fn verify(&self, w: &[u8]) -> Result<tenure_bag::VerifiedWitness, String> {
+        let n = |at: usize| w.get(at..at + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+        if w.first() == Some(&0) {
+            return Err("refused".into());
+        }
+        Ok(tenure_bag::VerifiedWitness {
+            name: String::from_utf8_lossy(w.get(..2).unwrap_or_default()).into_owned(),
+            token: n(1),
+            deadline_ms: n(2),
+            server_time_ms: n(3),
+            watermark_ms: w.get(4).map(|_| n(4)),
+            authorizes_writes: w.len() % 2 == 0,
+        })
+    }
+}
+
+proptest! {
+    #![proptest_config(config(1000))]
+
+    #[test]
+    fn audits_of_arbitrary_stamps_never_panic(msgs in chunk_messages(), max_skew in any::<u64>()) {
+        let read = tenure_bag::ReadResult { messages: msgs.clone(), ..Default::default() };
+        let report = tenure_bag::audit(&read, Some(&Gullible), max_skew);
+        prop_assert_eq!(report.messages, msgs.len() as u64);
+        let unverified = tenure_bag::audit(&read, None, max_skew);
+        prop_assert_eq!(unverified.witnesses_verified, 0);
+    }
+}
