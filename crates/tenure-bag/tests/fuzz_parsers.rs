@@ -480,7 +480,7 @@ impl tenure_bag::WitnessVerifier for Gullible {
             deadline_ms: n(2),
             server_time_ms: n(3),
             watermark_ms: w.get(4).map(|_| n(4)),
-            authorizes_writes: w.len() % 2 == 0,
+            authorizes_writes: w.len().is_multiple_of(2),
         })
     }
 }

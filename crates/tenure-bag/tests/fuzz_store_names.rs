@@ -83,11 +83,7 @@ async fn a_snapshot_name_alias_does_not_duplicate_messages() {
     let settings = tenure_bag::LogSettings { chunk_buckets: 1, ..Default::default() };
     let opts = BagOptions::default().with_clock(clock.shared()).with_settings(settings);
     let log = Log::on_fs(FsStorage::new(tmp.path().join("log"), false), opts);
-    let out = log.writer("w").expect("writer").append(Batch::one(T0, "once")).await.expect("append");
-    assert!(out.accepted);
-    clock.advance(Duration::from_secs(10));
-    log.compact().await.expect("compact");
-    assert_eq!(read_all(&log).await, ["once"]);
+    compact_one_message(&log, &clock).await;
     // One bucket per chunk: the chunk of T0 is its bucket number.
     let chunk = T0 / 1000;
     let snaps = tmp.path().join("log/snapshots");
@@ -108,11 +104,7 @@ async fn an_object_store_snapshot_name_alias_does_not_duplicate_messages() {
     opts.trust_store = true;
     let store = std::sync::Arc::new(object_store::memory::InMemory::new());
     let log = Log::on_object_store("memory:///bag", store.clone(), "bag".into(), opts);
-    let out = log.writer("w").expect("writer").append(Batch::one(T0, "once")).await.expect("append");
-    assert!(out.accepted);
-    clock.advance(Duration::from_secs(10));
-    log.compact().await.expect("compact");
-    assert_eq!(read_all(&log).await, ["once"]);
+    compact_one_message(&log, &clock).await;
     let chunk = T0 / 1000;
     let alias = object_store::path::Path::from(format!("bag/s/{chunk}.snap"));
     store.put(&alias, bytes::Bytes::from_static(b"anything").into()).await.expect("plant an alias");
@@ -135,6 +127,15 @@ async fn a_file_named_like_a_group_is_ignored() {
         .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
         .collect();
     assert_eq!(payloads, ["m0", "m1", "m2"]);
+}
+
+/// Appends "once" at `T0` to a log of one-bucket chunks and compacts it.
+async fn compact_one_message(log: &Log, clock: &ManualClock) {
+    let out = log.writer("w").expect("writer").append(Batch::one(T0, "once")).await.expect("append");
+    assert!(out.accepted);
+    clock.advance(Duration::from_secs(10));
+    log.compact().await.expect("compact");
+    assert_eq!(read_all(log).await, ["once"]);
 }
 
 fn only_entry_with(dir: &Path, first: char) -> String {

@@ -75,20 +75,15 @@ fn request_body() -> BoxedStrategy<Vec<u8>> {
             encode_request(&Request::Hello { magic, version, auth: auth.as_deref() })
         }),
         (any::<bool>(), proptest::collection::vec(ask, 0..4)).prop_map(|(tentative, asks)| {
+            let asks: Vec<_> =
+                asks.into_iter().map(|(n, m, t, h, r, meta)| (n, m, t, Holder::from(h), r, meta)).collect();
             let asks = asks
                 .iter()
                 .map(|(name, mode, ttl_ms, h, retake, meta)| AskWire {
                     name,
                     mode: *mode,
                     ttl_ms: *ttl_ms,
-                    holder: HolderWire {
-                        nonce: &h.nonce,
-                        pid: h.pid,
-                        host: &h.host,
-                        user: &h.user,
-                        version: &h.version,
-                        label: h.label.as_deref(),
-                    },
+                    holder: HolderWire::of(h),
                     retake: *retake,
                     meta: meta.as_deref(),
                 })
@@ -429,14 +424,15 @@ enum Answer {
     Raw(Vec<u8>),
 }
 
+/// What a server says to a hello, encoded.
+fn good_hello() -> Vec<u8> {
+    let hello =
+        Response::Hello { version: 1, public_key: [7; 32], max_lease_ms: 10_000, quarantine_left_ms: 0, started_us: 1 };
+    encode_response(&hello)
+}
+
 fn answer() -> impl Strategy<Value = (Answer, bool)> {
-    let hello = encode_response(&Response::Hello {
-        version: 1,
-        public_key: [7; 32],
-        max_lease_ms: 10_000,
-        quarantine_left_ms: 0,
-        started_us: 1,
-    });
+    let hello = good_hello();
     let a = prop_oneof![
         1 => mutations(3).prop_map(move |m| Answer::BadHello(mutate(&hello, &m))),
         4 => (response_body(), proptest::option::of(mutations(2))).prop_map(|(b, m)| Answer::Body(m.map_or(b.clone(), |m| mutate(&b, &m)))),
@@ -476,16 +472,9 @@ async fn fake_server(listener: Arc<TcpListener>, answer: Answer, hold: bool) {
     let Ok((mut s, _)) = listener.accept().await else { return };
     let mut buf = Vec::new();
     let Some((hello_id, _)) = read_frame(&mut s, &mut buf).await else { return };
-    let good_hello = encode_response(&Response::Hello {
-        version: 1,
-        public_key: [7; 32],
-        max_lease_ms: 10_000,
-        quarantine_left_ms: 0,
-        started_us: 1,
-    });
     let reply = match &answer {
         Answer::BadHello(b) => frame_response(hello_id, b),
-        Answer::Body(_) | Answer::Raw(_) => frame_response(hello_id, &good_hello),
+        Answer::Body(_) | Answer::Raw(_) => frame_response(hello_id, &good_hello()),
     };
     let _ = s.write_all(&reply).await;
     if !matches!(answer, Answer::BadHello(_))
