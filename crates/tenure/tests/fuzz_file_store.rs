@@ -19,24 +19,23 @@ use tenure::backend::{Put, PutMode};
 use tenure::store::file::{FileBackend, KEEP};
 use tenure::{Version, limits::MAX_TOKEN};
 
+/// The highest version planted: versions within `KEEP + 1` of `u64::MAX`
+/// overflow the store (F2, reproduced by the ignored tests below), so they are
+/// left out of the property until that is fixed; then make this `u64::MAX`.
+const HIGHEST: u64 = u64::MAX - KEEP - 2;
+
 /// Names as a careless or hostile tenant writes them: version-like names of
 /// every length, numbers beyond `u64`, temp-file look-alikes, other names.
 fn planted_name() -> impl Strategy<Value = String> {
     prop_oneof![
-        3 => (0u32..=21, any::<u64>()).prop_map(|(width, n)| format!("~{n:0width$}", width = width as usize)),
-        2 => prop_oneof![
-            Just(u64::MAX),
-            Just(u64::MAX - 1),
-            Just(u64::MAX - KEEP),
-            Just(u64::MAX - KEEP - 1),
-            Just(MAX_TOKEN),
-            Just(MAX_TOKEN + 1),
-            Just(0),
-        ]
-        .prop_map(|n| format!("~{n:020}")),
+        3 => (0u32..=21, any::<u64>()).prop_map(|(width, n)| format!("~{:0width$}", n.min(HIGHEST), width = width as usize)),
+        2 => prop_oneof![Just(HIGHEST), Just(HIGHEST - 1), Just(MAX_TOKEN), Just(MAX_TOKEN + 1), Just(0)]
+            .prop_map(|n| format!("~{n:020}")),
         1 => Just("~99999999999999999999".to_string()),
         1 => Just("~18446744073709551616".to_string()),
-        1 => "~[0-9+ -]{18,22}",
+        1 => "~[0-9+ -]{18,22}".prop_filter("not a version near u64::MAX (F2)", |n| {
+            n[1..].parse::<u64>().ok().is_none_or(|v| v <= HIGHEST)
+        }),
         1 => "~tmp-[0-9a-f]{0,16}",
         1 => "~[a-z]{0,8}",
         1 => "[a-z.][a-z0-9.]{0,8}",
@@ -61,10 +60,6 @@ proptest! {
         contents in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 1..5),
         written_first in any::<bool>(),
     ) {
-        // Versions within KEEP + 1 of u64::MAX overflow (F2, reproduced by the
-        // ignored tests below): left out here until that is fixed.
-        let near_top = |n: &String| n.strip_prefix('~').and_then(|d| d.parse::<u64>().ok()).is_some_and(|v| v > u64::MAX - KEEP - 2);
-        prop_assume!(!names.iter().any(near_top));
         let (dir, b) = store();
         if written_first {
             prop_assert!(matches!(b.put_blocking("k", b"mine", &PutMode::Create), Ok(Put::Done(_))));
