@@ -461,3 +461,42 @@ fn file_store_options_given_twice_take_the_last_and_params_win() {
     assert!(tenure::store::file::open_with("file://", &BTreeMap::new()).is_err());
     assert!(tenure::store::file::open_with("", &BTreeMap::new()).is_err());
 }
+
+// ---------------------------------------------------------------------------
+// Fenced records (`tenure-fence/1 <token>\n<value>`): bytes in any backend.
+
+proptest! {
+    #![proptest_config(config(1500))]
+
+    /// Whatever is stored under a fenced record's key, reading it is an error or
+    /// a token and a value; a write round-trips; a lower token is fenced off.
+    #[test]
+    fn fenced_records_decode_or_are_refused_and_round_trip(
+        planted in prop_oneof![bytes(64), (any::<u64>(), "[+0-9a-z -]{0,6}", bytes(16)).prop_map(|(t, s, v)| [format!("tenure-fence/1 {t}{s}\n").into_bytes(), v].concat())],
+        token in any::<u64>(),
+        value in bytes(32),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async {
+            let backend = Arc::new(tenure::MemoryBackend::new(tenure::SystemClock::shared()));
+            let record = tenure::FencedRecord::new(backend.clone(), "f").expect("name");
+            let put = tenure::Backend::put(&*backend, "f~fence", planted.clone().into(), tenure::PutOptions::create()).await;
+            prop_assert!(put.is_ok());
+            if let Ok(Some(f)) = record.read().await {
+                prop_assert!(planted.starts_with(b"tenure-fence/1 ") && planted.ends_with(&f.value));
+            }
+            match record.write(token, value.clone().into()).await {
+                Ok(w) => {
+                    let back = record.read().await.map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    prop_assert_eq!(back.map(|b| (b.token, b.value)), Some((token, w.value)));
+                    if token > 0 {
+                        prop_assert!(record.write(token - 1, value.into()).await.is_err(), "a lower token is fenced off");
+                    }
+                }
+                Err(tenure::Error::Fenced { current, ours, .. }) => prop_assert!(current > ours),
+                Err(_) => {} // an unreadable record stays unreadable
+            }
+            Ok(())
+        })?;
+    }
+}
