@@ -15,7 +15,11 @@ fuzz_target!(|data: &[u8]| {
     let input = match head[0] % 3 {
         0 => rest.to_vec(),
         mode => {
-            let mut m = if mode == 2 { format!("tenure-bag-manifest 1\nbucket {bucket} 1000\n").into_bytes() } else { Vec::new() };
+            let mut m = if mode == 2 {
+                format!("tenure-bag-manifest 1\nbucket {bucket} 1000\n").into_bytes()
+            } else {
+                Vec::new()
+            };
             m.extend_from_slice(rest);
             let crc = crc32c::crc32c(&m);
             m.extend_from_slice(format!("end {crc:08x}\n").as_bytes());

@@ -21,8 +21,11 @@ fuzz_target!(|data: &[u8]| {
     }
     let me = ME.clone();
     let now_ms = MAX_TIME_MS - millis(MAX_TTL);
-    let ask = Ask { mode: Mode::Exclusive, ttl_ms: 1000, holder: &me, retake: true, now_ms, token_floor: 0, meta: None };
-    if let Decision::Grant { token, record, .. } = record::decide_acquire(&r.name, Some(&r), &ask, &ClockJudge { now_ms }) {
+    let ask =
+        Ask { mode: Mode::Exclusive, ttl_ms: 1000, holder: &me, retake: true, now_ms, token_floor: 0, meta: None };
+    if let Decision::Grant { token, record, .. } =
+        record::decide_acquire(&r.name, Some(&r), &ask, &ClockJudge { now_ms })
+    {
         assert!(token > r.last_token && token < MAX_TOKEN);
         assert_eq!(LeaseRecord::parse(&record.to_bytes()), Ok(record));
     }
