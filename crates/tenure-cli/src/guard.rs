@@ -9,6 +9,8 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Args;
@@ -17,7 +19,9 @@ use rustix::io::{Errno, FdFlags};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
 
 use crate::exit;
-use crate::supervise::{DRAIN_TICK, HEARTBEAT, Status, TICK, boot_now_ns, group_alive, kill_group, set_disposition};
+use crate::supervise::{
+    DRAIN_TICK, HEARTBEAT, STALL, Status, TICK, boot_now_ns, group_alive, kill_group, set_disposition,
+};
 use crate::tree;
 
 /// Signals the guard ignores: they are `tenure`'s to forward.
@@ -78,7 +82,7 @@ pub(crate) fn guard_main(args: &GuardArgs) -> ExitCode {
     let mut guard = Guard {
         report: Some(File::from(report)),
         outbox: VecDeque::new(),
-        next_beat: now,
+        progress: Arc::new(AtomicU64::new(now)),
         control: Some(File::from(control)),
         pgid: None,
         grace: u64::try_from(args.grace.as_nanos()).unwrap_or(u64::MAX),
@@ -86,7 +90,36 @@ pub(crate) fn guard_main(args: &GuardArgs) -> ExitCode {
         stopping: None,
         buf: Vec::new(),
     };
+    if let Some(report) = &guard.report {
+        match report.try_clone() {
+            Ok(pipe) => heartbeat(pipe, guard.progress.clone()),
+            Err(e) => {
+                let _ = writeln!(io::stderr(), "tenure: the guard cannot set up its heartbeat: {e}");
+                return exit::code(exit::INTERNAL);
+            }
+        }
+    }
     ExitCode::from(guard.run(args))
+}
+
+/// Writes `alive` to `pipe` every [`HEARTBEAT`] while the guard's loop keeps
+/// making passes (see [`crate::supervise`]). A thread of its own, so that a slow
+/// pass of the loop does not look like a hung guard; never blocking (a full pipe
+/// means `tenure` is not reading anyway). Ends when `tenure` closes the pipe.
+fn heartbeat(pipe: File, progress: Arc<AtomicU64>) {
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(HEARTBEAT);
+            let idle = boot_now_ns().saturating_sub(progress.load(Ordering::Relaxed));
+            if idle > nanos(STALL) {
+                continue;
+            }
+            match rustix::io::write(&pipe, b"alive\n") {
+                Ok(_) | Err(Errno::AGAIN | Errno::INTR) => {}
+                Err(_) => return,
+            }
+        }
+    });
 }
 
 /// Takes ownership of a descriptor `tenure` passed down, and keeps it from the command.
@@ -112,7 +145,8 @@ struct Guard {
     report: Option<File>,
     /// Report lines not yet written (the pipe was full).
     outbox: VecDeque<String>,
-    next_beat: u64,
+    /// When the loop last made a pass (`CLOCK_BOOTTIME` ns), for the heartbeat.
+    progress: Arc<AtomicU64>,
     control: Option<File>,
     pgid: Option<Pid>,
     grace: u64,
@@ -143,18 +177,6 @@ impl Guard {
                     self.outbox.clear();
                 }
             }
-        }
-    }
-
-    /// `alive`, every [`HEARTBEAT`]: `tenure` takes over from a guard that falls
-    /// silent. Dropped when the pipe is full (`tenure` is not reading anyway).
-    fn heartbeat(&mut self, now: u64) {
-        if now < self.next_beat || !self.outbox.is_empty() {
-            return;
-        }
-        self.next_beat = now.saturating_add(nanos(HEARTBEAT));
-        if let Some(report) = &self.report {
-            let _ = rustix::io::write(report, b"alive\n");
         }
     }
 
@@ -270,7 +292,7 @@ impl Guard {
             self.timers(now);
             self.sweep();
             self.flush();
-            self.heartbeat(now);
+            self.progress.store(now, Ordering::Relaxed);
             let mut wake = TICK;
             if leader.is_some() {
                 wake = drain;

@@ -52,10 +52,12 @@
 //! at once (within one [`TICK`]) that the deadline passed. `tenure` converts its
 //! lease clock's `stop_by` to this clock (`lock::to_boot_ns`).
 //!
-//! **The guard is watched too.** The guard writes `alive` on its report pipe
-//! every [`HEARTBEAT`]. If nothing comes for one renewal interval of the lease
-//! (at least [`MIN_SILENCE`], so that a loaded machine's scheduling delay is not
-//! taken for a hang), the guard is stopped or hung and enforces nothing: `tenure`
+//! **The guard is watched too.** A thread of the guard writes `alive` on its
+//! report pipe every [`HEARTBEAT`], as long as the guard's loop made a pass within
+//! [`STALL`] (so slow passes — a loaded machine, a slow `/proc` — do not silence
+//! it). If nothing comes for one renewal interval of the lease (at least
+//! [`MIN_SILENCE`], so that a loaded machine's scheduling delay is not taken for a
+//! hang), the guard is stopped or hung and enforces nothing: `tenure`
 //! takes over ([`Supervisor::take_over`]). It stops the command's processes
 //! itself on the same schedule (SIGTERM, SIGKILL within the grace and never later
 //! than `stop_by`), kills the guard, and only then lets the lease go. Silence is
@@ -99,7 +101,11 @@ pub(crate) const DRAIN_TICK: Duration = Duration::from_millis(10);
 /// How often the guard says it is alive.
 pub(crate) const HEARTBEAT: Duration = Duration::from_millis(250);
 /// The shortest silence after which `tenure` takes over from its guard.
-pub(crate) const MIN_SILENCE: Duration = Duration::from_secs(1);
+pub(crate) const MIN_SILENCE: Duration = Duration::from_secs(2);
+/// How long the guard's loop may go without a pass before its heartbeats stop:
+/// a pass that is only slow (a loaded machine, a slow `/proc`) keeps them going,
+/// a loop stuck for good does not.
+pub(crate) const STALL: Duration = Duration::from_secs(10);
 
 /// `CLOCK_BOOTTIME` now, in nanoseconds: the clock of the guard's deadlines, which
 /// keeps counting while the machine is suspended.

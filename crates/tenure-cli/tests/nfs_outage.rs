@@ -139,12 +139,8 @@ fn nfs_server_hang_stops_the_holder_before_its_deadline_and_nothing_is_granted_t
 }
 
 /// `--timeout` must bound the whole wait, even when the store hangs in the first
-/// attempt. Today the first `try_acquire` on a hung mount is awaited without a
-/// deadline (tenure/src/client.rs `acquire_grants`), so this waiter runs until the
-/// server comes back: reported to the lead (NOTES-for-lead.md); run with
-/// `--run-ignored all` once store calls have deadlines.
+/// attempt (a hard mount whose server is stopped blocks every call in the kernel).
 #[test]
-#[ignore = "the first acquire attempt on a hung store has no deadline yet (NOTES-for-lead.md, item 5)"]
 fn nfs_waiter_timeout_holds_while_the_server_hangs() {
     let Some(c) = Cluster::up(&[]) else { return };
     let store = c.store("leases");
