@@ -300,9 +300,15 @@ impl Storage for ObjectStorage {
             .list_under(&self.key("s"), MAX_SNAPSHOTS)
             .await?
             .into_iter()
-            .filter_map(|(n, _)| n.strip_suffix(".snap").and_then(|n| n.parse().ok()))
+            .filter_map(|(n, _)| {
+                let chunk: u64 = n.strip_suffix(".snap")?.parse().ok()?;
+                // Only the name tenure writes counts: `1767225600.snap` next to
+                // `000001767225600.snap` is another tenant's, not a second copy.
+                (format!("{chunk:015}.snap") == n).then_some(chunk)
+            })
             .collect();
         found.sort_unstable();
+        found.dedup();
         Ok(Listed { found, skipped: Vec::new() })
     }
 

@@ -79,7 +79,7 @@ impl EtcdUrl {
         params: &BTreeMap<String, String>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self> {
-        let invalid = |reason: String| Error::InvalidStore { url: redacted(url), reason };
+        let invalid = |reason: String| Error::InvalidStore { url: redacted(url), reason: redacted(&reason) };
         let rest = url.strip_prefix("etcd://").ok_or_else(|| {
             invalid("expected etcd://host:port[,host:port…]/prefix, e.g. etcd://127.0.0.1:2379/locks".into())
         })?;

@@ -166,7 +166,6 @@ fn urls_naming_no_bucket_or_with_a_password_are_refused() {
 /// messages (they may be secrets)", but object_store's own parse errors quote
 /// the value, and `config::build` passes them on.
 #[test]
-#[ignore = "bug F8: a value object_store cannot parse is quoted in the error"]
 fn a_value_that_does_not_parse_is_not_repeated_in_the_error() {
     let params = BTreeMap::from([("aws_skip_signature".to_string(), "hunter2-not-a-bool".to_string())]);
     match object_store_from_url("s3://bucket/x", &params) {

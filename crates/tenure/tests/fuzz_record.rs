@@ -307,7 +307,6 @@ fn deeply_nested_json_is_refused_without_exhausting_the_stack() {
 /// reads the last millisecond of the year 9999 (or any wall clock beyond it)
 /// writes a record that every reader, including itself, then refuses as corrupt.
 #[test]
-#[ignore = "bug F1: a grant's deadline past MAX_TIME_MS is written, then refused on read"]
 fn a_grant_by_a_clock_at_the_year_9999_is_written_unreadable() {
     let me = Arc::new(Holder::current());
     let ask = Ask {
