@@ -29,7 +29,9 @@ async fn site() -> Site {
     let server = common::start_open(&clock).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let http = listener.local_addr().expect("addr");
-    let task = tokio::spawn(tenure_server::http::serve(listener, server.shared().clone(), std::future::pending()));
+    let opts = tenure_server::http::HttpOptions::default();
+    let task =
+        tokio::spawn(tenure_server::http::serve(listener, server.shared().clone(), opts, std::future::pending()));
     let store = common::store(&[&server], &clock);
     let holder = Arc::new(Holder::current().with_label("<script>alert(1)</script> & co"));
     let req = AcquireRequest {

@@ -30,14 +30,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tenure::limits::{micros, millis};
 use tenure::record::{self, ClockJudge, Decision, LeaseRecord};
 use tenure::{Clock, EndedHow, Holder, HolderView, LeaseName, Mode, Mono, Predecessor};
+
+use crate::wire::MIN_TTL_MS;
 
 use crate::witness::{BodyRef, PredRef, WitnessKind, witness_buf};
 
 mod table;
 
-pub use table::{LeaseRow, Snapshot};
+pub use table::{Cursor, LeaseRow, Snapshot};
 use table::{Reservation, Shard, Slot, retire_if_idle, slot_mut, unretire};
 
 /// A decision not yet applied.
@@ -51,6 +54,12 @@ struct Decided {
 pub const SHARDS: usize = 64;
 /// Longest metadata a holder may leave with a lease, in bytes.
 pub const MAX_META: usize = 1024;
+/// Most live shared holders of one lease. Every answer that lists a lease's
+/// holders (inspect, busy) then stays far below the largest frame (about 1.4 KB
+/// a holder at most), and one lease cannot take the server's memory.
+pub const MAX_HOLDERS: usize = 1024;
+/// Most live tentative reservations of one lease.
+pub const MAX_RESERVATIONS: usize = 1024;
 
 /// Limits and timing of a [`Core`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +96,14 @@ pub enum Refusal {
     Changed,
     /// Nothing to do (e.g. no grant to break).
     Nothing(String),
+    /// Ask `index` of an acquisition names a lease whose fencing tokens are used
+    /// up: granting it again would make tokens go backwards, so it never is.
+    Exhausted {
+        /// Index of the ask in the request.
+        index: usize,
+        /// The lease's highest token (or the floor that reached the top).
+        last_token: u64,
+    },
 }
 
 /// One lease asked for.
@@ -271,7 +288,7 @@ impl Core {
     /// time since.
     pub fn now_us(&self) -> u64 {
         let since = self.clock.mono().saturating_since(self.start);
-        self.start_wall_us.saturating_add(since.as_micros() as u64)
+        self.start_wall_us.saturating_add(micros(since))
     }
 
     /// Server time when this incarnation started (µs since the unix epoch).
@@ -314,10 +331,10 @@ impl Core {
     }
 
     fn check_ttl(&self, ttl_ms: u64) -> Result<(), Refusal> {
-        if ttl_ms == 0 || ttl_ms > self.opts.max_lease.as_millis() as u64 {
+        let max = millis(self.opts.max_lease);
+        if !(MIN_TTL_MS..=max).contains(&ttl_ms) {
             return Err(Refusal::Invalid(format!(
-                "lease duration {ttl_ms}ms is outside 1ms..={}ms (the server's --max-lease)",
-                self.opts.max_lease.as_millis()
+                "lease duration {ttl_ms}ms is outside {MIN_TTL_MS}ms..={max}ms (the server's --max-lease)"
             )));
         }
         Ok(())
@@ -326,7 +343,7 @@ impl Core {
     /// Highest token a grant may take at `now_us`: more than `max_lease / 2` ahead
     /// of the clock would break the restart rule.
     fn token_limit(&self, now_us: u64) -> u64 {
-        now_us.saturating_add(self.opts.max_lease.as_micros() as u64 / 2)
+        now_us.saturating_add(micros(self.opts.max_lease) / 2)
     }
 
     /// Acquires every lease of `asks` or none (`tentative`: reservations only).
@@ -367,7 +384,11 @@ impl Core {
         let now_us = self.now_us();
         let mut decided = Vec::with_capacity(asks.len());
         for (index, ((ask, &sid), &h)) in asks.iter().zip(&shard_ids).zip(&hashes).enumerate() {
-            match self.decide(guard(&mut guards, sid), h, ask, now_us, tentative)? {
+            let decided_one = self.decide(guard(&mut guards, sid), h, ask, now_us, tentative).map_err(|r| match r {
+                Refusal::Exhausted { last_token, .. } => Refusal::Exhausted { index, last_token },
+                other => other,
+            })?;
+            match decided_one {
                 Err(holders) => return Ok(self.busy(guard(&mut guards, sid), h, ask.name, index, holders)),
                 Ok(d) => decided.push(d),
             }
@@ -398,7 +419,10 @@ impl Core {
         let existing = slot_mut(&mut shard.slots, h, ask.name);
         // The token `record::acquire` would take if it grants.
         let next = existing.as_ref().map_or(0, |s| s.record.last_token).max(floor).saturating_add(1);
-        if next > self.token_limit(now_us) || existing.as_ref().is_some_and(|s| !s.reservations.is_empty()) {
+        // Reservations, and a crowd of shared holders to count, are left to `decide`.
+        if next > self.token_limit(now_us)
+            || existing.as_ref().is_some_and(|s| !s.reservations.is_empty() || s.record.shared.len() >= MAX_HOLDERS)
+        {
             return Ok(None);
         }
         let slot = match existing {
@@ -429,10 +453,7 @@ impl Core {
             match record::acquire(&mut slot.record, &rask, &ClockJudge { now_ms }) {
                 Ok(granted) => granted,
                 Err(record::Refused::Exhausted { last_token }) => {
-                    return Err(Refusal::Invalid(format!(
-                        "lease {:?} has used up its fencing tokens (last token {last_token})",
-                        ask.name
-                    )));
+                    return Err(Refusal::Exhausted { index: 0, last_token });
                 }
                 Err(record::Refused::Busy(holders)) => {
                     bump(&stats.busy);
@@ -483,6 +504,9 @@ impl Core {
                 )));
             }
         }
+        if let Some(s) = slot {
+            s.check_crowd(ask, now_ms, tentative)?;
+        }
         let blocked_by_reservation = slot.is_some_and(|s| {
             s.reservations.iter().any(|r| {
                 r.deadline_ms > now_ms
@@ -502,10 +526,7 @@ impl Core {
         let judge = ClockJudge { now_ms };
         match record::decide_acquire(ask.name, slot.map(|s| &s.record), &rask, &judge) {
             Decision::Busy(holders) => Ok(Err(holders)),
-            Decision::Exhausted { last_token } => Err(Refusal::Invalid(format!(
-                "lease {:?} has used up its fencing tokens (last token {last_token})",
-                ask.name
-            ))),
+            Decision::Exhausted { last_token } => Err(Refusal::Exhausted { index: 0, last_token }),
             Decision::Grant { .. } if tentative && blocked_by_reservation => Ok(Err(Vec::new())),
             Decision::Grant { record, token, predecessor } => {
                 if token > self.token_limit(now_us) {

@@ -50,6 +50,25 @@ impl Slot {
         }
     }
 
+    /// Refuses an ask that would pass [`super::MAX_HOLDERS`] live shared
+    /// holders or [`super::MAX_RESERVATIONS`] live reservations on this lease.
+    pub(super) fn check_crowd(&self, ask: &super::Ask<'_>, now_ms: u64, tentative: bool) -> Result<(), Refusal> {
+        let (live, limit, what) = if tentative {
+            let live =
+                self.reservations.iter().filter(|r| r.deadline_ms > now_ms && r.holder.nonce != ask.holder.nonce);
+            (live.count(), super::MAX_RESERVATIONS, "reservations")
+        } else if ask.mode == Mode::Shared && self.record.shared.len() >= super::MAX_HOLDERS {
+            let live = self.record.shared.iter().filter(|e| e.deadline_ms > now_ms);
+            (live.count(), super::MAX_HOLDERS, "shared holders")
+        } else {
+            return Ok(());
+        };
+        if live >= limit {
+            return Err(Refusal::Overloaded(format!("lease {:?} has its limit of {limit} live {what}", ask.name)));
+        }
+        Ok(())
+    }
+
     pub(super) fn is_live(&self, now_ms: u64) -> bool {
         self.record.entries().any(|(e, _)| e.deadline_ms > now_ms)
             || self.reservations.iter().any(|r| r.deadline_ms > now_ms)
@@ -98,7 +117,7 @@ pub(super) fn unretire(retired: &mut usize, queue: &mut VecDeque<Retiree>, seq: 
     }
 }
 
-/// What the status page shows.
+/// What a page of the status view shows.
 #[derive(Debug, Default, Clone)]
 pub struct Snapshot {
     /// Leases with a record, live ones first.
@@ -107,8 +126,20 @@ pub struct Snapshot {
     pub live: usize,
     /// Retired records kept for their watermark.
     pub retired: usize,
-    /// Whether `leases` was cut at the limit.
+    /// Whether more leases follow this page.
     pub truncated: bool,
+    /// How many leases follow this page.
+    pub remaining: usize,
+}
+
+/// Where a row stands in the status view's order: leases with a live grant
+/// first, then idle ones, each part by name. A page starts after one.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cursor {
+    /// No live grant.
+    pub idle: bool,
+    /// The lease name.
+    pub name: Arc<str>,
 }
 
 /// One lease on the status page.
@@ -130,6 +161,8 @@ pub struct LeaseRow {
     pub busy: u64,
     /// Last change, server wall ms.
     pub modified_ms: u64,
+    /// Its place in the view's order (the next page starts after the last row's).
+    pub key: Cursor,
 }
 
 impl Core {
@@ -161,16 +194,48 @@ impl Core {
         state
     }
 
-    /// Names under `prefix`, sorted (at most `limit`).
-    pub fn list(&self, prefix: &str, limit: usize) -> Vec<String> {
-        let mut names = Vec::new();
+    /// One page of the names under `prefix`, in order: those after `after`, at
+    /// most `limit` of them (at least one) and, past the first, no more than
+    /// `max_bytes` of names. `true` with it if more names follow the page.
+    ///
+    /// Each page costs a scan of the table, one shard lock at a time, and keeps
+    /// at most twice `limit` names aside: any number of leases can be listed, a
+    /// page at a time, in bounded memory.
+    pub fn list(&self, prefix: &str, after: Option<&str>, limit: usize, max_bytes: usize) -> (Vec<String>, bool) {
+        let keep = limit.max(1).saturating_add(1);
+        let mut names: Vec<Arc<str>> = Vec::new();
+        // Once `keep` names are kept, only names below the largest of them can
+        // still be on the page: the others are skipped without a copy.
+        let mut bound: Option<Arc<str>> = None;
         for shard in self.shards.iter() {
-            names
-                .extend(lock(&shard.0).slots.iter().filter(|s| s.name.starts_with(prefix)).map(|s| s.name.to_string()));
+            let shard = lock(&shard.0);
+            let wanted = |s: &&Slot| {
+                s.name.starts_with(prefix)
+                    && after.is_none_or(|a| &*s.name > a)
+                    && bound.as_ref().is_none_or(|b| s.name < *b)
+            };
+            names.extend(shard.slots.iter().filter(wanted).map(|s| s.name.clone()));
+            if names.len() > keep.saturating_mul(2) {
+                keep_smallest(&mut names, keep);
+                bound = names.iter().max().cloned();
+            }
         }
+        keep_smallest(&mut names, keep);
         names.sort_unstable();
-        names.truncate(limit);
-        names
+        let mut more = names.len() > limit.max(1);
+        names.truncate(limit.max(1));
+        let mut out = Vec::with_capacity(names.len());
+        let mut bytes = 0usize;
+        for n in names {
+            // Postcard adds a length prefix of at most two bytes to a short name.
+            bytes = bytes.saturating_add(n.len() + 2);
+            if bytes > max_bytes && !out.is_empty() {
+                more = true;
+                break;
+            }
+            out.push(n.to_string());
+        }
+        (out, more)
     }
 
     /// Breaks the grants of `name` (all, or only `only_token`) if its version is
@@ -215,34 +280,82 @@ impl Core {
         }
     }
 
-    /// A snapshot for the status page: live leases first, then retired ones.
-    pub fn snapshot(&self, limit: usize) -> Snapshot {
+    /// How many records are live and how many retired, without listing them.
+    pub fn counts(&self) -> (usize, usize) {
+        let (mut live, mut retired) = (0, 0);
+        for shard in self.shards.iter() {
+            let shard = lock(&shard.0);
+            retired += shard.retired;
+            live += shard.slots.len() - shard.retired;
+        }
+        (live, retired)
+    }
+
+    /// A page of the status view: leases with a live grant first, then the
+    /// others, each part by name; those after `after`, at most `limit`.
+    pub fn snapshot(&self, after: Option<&Cursor>, limit: usize) -> Snapshot {
         let now_ms = self.now_us() / 1000;
         let judge = ClockJudge { now_ms };
+        let keep = limit.saturating_add(1);
         let mut snap = Snapshot::default();
+        // First pass: the keys of the page, one shard lock at a time.
+        let mut keys: Vec<(Cursor, u64)> = Vec::new();
+        let mut matched = 0usize;
+        // As in `list`: past the largest of `keep` kept keys, nothing is copied.
+        let key_of = |c: &Cursor| (c.idle, c.name.clone());
+        let after = after.map(key_of);
+        let mut bound: Option<(bool, Arc<str>)> = None;
         for shard in self.shards.iter() {
             let shard = lock(&shard.0);
             snap.retired += shard.retired;
             snap.live += shard.slots.len() - shard.retired;
             for slot in shard.slots.iter() {
-                if snap.leases.len() >= limit {
-                    snap.truncated = true;
-                    break;
+                let idle = !slot.record.entries().any(|(e, _)| e.deadline_ms > now_ms);
+                let key = (idle, &*slot.name);
+                if after.as_ref().is_some_and(|(i, n)| key <= (*i, &**n)) {
+                    continue;
                 }
-                snap.leases.push(LeaseRow {
-                    name: slot.name.to_string(),
-                    holders: record::views(&slot.record, &judge),
-                    tentative: slot.reservations.iter().filter(|r| r.deadline_ms > now_ms).count(),
-                    last_token: slot.record.last_token,
-                    watermark_ms: slot.record.watermark_ms,
-                    last: slot.record.predecessor(),
-                    busy: slot.busy,
-                    modified_ms: slot.modified_ms,
-                });
+                matched += 1;
+                if bound.as_ref().is_none_or(|(i, n)| key < (*i, &**n)) {
+                    keys.push((Cursor { idle, name: slot.name.clone() }, slot.hash));
+                }
+            }
+            if keys.len() > keep.saturating_mul(2) {
+                keep_smallest(&mut keys, keep);
+                bound = keys.iter().map(|(k, _)| k).max().map(key_of);
             }
         }
-        snap.leases.sort_by(|a, b| a.holders.is_empty().cmp(&b.holders.is_empty()).then(a.name.cmp(&b.name)));
+        keep_smallest(&mut keys, keep);
+        keys.sort_unstable();
+        keys.truncate(limit);
+        // Second pass: the rows, each read under its shard's lock (a lease that
+        // went away meanwhile is left out).
+        for (key, h) in keys {
+            let shard = lock(self.shard(h));
+            let Some(slot) = shard.slots.find(h, |s| s.name == key.name) else { continue };
+            snap.leases.push(LeaseRow {
+                name: slot.name.to_string(),
+                holders: record::views(&slot.record, &judge),
+                tentative: slot.reservations.iter().filter(|r| r.deadline_ms > now_ms).count(),
+                last_token: slot.record.last_token,
+                watermark_ms: slot.record.watermark_ms,
+                last: slot.record.predecessor(),
+                busy: slot.busy,
+                modified_ms: slot.modified_ms,
+                key,
+            });
+        }
+        snap.remaining = matched.saturating_sub(snap.leases.len());
+        snap.truncated = snap.remaining > 0;
         snap
+    }
+}
+
+/// Keeps the `k` smallest items of `v` (in no order).
+fn keep_smallest<T: Ord>(v: &mut Vec<T>, k: usize) {
+    if v.len() > k {
+        v.select_nth_unstable(k);
+        v.truncate(k);
     }
 }
 

@@ -1,4 +1,5 @@
-//! The wire protocol, version 1: the message types and their framing.
+//! The wire protocol, version 2: the message types, their framing, and the
+//! ranges every number in them must fall in.
 //!
 //! See the crate documentation for the protocol as a whole. Every frame is
 //!
@@ -13,15 +14,33 @@
 //! declaration order, so **variants and fields are only ever appended**). A
 //! response carries its request's `id`; responses may come in any order.
 //!
+//! Version 2 (this one) added the cursor of `List` and the `more` flag of its
+//! answer, the predecessor's `acquired_ms`, and `AcquireReply::Exhausted`; a
+//! version 1 peer is refused at the hello.
+//!
+//! # Numbers from outside
+//!
+//! Every number a frame carries is checked where it is decoded, against
+//! [`tenure::limits`] and the server's own limits: [`check_request`] on the
+//! server (an `Error { code: Invalid }` naming the field), and the `check_*`
+//! functions on the client (a store error naming the field): a hostile or buggy
+//! peer gets a clear refusal, never a wrapped deadline or a panic.
+//!
 //! [postcard]: https://docs.rs/postcard
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tenure::{EndedHow, Holder, HolderView, Mode, Predecessor};
+use tenure::limits::{MAX_TIME_MS, MAX_TOKEN, MAX_TTL, millis};
+use tenure::{EndedHow, Holder, HolderView, MAX_NAME_LEN, Mode, Predecessor};
+
+mod check;
+
+pub use check::check_request;
+pub(crate) use check::{check_grant, check_max_lease, check_predecessor, check_quarantine, check_state, check_view};
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// The first four bytes of the hello's payload.
 pub const MAGIC: [u8; 4] = *b"TNRW";
 /// Largest request frame a server accepts (length field included).
@@ -32,6 +51,16 @@ pub const MAX_RESPONSE: usize = 8 * 1024 * 1024;
 pub const MAX_BATCH: usize = 512;
 /// Longest holder string (host, user, version, label, nonce), in bytes.
 pub const MAX_HOLDER_FIELD: usize = 256;
+/// Largest frame a connection may send before its hello is answered: a hello
+/// is a few dozen bytes plus the shared secret.
+pub const MAX_HELLO: usize = 4 * 1024;
+/// Shortest lease duration a server grants, in ms (as `tenure::LeaseOptions`).
+pub const MIN_TTL_MS: u64 = 10;
+/// Most names in one `List` answer.
+pub const MAX_LIST_PAGE: usize = 10_000;
+/// Most bytes of names in one `List` answer: with [`MAX_LIST_PAGE`] names of at
+/// most 255 bytes, a page stays far below [`MAX_RESPONSE`].
+pub const MAX_LIST_BYTES: usize = 1024 * 1024;
 
 /// A request, borrowed from the frame it was decoded from.
 #[derive(Debug, Serialize, Deserialize)]
@@ -62,12 +91,15 @@ pub enum Request<'a> {
     Release(#[serde(borrow)] Vec<ReleaseWire<'a>>),
     /// A lease's state.
     Inspect(&'a str),
-    /// Names under a prefix.
+    /// Names under a prefix, in order, one page at a time.
     List {
         /// Prefix.
         prefix: &'a str,
-        /// Most names to return.
+        /// Most names to return (the server returns at most [`MAX_LIST_PAGE`],
+        /// and fewer if their bytes would pass [`MAX_LIST_BYTES`]).
         limit: u32,
+        /// Only names after this one: the last name of the previous page.
+        after: Option<&'a str>,
     },
     /// Break grants if the record is still at `version`.
     Break {
@@ -218,8 +250,13 @@ pub enum Response {
     Released(Vec<bool>),
     /// Answer to [`Request::Inspect`].
     State(StateWire),
-    /// Answer to [`Request::List`].
-    Names(Vec<String>),
+    /// Answer to [`Request::List`]: a page of names, in order.
+    Names {
+        /// The names.
+        names: Vec<String>,
+        /// More names follow the last one: ask again with it as `after`.
+        more: bool,
+    },
     /// Answer to [`Request::Break`].
     Done,
     /// Answer to [`Request::Ping`].
@@ -251,6 +288,14 @@ pub enum AcquireReply {
     Quarantine {
         /// Milliseconds left.
         left_ms: u64,
+    },
+    /// Ask `index`'s lease has used up its fencing tokens: it is never granted
+    /// again (tokens would go backwards); nothing was taken.
+    Exhausted {
+        /// Index in the request.
+        index: u32,
+        /// The lease's highest token.
+        last_token: u64,
     },
 }
 
@@ -372,6 +417,8 @@ pub struct PredecessorWire {
     pub watermark_ms: Option<u64>,
     /// Metadata.
     pub meta: Option<String>,
+    /// When its grant began, on its holder's clock (version 2).
+    pub acquired_ms: Option<u64>,
 }
 
 impl From<&Predecessor> for PredecessorWire {
@@ -383,6 +430,7 @@ impl From<&Predecessor> for PredecessorWire {
             at_ms: p.at_ms,
             watermark_ms: p.watermark_ms,
             meta: p.meta.clone(),
+            acquired_ms: p.acquired_ms,
         }
     }
 }
@@ -396,6 +444,7 @@ impl From<Predecessor> for PredecessorWire {
             at_ms: p.at_ms,
             watermark_ms: p.watermark_ms,
             meta: p.meta,
+            acquired_ms: p.acquired_ms,
         }
     }
 }
@@ -407,7 +456,7 @@ impl From<PredecessorWire> for Predecessor {
             holder: p.holder.map(Arc::from),
             how: p.how,
             at_ms: p.at_ms,
-            acquired_ms: None,
+            acquired_ms: p.acquired_ms,
             watermark_ms: p.watermark_ms,
             meta: p.meta,
         }
@@ -627,13 +676,14 @@ pub(crate) mod out {
             let p = self.0;
             // `HolderWire` borrows and encodes exactly as `HolderOwned`.
             let holder = p.holder.as_deref().map(HolderWire::of);
-            let mut st = s.serialize_struct("PredecessorWire", 6)?;
+            let mut st = s.serialize_struct("PredecessorWire", 7)?;
             st.serialize_field("token", &p.token)?;
             st.serialize_field("holder", &holder)?;
             st.serialize_field("how", &p.how)?;
             st.serialize_field("at_ms", &p.at_ms)?;
             st.serialize_field("watermark_ms", &p.watermark_ms)?;
             st.serialize_field("meta", &p.meta.as_deref())?;
+            st.serialize_field("acquired_ms", &p.acquired_ms)?;
             st.end()
         }
     }
@@ -664,7 +714,7 @@ pub(crate) mod inbound {
         Granted(#[serde(borrow)] Vec<OutcomeIn<'a>>),
         Released(Vec<bool>),
         State(StateWire),
-        Names(Vec<String>),
+        Names { names: Vec<String>, more: bool },
         Done,
         Pong,
         Error { code: ErrorCode, message: String },
@@ -676,6 +726,7 @@ pub(crate) mod inbound {
         Granted(#[serde(borrow)] Vec<GrantIn<'a>>),
         Busy { index: u32, holders: Vec<HolderViewWire>, version: u64 },
         Quarantine { left_ms: u64 },
+        Exhausted { index: u32, last_token: u64 },
     }
 
     /// [`super::Outcome`].
@@ -708,6 +759,7 @@ pub(crate) mod inbound {
         pub(crate) watermark_ms: Option<u64>,
         #[serde(borrow)]
         pub(crate) meta: Option<&'a str>,
+        pub(crate) acquired_ms: Option<u64>,
     }
 }
 
@@ -776,7 +828,7 @@ mod tests {
             holder,
             how: EndedHow::Expired,
             at_ms: 1_767_225_599_500,
-            acquired_ms: None,
+            acquired_ms: Some(1_767_225_598_000),
             watermark_ms: Some(1_767_225_599_000),
             meta: meta.map(str::to_string),
         };
@@ -835,6 +887,7 @@ mod tests {
             at_ms: 5,
             watermark_ms: None,
             meta: Some("where".into()),
+            acquired_ms: Some(3),
         };
         let grant = |p: Option<PredecessorWire>| GrantWire {
             token: 42,
@@ -850,8 +903,8 @@ mod tests {
                 assert_eq!(gs.len(), 2);
                 let p = gs[0].predecessor.as_ref().expect("predecessor");
                 assert_eq!(
-                    (p.token, p.how, p.at_ms, p.watermark_ms, p.meta),
-                    (41, EndedHow::Broken, 5, None, Some("where"))
+                    (p.token, p.how, p.at_ms, p.watermark_ms, p.meta, p.acquired_ms),
+                    (41, EndedHow::Broken, 5, None, Some("where"), Some(3))
                 );
                 let h = p.holder.expect("holder");
                 assert_eq!(
