@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::abuse::{Ended, closed_by_peer, frame, hello, loris, probe};
+use common::abuse::{Ended, closed_by_peer, exchange, frame, hello, last_words, loris, parse_all, probe};
 use tenure::{Attempt, Holder, LeaseStore, ManualClock, ReleaseRequest};
 use tenure_server::server::RunningServer;
-use tenure_server::wire::{self, ErrorCode, MAX_HELLO, MAX_REQUEST, Request, Response};
+use tenure_server::wire::{ErrorCode, MAX_HELLO, MAX_REQUEST, Request, Response};
 use tenure_server::{CoreOptions, ServerOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -64,43 +64,6 @@ async fn eventually(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
-/// Sends `bytes` and reads exactly `n` answers, leaving the connection open.
-async fn exchange(s: &mut TcpStream, bytes: &[u8], n: usize) -> Vec<Response> {
-    s.write_all(bytes).await.expect("write");
-    let mut buf = Vec::new();
-    let mut out = Vec::new();
-    while out.len() < n {
-        let mut chunk = [0u8; 16 * 1024];
-        let k = tokio::time::timeout(PATIENCE, s.read(&mut chunk)).await.expect("an answer").expect("read");
-        assert!(k > 0, "the server closed instead of answering (after {out:?})");
-        buf.extend_from_slice(&chunk[..k]);
-        while let Ok(Some(len)) = wire::frame_len(&buf, 12, wire::MAX_RESPONSE) {
-            let (_, _, body) = wire::split_response(&buf[..len]).expect("frame");
-            out.push(postcard::from_bytes(body).expect("a response"));
-            buf.drain(..len);
-        }
-    }
-    out
-}
-
-/// Everything the server says until it closes.
-async fn last_words(s: &mut TcpStream) -> Vec<Response> {
-    let mut buf = Vec::new();
-    // A reset after the last answer is a close too.
-    let _ = tokio::time::timeout(PATIENCE, s.read_to_end(&mut buf)).await.expect("the server closes");
-    parse_all(&buf)
-}
-
-fn parse_all(mut rest: &[u8]) -> Vec<Response> {
-    let mut out = Vec::new();
-    while let Ok(Some(len)) = wire::frame_len(rest, 12, wire::MAX_RESPONSE) {
-        let (_, _, body) = wire::split_response(&rest[..len]).expect("frame");
-        out.push(postcard::from_bytes(body).expect("a response"));
-        rest = &rest[len..];
-    }
-    out
-}
-
 fn error_of(r: &Response) -> (ErrorCode, &str) {
     match r {
         Response::Error { code, message } => (*code, message),
@@ -108,17 +71,32 @@ fn error_of(r: &Response) -> (ErrorCode, &str) {
     }
 }
 
+/// Sends `bytes` on a new connection (after a hello if `greeted`) and expects a
+/// protocol error that mentions `needle`, then the close.
+async fn refused(addr: std::net::SocketAddr, greeted: bool, bytes: &[u8], needle: &str) {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    if greeted {
+        exchange(&mut s, &hello(), 1).await;
+    }
+    s.write_all(bytes).await.expect("write");
+    let words = last_words(&mut s).await;
+    let (code, message) = error_of(words.last().expect("an answer"));
+    assert_eq!(code, ErrorCode::Protocol, "{message}");
+    assert!(message.contains(needle), "{message:?} should mention {needle:?}");
+}
+
 async fn slow_loris_before_hello(threads: usize) {
     let (clock, srv) = server(threads).await;
     let stop = Arc::new(AtomicBool::new(false));
     // A plausible hello length, then one byte at a time: the hello never
     // completes in time, though bytes keep coming. Three times as many
-    // attackers as there are places before the hello, each reconnecting.
+    // attackers as there are places before the hello, each reconnecting as
+    // soon as it is closed (after one drip interval): the places churn, each
+    // lasting tens of milliseconds, and the normal client gets through anyway.
     let lead = 200u32.to_le_bytes().to_vec();
     let every = Duration::from_millis(100);
-    let attackers: Vec<_> = (0..3 * PRE_HELLO)
-        .map(|_| loris(srv.addr(), lead.clone(), vec![0x55], every, Duration::from_millis(20), stop.clone()))
-        .collect();
+    let attackers: Vec<_> =
+        (0..3 * PRE_HELLO).map(|_| loris(srv.addr(), lead.clone(), vec![0x55], every, every, stop.clone())).collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let prober = probe(srv.addr(), &clock, "loris-before");
     tokio::time::sleep(HELLO * 3).await;
@@ -310,35 +288,18 @@ async fn half_open_half_closed_and_reset_connections_hold_no_place() {
 async fn oversized_frames_are_refused_before_they_are_read() {
     let (clock, srv) = server(0).await;
     let prober = probe(srv.addr(), &clock, "oversized");
-    // Before the hello, a frame may be only as large as a hello.
+    // Before the hello, a frame may be only as large as a hello; after it, up
+    // to MAX_REQUEST.
     for len in [u32::MAX, (MAX_HELLO as u32) + 1, MAX_REQUEST as u32] {
-        let mut s = TcpStream::connect(srv.addr()).await.expect("connect");
-        s.write_all(&len.to_le_bytes()).await.expect("write");
-        let words = last_words(&mut s).await;
-        let (code, message) = error_of(words.last().expect("an answer"));
-        assert_eq!(code, ErrorCode::Protocol, "{message}");
-        assert!(message.contains("outside"), "{message}");
+        refused(srv.addr(), false, &len.to_le_bytes(), "outside").await;
     }
-    // After it, up to MAX_REQUEST.
-    let mut s = TcpStream::connect(srv.addr()).await.expect("connect");
-    exchange(&mut s, &hello(), 1).await;
-    s.write_all(&(MAX_REQUEST as u32).to_le_bytes()).await.expect("write");
-    let words = last_words(&mut s).await;
-    let (code, message) = error_of(words.last().expect("an answer"));
-    assert_eq!(code, ErrorCode::Protocol, "{message}");
-    assert!(message.contains("outside"), "{message}");
+    refused(srv.addr(), true, &(MAX_REQUEST as u32).to_le_bytes(), "outside").await;
     // A body that claims a sequence of 2^62 items is undecodable, not an allocation.
-    let mut s = TcpStream::connect(srv.addr()).await.expect("connect");
-    exchange(&mut s, &hello(), 1).await;
     let mut body = vec![1u8, 0]; // Request::Acquire, tentative: false
     body.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x3f]);
     let mut bytes = u32::try_from(body.len() + 4).expect("len").to_le_bytes().to_vec();
     bytes.extend_from_slice(&9u32.to_le_bytes());
     bytes.extend_from_slice(&body);
-    s.write_all(&bytes).await.expect("write");
-    let words = last_words(&mut s).await;
-    let (code, message) = error_of(words.last().expect("an answer"));
-    assert_eq!(code, ErrorCode::Protocol, "{message}");
-    assert!(message.contains("undecodable"), "{message}");
+    refused(srv.addr(), true, &bytes, "undecodable").await;
     assert!(prober.finish().await >= 1);
 }

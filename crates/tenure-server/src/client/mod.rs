@@ -40,6 +40,9 @@ use tenure::limits::{MAX_DURATION, millis};
 /// (`--max-leases` plus `--retain`), and a bound on what a hostile one can make
 /// a client keep.
 const MAX_LISTED: usize = 1 << 24;
+
+/// Connections tried for one hello when the server closes them before it answers.
+const HELLO_ATTEMPTS: usize = 3;
 pub use rendezvous::rendezvous_score;
 use two_phase::reservation_id;
 pub use two_phase::{Upgrade, is_reservation};
@@ -225,14 +228,28 @@ impl TenureStore {
             return Ok(c.clone());
         }
         let op = format!("connecting to {}", e.addr);
-        let stream = match tokio::time::timeout(self.opts.timeout, tokio::net::TcpStream::connect(&e.addr)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(err)) => return Err(Error::store(&self.url, op, err)),
-            Err(_) => return Err(Error::store(&self.url, op, "timed out")),
-        };
-        let conn = Arc::new(Conn::start(stream, self.opts.timeout, self.opts.spin, self.clock.clone()));
         let hello = Request::Hello { magic: MAGIC, version: PROTOCOL_VERSION, auth: self.opts.auth_token.as_deref() };
-        match conn.call(&hello).await.map_err(|m| Error::store(&self.url, op.clone(), m))? {
+        let started = tokio::time::Instant::now();
+        let mut attempt = 0;
+        let (conn, answer) = loop {
+            let connect = tokio::net::TcpStream::connect(&e.addr);
+            let stream = match tokio::time::timeout(self.opts.timeout, connect).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(err)) => return Err(Error::store(&self.url, op, err)),
+                Err(_) => return Err(Error::store(&self.url, op, "timed out")),
+            };
+            let conn = Arc::new(Conn::start(stream, self.opts.timeout, self.opts.spin, self.clock.clone()));
+            match conn.call(&hello).await {
+                Ok(answer) => break (conn, answer),
+                // Closed before the hello was answered, and quickly: a server
+                // crowded by connections that never say hello closes its oldest
+                // ones, and a connection that waited too long to be read may be
+                // one. A fresh connection is the newest again.
+                Err(_) if attempt + 1 < HELLO_ATTEMPTS && started.elapsed() < self.opts.timeout / 2 => attempt += 1,
+                Err(m) => return Err(Error::store(&self.url, op, m)),
+            }
+        };
+        match answer {
             (_, Response::Hello { version, public_key, max_lease_ms, quarantine_left_ms: _, started_us }) => {
                 if version != PROTOCOL_VERSION {
                     let why = format!("the server speaks protocol {version}, this client {PROTOCOL_VERSION}");
