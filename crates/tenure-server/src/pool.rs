@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::admission::Ticket;
-use crate::server::{Shared, serve_one};
+use crate::server::{Shared, finish_within, report_panic, serve_one};
 
 /// A connection on its way to a thread, with its place before the hello.
 type Handoff = (std::net::TcpStream, SocketAddr, Ticket);
@@ -117,25 +117,10 @@ async fn run_thread(mut rx: mpsc::UnboundedReceiver<Handoff>, shared: Arc<Shared
                 // The pool was dropped without a stop: abort, as in a crash.
                 None => return,
             },
-            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
-                if let Err(e) = done && e.is_panic() {
-                    tracing::error!(error = %e, "a connection task panicked");
-                }
-            }
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => report_panic(done, "a connection task"),
         }
     }
     // Stopping: connections see the same signal and finish; after the grace
     // period the rest are aborted.
-    let grace = tokio::time::sleep(shared.opts.shutdown_grace);
-    tokio::pin!(grace);
-    loop {
-        tokio::select! {
-            next = tasks.join_next() => if next.is_none() { return },
-            () = &mut grace => {
-                tasks.abort_all();
-                while tasks.join_next().await.is_some() {}
-                return;
-            }
-        }
-    }
+    finish_within(&mut tasks, shared.opts.shutdown_grace).await;
 }

@@ -713,7 +713,7 @@ impl Core {
                 let (deadline_ms, mode) = slot
                     .record
                     .find(token, nonce)
-                    .map_or((now_ms + ttl_ms, Mode::Exclusive), |(e, m)| (e.deadline_ms, m));
+                    .map_or((now_ms.saturating_add(ttl_ms), Mode::Exclusive), |(e, m)| (e.deadline_ms, m));
                 slot.version += 1;
                 slot.modified_ms = now_ms;
                 let version = slot.version;

@@ -30,7 +30,7 @@ use tokio::task::JoinSet;
 use tokio::time::Sleep;
 
 use crate::admission::{Admission, Ticket};
-use crate::server::Shared;
+use crate::server::{Shared, report_panic};
 
 pub mod pages;
 
@@ -82,11 +82,7 @@ pub async fn serve(
     loop {
         tokio::select! {
             () = &mut shutdown => break,
-            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
-                if let Err(e) = done && e.is_panic() {
-                    tracing::error!(error = %e, "an HTTP connection task panicked");
-                }
-            }
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => report_panic(done, "an HTTP connection task"),
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let ticket = admission.admit();
@@ -102,18 +98,7 @@ pub async fn serve(
     }
     let _ = stop_tx.send(true);
     // Connections finish their answer (they were told to stop), or are aborted.
-    let grace = tokio::time::sleep(opts.shutdown_grace);
-    tokio::pin!(grace);
-    loop {
-        tokio::select! {
-            next = tasks.join_next() => if next.is_none() { break },
-            () = &mut grace => {
-                tasks.abort_all();
-                while tasks.join_next().await.is_some() {}
-                break;
-            }
-        }
-    }
+    crate::server::finish_within(&mut tasks, opts.shutdown_grace).await;
 }
 
 async fn serve_connection(

@@ -36,7 +36,9 @@ use super::Shared;
 use super::dispatch::{Answer, Reply, error};
 use crate::admission::{self, Ticket};
 use crate::spin::Spin;
-use crate::wire::{self, ErrorCode, MAGIC, MAX_HELLO, MAX_REQUEST, PROTOCOL_VERSION, Request, Response, out};
+use crate::wire::{
+    self, ErrorCode, MAGIC, MAX_HELLO, MAX_REQUEST, MAX_RESPONSE, PROTOCOL_VERSION, Request, Response, out,
+};
 
 /// Most frames handled before their answers are written.
 pub const MAX_FRAMES_PER_BATCH: usize = 1024;
@@ -168,10 +170,20 @@ impl Connection {
                 self.sign(&mut answers);
                 let now = self.shared.core.now_us();
                 for a in &answers {
+                    let start = self.wbuf.len();
                     match &a.resp {
                         Reply::Wire(r) => wire::encode_response(&mut self.wbuf, a.id, now, r),
                         Reply::Acquired(gs) => wire::encode_response_as(&mut self.wbuf, a.id, now, &out::Acquired(gs)),
                         Reply::Outcomes(os) => wire::encode_response_as(&mut self.wbuf, a.id, now, &out::Outcomes(os)),
+                    }
+                    // Every answer is bounded well below what a client accepts;
+                    // should one not be, the client gets an error, not a frame
+                    // it must refuse (and with it, the connection).
+                    if self.wbuf.len() - start > MAX_RESPONSE {
+                        self.wbuf.truncate(start);
+                        let message = "the answer would exceed the largest frame; ask for less".to_string();
+                        let too_big = Response::Error { code: ErrorCode::Overloaded, message };
+                        wire::encode_response(&mut self.wbuf, a.id, now, &too_big);
                     }
                 }
                 self.flush().await?;

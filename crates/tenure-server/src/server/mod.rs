@@ -133,6 +133,25 @@ pub struct Shared {
     aborted: AtomicBool,
 }
 
+/// Logs a task that ended in a panic (a bug: its connection is gone, the rest serve on).
+pub(crate) fn report_panic(done: Result<(), tokio::task::JoinError>, what: &str) {
+    if let Err(e) = done
+        && e.is_panic()
+    {
+        tracing::error!(error = %e, "{what} panicked");
+    }
+}
+
+/// Waits for `tasks` to finish (they were told to stop), at most `grace`; then
+/// aborts what is left.
+pub(crate) async fn finish_within(tasks: &mut JoinSet<()>, grace: Duration) {
+    let all = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace, all).await.is_err() {
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
 impl Shared {
     /// Connections open now that have not completed their hello.
     pub fn pre_hello_open(&self) -> usize {
@@ -214,11 +233,7 @@ impl Server {
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
-                Some(done) = tasks.join_next(), if !tasks.is_empty() => {
-                    if let Err(e) = done && e.is_panic() {
-                        tracing::error!(error = %e, "a connection task panicked");
-                    }
-                }
+                Some(done) = tasks.join_next(), if !tasks.is_empty() => report_panic(done, "a connection task"),
                 accepted = self.listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         self.shared.conns.accepted.fetch_add(1, Ordering::Relaxed);
@@ -240,18 +255,7 @@ impl Server {
             }
         }
         let _ = stop_tx.send(true);
-        let grace = tokio::time::sleep(self.shared.opts.shutdown_grace);
-        tokio::pin!(grace);
-        loop {
-            tokio::select! {
-                next = tasks.join_next() => if next.is_none() { break },
-                () = &mut grace => {
-                    tasks.abort_all();
-                    while tasks.join_next().await.is_some() {}
-                    break;
-                }
-            }
-        }
+        finish_within(&mut tasks, self.shared.opts.shutdown_grace).await;
         // The threads keep the same grace period and then abort what is left.
         if let Some(pool) = &mut pool {
             pool.finished().await;

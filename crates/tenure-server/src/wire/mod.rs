@@ -435,20 +435,6 @@ impl From<&Predecessor> for PredecessorWire {
     }
 }
 
-impl From<Predecessor> for PredecessorWire {
-    fn from(p: Predecessor) -> Self {
-        Self {
-            token: p.token,
-            holder: p.holder.as_deref().map(HolderOwned::from),
-            how: p.how,
-            at_ms: p.at_ms,
-            watermark_ms: p.watermark_ms,
-            meta: p.meta,
-            acquired_ms: p.acquired_ms,
-        }
-    }
-}
-
 impl From<PredecessorWire> for Predecessor {
     fn from(p: PredecessorWire) -> Self {
         Predecessor {
@@ -574,7 +560,9 @@ fn append_frame<T: Serialize + ?Sized>(out: &mut Vec<u8>, header: &[u8], body: &
     // Serialising plain data into a Vec cannot fail.
     *out = postcard::to_extend(body, std::mem::take(out)).unwrap_or_else(|_| Vec::new());
     let Some(len) = out.len().checked_sub(start + 4) else { return };
-    out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
+    // Every answer is bounded far below 4 GiB; a length that did not fit would
+    // be refused by the peer as oversized, never wrap to a small one.
+    out[start..start + 4].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
 }
 
 /// The server's answers to acquisitions, renewals and upgrades, encoded straight
