@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::abuse::{closed_by_peer, probe};
+use common::abuse::{closed_by_peer, http_get, probe};
 use tenure::{Holder, ManualClock, Mode};
 use tenure_server::core::{Acquired, Ask};
 use tenure_server::http::{HttpOptions, MAX_HEADERS};
@@ -55,21 +55,10 @@ async fn site_with(leases: usize, idle_timeout: Duration) -> Site {
     Site { clock, srv, http, task }
 }
 
-/// One GET on a fresh connection: the status line and the body, within [`PATIENCE`].
-async fn get(addr: std::net::SocketAddr, path: &str) -> (String, Vec<u8>) {
-    let exchange = async {
-        let mut s = TcpStream::connect(addr).await.expect("connect");
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes())
-            .await
-            .expect("write");
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.expect("read");
-        buf
-    };
-    let buf = tokio::time::timeout(PATIENCE, exchange).await.expect("an answer in time");
-    let split = buf.windows(4).position(|w| w == b"\r\n\r\n").expect("an HTTP answer");
-    let head = String::from_utf8_lossy(&buf[..split]);
-    (head.lines().next().unwrap_or_default().to_string(), buf[split + 4..].to_vec())
+/// One GET on a fresh connection: the status line and the body.
+async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    let (head, body) = http_get(addr, path).await;
+    (head.lines().next().unwrap_or_default().to_string(), body)
 }
 
 async fn served(addr: std::net::SocketAddr) {

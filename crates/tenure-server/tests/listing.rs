@@ -9,13 +9,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::abuse::probe;
+use common::abuse::{http_get, probe};
 use tenure::{Holder, LeaseStore, ManualClock, Mode};
 use tenure_server::core::{Acquired, Ask};
 use tenure_server::http::pages::MAX_PAGE_BYTES;
 use tenure_server::http::{HttpOptions, JSON_LIMIT, PAGE_LIMIT};
 use tenure_server::wire::MAX_RESPONSE;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LEASES: usize = 100_001;
 
@@ -35,17 +34,6 @@ fn fill(core: &tenure_server::Core) {
             .collect();
         assert!(matches!(core.acquire(&asks, false), Ok(Acquired::Granted(_))));
     }
-}
-
-async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .expect("write");
-    let mut buf = String::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_string(&mut buf)).await.expect("answer").expect("read");
-    let (head, body) = buf.split_once("\r\n\r\n").expect("an HTTP answer");
-    (head.to_string(), body.to_string())
 }
 
 fn encode(s: &str) -> String {
@@ -83,7 +71,7 @@ async fn site(srv: &tenure_server::server::RunningServer) -> (std::net::SocketAd
 
 /// `/status.json` with these query parameters, checked to be a bounded page.
 async fn json_page(http: std::net::SocketAddr, query: &str) -> serde_json::Value {
-    let (head, body) = get(http, &format!("/status.json?{query}")).await;
+    let (head, body) = http_get(http, &format!("/status.json?{query}")).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(body.len() <= MAX_PAGE_BYTES + 64 * 1024, "a page is bounded: {} bytes", body.len());
     serde_json::from_str(&body).expect("json")
@@ -102,7 +90,7 @@ async fn the_status_pages_of_a_hundred_thousand_leases_are_bounded_and_say_what_
     let (http, site) = site(&srv).await;
 
     // The HTML page: a page of leases, and how many more.
-    let (head, page) = get(http, "/").await;
+    let (head, page) = http_get(http, "/").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(page.len() <= MAX_PAGE_BYTES + 64 * 1024, "the page is bounded: {} bytes", page.len());
     assert!(page.contains(&name(0)) && page.contains(&name(PAGE_LIMIT - 1)), "the first leases, in order");

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::abuse::{frame, hello};
+use common::abuse::{exchange, frame, hello};
 use tenure::limits::{MAX_TIME_MS, MAX_TOKEN};
 use tenure::{Attempt, Error, Holder, LeaseName, LeaseStore, ManualClock, Mode, OpenOptions, ReleaseRequest};
 use tenure_server::wire::{
@@ -20,27 +20,6 @@ use tenure_server::wire::{
 use tenure_server::{CoreOptions, ServerOptions, TenureStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-const PATIENCE: Duration = Duration::from_secs(20);
-
-/// Sends `bytes` and reads exactly `n` answers.
-async fn exchange(s: &mut TcpStream, bytes: &[u8], n: usize) -> Vec<Response> {
-    s.write_all(bytes).await.expect("write");
-    let mut buf = Vec::new();
-    let mut out = Vec::new();
-    while out.len() < n {
-        let mut chunk = [0u8; 16 * 1024];
-        let k = tokio::time::timeout(PATIENCE, s.read(&mut chunk)).await.expect("an answer").expect("read");
-        assert!(k > 0, "the server closed instead of answering (after {out:?})");
-        buf.extend_from_slice(&chunk[..k]);
-        while let Ok(Some(len)) = wire::frame_len(&buf, 12, wire::MAX_RESPONSE) {
-            let (_, _, body) = wire::split_response(&buf[..len]).expect("frame");
-            out.push(postcard::from_bytes(body).expect("a response"));
-            buf.drain(..len);
-        }
-    }
-    out
-}
 
 #[tokio::test]
 async fn absurd_numbers_from_a_client_are_refused_naming_the_field() {

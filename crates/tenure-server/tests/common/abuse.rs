@@ -168,3 +168,59 @@ pub async fn closed_by_peer(s: &mut TcpStream, d: Duration) -> bool {
         }
     }
 }
+
+/// Sends `bytes` and reads exactly `n` answers, leaving the connection open.
+pub async fn exchange(s: &mut TcpStream, bytes: &[u8], n: usize) -> Vec<wire::Response> {
+    s.write_all(bytes).await.expect("write");
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let mut chunk = [0u8; 16 * 1024];
+        let k = tokio::time::timeout(SERVED_WITHIN, s.read(&mut chunk)).await.expect("an answer").expect("read");
+        assert!(k > 0, "the server closed instead of answering (after {out:?})");
+        buf.extend_from_slice(&chunk[..k]);
+        while let Ok(Some(len)) = wire::frame_len(&buf, 12, wire::MAX_RESPONSE) {
+            let (_, _, body) = wire::split_response(&buf[..len]).expect("frame");
+            out.push(postcard::from_bytes(body).expect("a response"));
+            buf.drain(..len);
+        }
+    }
+    out
+}
+
+/// Everything the server says until it closes (a reset after the last answer
+/// is a close too).
+pub async fn last_words(s: &mut TcpStream) -> Vec<wire::Response> {
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(SERVED_WITHIN, s.read_to_end(&mut buf)).await.expect("the server closes");
+    parse_all(&buf)
+}
+
+/// The complete response frames in `rest`.
+pub fn parse_all(mut rest: &[u8]) -> Vec<wire::Response> {
+    let mut out = Vec::new();
+    while let Ok(Some(len)) = wire::frame_len(rest, 12, wire::MAX_RESPONSE) {
+        let (_, _, body) = wire::split_response(&rest[..len]).expect("frame");
+        out.push(postcard::from_bytes(body).expect("a response"));
+        rest = &rest[len..];
+    }
+    out
+}
+
+/// One HTTP GET on a fresh connection (`Connection: close`): the head and the
+/// body, within [`SERVED_WITHIN`].
+pub async fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+    let exchange = async {
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .expect("write");
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.expect("read");
+        buf
+    };
+    let buf = tokio::time::timeout(SERVED_WITHIN, exchange).await.expect("an HTTP answer in time");
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    (head.to_string(), body.to_string())
+}
