@@ -54,6 +54,10 @@ async fn absurd_numbers_from_a_client_are_refused_naming_the_field() {
         ),
         (Request::Upgrade(vec![grant(MAX_TOKEN)]), "refs[0].token"),
         (Request::Break { name: "n", version: u64::MAX, only_token: Some(u64::MAX) }, "only_token"),
+        (
+            Request::Renew(vec![RenewWire { grant: RefWire { name: &long, ..grant(5) }, ttl_ms: 1000 }]),
+            "items[0].name is 300 bytes",
+        ),
         (Request::List { prefix: "", limit: 10, after: Some(&long) }, "cursor"),
         (Request::List { prefix: &long, limit: 10, after: None }, "prefix"),
     ];

@@ -62,6 +62,7 @@ pub fn check_request(req: &Request<'_>, max_lease_ms: u64) -> Result<(), String>
         }
         Request::Upgrade(refs) => {
             for (i, r) in refs.iter().enumerate() {
+                len(&Field("refs", i, "name"), r.name, MAX_NAME_LEN)?;
                 token(&Field("refs", i, "token"), r.token)?;
                 len(&Field("refs", i, "nonce"), r.nonce, MAX_HOLDER_FIELD)?;
             }
@@ -69,12 +70,14 @@ pub fn check_request(req: &Request<'_>, max_lease_ms: u64) -> Result<(), String>
         Request::Renew(items) => {
             for (i, it) in items.iter().enumerate() {
                 ttl(&Field("items", i, "ttl_ms"), it.ttl_ms)?;
+                len(&Field("items", i, "name"), it.grant.name, MAX_NAME_LEN)?;
                 token(&Field("items", i, "token"), it.grant.token)?;
                 len(&Field("items", i, "nonce"), it.grant.nonce, MAX_HOLDER_FIELD)?;
             }
         }
         Request::Release(items) => {
             for (i, it) in items.iter().enumerate() {
+                len(&Field("items", i, "name"), it.grant.name, MAX_NAME_LEN)?;
                 token(&Field("items", i, "token"), it.grant.token)?;
                 len(&Field("items", i, "nonce"), it.grant.nonce, MAX_HOLDER_FIELD)?;
                 if let Some(w) = it.watermark_ms {
@@ -87,7 +90,8 @@ pub fn check_request(req: &Request<'_>, max_lease_ms: u64) -> Result<(), String>
             len(&"list prefix", prefix, MAX_NAME_LEN)?;
             len(&"list cursor (after)", after.unwrap_or(""), MAX_NAME_LEN)?;
         }
-        Request::Break { only_token, .. } => {
+        Request::Break { name, only_token, .. } => {
+            len(&"break name", name, MAX_NAME_LEN)?;
             if let Some(t) = only_token {
                 token(&"break only_token", *t)?;
             }
