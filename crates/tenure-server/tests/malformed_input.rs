@@ -207,7 +207,7 @@ async fn an_idle_client_is_closed_after_the_idle_timeout() {
     let (_clock, srv) = server().await;
     let mut s = TcpStream::connect(srv.addr()).await.expect("connect");
     s.write_all(&hello()).await.expect("write");
-    assert_error(&answers_until_closed(&mut s).await, ErrorCode::Protocol, "idle");
+    assert_error(&answers_until_closed(&mut s).await, ErrorCode::Idle, "idle");
 }
 
 #[tokio::test]

@@ -266,23 +266,27 @@ impl TenureStore {
         Ok(conn)
     }
 
-    async fn call(&self, server: usize, op: &str, req: &Request<'_>) -> Result<Response> {
+    /// Sends `req` to `server` and waits for its answer, undecoded. A request
+    /// that met the server's idle close on its way (the server read nothing
+    /// after deciding to close) is sent once more, on a new connection.
+    async fn call_raw(&self, server: usize, op: &str, req: &Request<'_>) -> Result<bytes::Bytes> {
         let e = &self.endpoints[server];
         let conn = self.conn(e).await?;
-        let (_, resp) = conn.call(req).await.map_err(|m| Error::store(&self.url, op, m))?;
+        let answer = match conn.call_raw(req).await {
+            Err(_) if conn.closed_idle() => self.conn(e).await?.call_raw(req).await,
+            answer => answer,
+        };
+        answer.map(|(_, body)| body).map_err(|m| Error::store(&self.url, op, m))
+    }
+
+    async fn call(&self, server: usize, op: &str, req: &Request<'_>) -> Result<Response> {
+        let body = self.call_raw(server, op, req).await?;
+        let resp = postcard::from_bytes::<Response>(&body)
+            .map_err(|e| Error::store(&self.url, op, format!("undecodable answer: {e}")))?;
         match resp {
             Response::Error { code, message } => Err(self.server_error(op, code, message)),
             other => Ok(other),
         }
-    }
-
-    /// Like [`TenureStore::call`], for the answers decoded in place: the frame's
-    /// bytes, for [`TenureStore::decode_in`].
-    async fn call_in(&self, server: usize, op: &str, req: &Request<'_>) -> Result<bytes::Bytes> {
-        let e = &self.endpoints[server];
-        let conn = self.conn(e).await?;
-        let (_, body) = conn.call_raw(req).await.map_err(|m| Error::store(&self.url, op, m))?;
-        Ok(body)
     }
 
     /// Decodes an answer in place ([`ResponseIn`], borrowing from `body`), once;
@@ -302,7 +306,9 @@ impl TenureStore {
             ErrorCode::Version | ErrorCode::Unauthorized | ErrorCode::Nothing => {
                 Error::unsupported(&self.url, format!("{op}: {message}"))
             }
-            ErrorCode::Protocol | ErrorCode::Overloaded | ErrorCode::Quarantine => Error::store(&self.url, op, message),
+            ErrorCode::Protocol | ErrorCode::Overloaded | ErrorCode::Quarantine | ErrorCode::Idle => {
+                Error::store(&self.url, op, message)
+            }
         }
     }
 
@@ -321,7 +327,7 @@ impl TenureStore {
         let items: Vec<RenewWire<'_>> =
             idx.iter().map(|&i| RenewWire { grant: grant_ref(&grants[i]), ttl_ms: millis(grants[i].ttl) }).collect();
         let sent = self.clock.mono();
-        (self.call_in(server, "renewing", &Request::Renew(items)).await, sent)
+        (self.call_raw(server, "renewing", &Request::Renew(items)).await, sent)
     }
 
     async fn release_on(
@@ -375,7 +381,7 @@ impl TenureStore {
             })
             .collect();
         let sent = self.clock.mono();
-        let body = self.call_in(server, "acquiring", &Request::Acquire { tentative, asks }).await?;
+        let body = self.call_raw(server, "acquiring", &Request::Acquire { tentative, asks }).await?;
         match self.decode_in("acquiring", &body)? {
             ResponseIn::Acquired(AcquireReplyIn::Granted(gs)) if gs.len() == reqs.len() => {
                 let grants = gs.into_iter().zip(reqs).map(|(g, r)| grant(r, g, sent, tentative));

@@ -255,7 +255,7 @@ impl Connection {
                     self.shared.conns.timed_out.fetch_add(1, Ordering::Relaxed);
                     let why = match wait {
                         Wait::Idle => {
-                            self.fail(ErrorCode::Protocol, "idle for too long; closing").await;
+                            self.fail(ErrorCode::Idle, "idle for too long; closing").await;
                             return Ok(());
                         }
                         Wait::Hello => format!("no hello within {} of connecting", human_duration(opts.hello_timeout)),

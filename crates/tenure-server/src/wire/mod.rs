@@ -530,6 +530,10 @@ pub enum ErrorCode {
     Nothing,
     /// The server is in its start-up quarantine.
     Quarantine,
+    /// The server closes a connection that was idle for its idle timeout (sent
+    /// with id 0): it read nothing after deciding so, so requests still waiting
+    /// for an answer were not handled and may be sent again (version 2).
+    Idle,
 }
 
 /// Appends a request frame with `id` to `out`.
