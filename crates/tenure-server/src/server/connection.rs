@@ -50,6 +50,12 @@ pub const MAX_FRAMES_PER_BATCH: usize = 1024;
 /// below 4 MB even when a client pipelines its heaviest requests.
 pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
 
+/// Room made in the read buffer before each read.
+const READ_CHUNK: usize = 8 * 1024;
+/// The buffers of a client (past its hello) start at this size; until the
+/// hello, a connection has only a read buffer of [`READ_CHUNK`].
+const CLIENT_BUFFER: usize = 16 * 1024;
+
 /// A wait that never ends, as a deadline that does not overflow (about 30 years).
 const FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 
@@ -112,8 +118,10 @@ impl Connection {
             stream,
             shared,
             stop,
-            rbuf: BytesMut::with_capacity(16 * 1024),
-            wbuf: Vec::with_capacity(16 * 1024),
+            // Small until the client has said hello: a connection that never
+            // does costs little; the buffers grow with the client's batches.
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            wbuf: Vec::new(),
             answers: Vec::new(),
             holders: Vec::new(),
             spin,
@@ -204,25 +212,31 @@ impl Connection {
             // What is left is the start of the next frame: it began with the last
             // read if frames were taken out before it, or it is still the one
             // whose first byte came earlier.
-            let now = Instant::now();
             if self.rbuf.is_empty() {
                 frame_began = None;
             } else if consumed || frame_began.is_none() {
-                frame_began = Some(now);
+                frame_began = Some(Instant::now());
             }
-            let frame_due = frame_began.map(|t| after(t, opts.io_timeout));
-            let (wait, deadline) = match (self.greeted(), frame_due) {
-                (false, Some(f)) if f < hello_due => (Wait::Frame, f),
-                (false, _) => (Wait::Hello, hello_due),
-                (true, Some(f)) => (Wait::Frame, f),
-                (true, None) => (Wait::Idle, after(now, opts.idle_timeout)),
+            // What the next read waits for, and until when; idle waits are
+            // timed from when the wait begins (below).
+            let due = match (self.greeted(), frame_began.map(|t| after(t, opts.io_timeout))) {
+                (false, Some(f)) if f < hello_due => Some((Wait::Frame, f)),
+                (false, _) => Some((Wait::Hello, hello_due)),
+                (true, Some(f)) => Some((Wait::Frame, f)),
+                (true, None) => None,
             };
-            self.rbuf.reserve(8 * 1024);
+            // A deadline passed is checked before any read: bytes that keep
+            // coming just fast enough for the spin below do not extend it.
+            let expired = due.filter(|(_, d)| Instant::now() >= *d).map(|(wait, _)| wait);
+            self.rbuf.reserve(READ_CHUNK);
             // A client that tends to send again soon is polled for a moment
             // first: cheaper than sleeping and being woken (see `spin`).
-            let read = if let Some(read) = self.spin.read(&self.stream, &mut self.rbuf).await {
+            let read = if let Some(wait) = expired {
+                Err(Some(wait))
+            } else if let Some(read) = self.spin.read(&self.stream, &mut self.rbuf).await {
                 Ok(read)
             } else {
+                let (wait, deadline) = due.unwrap_or_else(|| (Wait::Idle, after(Instant::now(), opts.idle_timeout)));
                 if deadline < timer.deadline() {
                     timer.as_mut().reset(deadline);
                 }
@@ -362,6 +376,9 @@ impl Connection {
         };
         self.permit = Some(permit);
         self.ticket = None;
+        // A client now: room for its batches of requests and answers at once.
+        self.rbuf.reserve(CLIENT_BUFFER);
+        self.wbuf.reserve(CLIENT_BUFFER);
         let core = &self.shared.core;
         let resp = Response::Hello {
             version: PROTOCOL_VERSION,
