@@ -132,6 +132,11 @@ type Answer = Arc<dyn Fn(&Request<'_>) -> Response + Send + Sync>;
 
 /// A fake server: a normal hello (with `max_lease_ms`), then `answer` to everything.
 async fn fake(max_lease_ms: u64, answer: Answer) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    fake_speaking(PROTOCOL_VERSION, max_lease_ms, answer).await
+}
+
+/// A fake server whose hello says it speaks protocol `version`.
+async fn fake_speaking(version: u16, max_lease_ms: u64, answer: Answer) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let task = tokio::spawn(async move {
@@ -147,7 +152,7 @@ async fn fake(max_lease_ms: u64, answer: Answer) -> (SocketAddr, tokio::task::Jo
                         let Ok(req) = postcard::from_bytes::<Request<'_>>(body) else { return };
                         let resp = match req {
                             Request::Hello { .. } => Response::Hello {
-                                version: PROTOCOL_VERSION,
+                                version,
                                 public_key: [0; 32],
                                 max_lease_ms,
                                 quarantine_left_ms: 0,
@@ -250,6 +255,13 @@ async fn a_hostile_servers_absurd_answers_are_clear_client_errors() {
         out_of_range("inspect", client(addr).inspect(&name).await, field);
         task.abort();
     }
+    // A server of another protocol version, which answered the hello anyway.
+    let (addr, task) = fake_speaking(1, 10_000, Arc::new(|_: &Request<'_>| Response::Pong)).await;
+    match client(addr).inspect(&name).await {
+        Err(e @ Error::Unsupported { .. }) => assert!(e.to_string().contains("protocol 1"), "{e}"),
+        other => panic!("expected a version refusal, got {other:?}"),
+    }
+    task.abort();
     // A hello promising leases of 500 million years.
     let (addr, task) = fake(u64::MAX, Arc::new(|_: &Request<'_>| Response::Pong)).await;
     out_of_range("hello", client(addr).inspect(&name).await, "max_lease_ms");

@@ -34,7 +34,10 @@ use crate::wire::{
     self, AskWire, ErrorCode, HolderWire, MAGIC, MAX_LIST_PAGE, PROTOCOL_VERSION, RefWire, ReleaseWire, RenewWire,
     Request, Response,
 };
+pub use rendezvous::rendezvous_score;
 use tenure::limits::{MAX_DURATION, millis};
+use two_phase::reservation_id;
+pub use two_phase::{Upgrade, is_reservation};
 
 /// Most names a listing takes from one server: far more than a server holds
 /// (`--max-leases` plus `--retain`), and a bound on what a hostile one can make
@@ -43,9 +46,6 @@ const MAX_LISTED: usize = 1 << 24;
 
 /// Connections tried for one hello when the server closes them before it answers.
 const HELLO_ATTEMPTS: usize = 3;
-pub use rendezvous::rendezvous_score;
-use two_phase::reservation_id;
-pub use two_phase::{Upgrade, is_reservation};
 
 /// How a [`TenureStore`] talks to its servers.
 #[derive(Clone, Debug)]
