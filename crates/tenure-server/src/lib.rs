@@ -52,7 +52,9 @@
 //! - **Memory per connection**: a read buffer (at most one frame), and one batch
 //!   of answers (up to 1024 frames or about 1 MiB of answers, plus the last
 //!   answer); see [`server::MAX_BATCH_BYTES`].
-//! - **Leases**: at most `--max-leases` live leases, `--retain` retired records.
+//! - **Leases**: at most `--max-leases` live leases, shared holders and
+//!   reservations together, and `--retain` retired records (each one record:
+//!   its expired grants are ended when it retires).
 //!
 //! Invalid requests (bad name, TTL beyond `max_lease`, …) get an
 //! `Error { code: Invalid }` answer and the connection stays open.
@@ -95,9 +97,10 @@
 //! A released lease's record (its token, watermark, and the metadata the holder
 //! left, seed 000's "where they stored their updates") is kept for the next
 //! holder in a bounded table, `--retain` records, dropping the oldest first; live
-//! leases are bounded by `--max-leases`, and each has at most
-//! [`core::MAX_HOLDERS`] shared holders and [`core::MAX_RESERVATIONS`]
-//! reservations. See [`core`]. The HTTP port has limits of its own: see [`http`].
+//! leases, with their shared holders and reservations, are bounded by
+//! `--max-leases`, and each lease has at most [`core::MAX_HOLDERS`] shared
+//! holders and [`core::MAX_RESERVATIONS`] reservations. See [`core`]. The HTTP
+//! port has limits of its own: see [`http`].
 
 mod admission;
 pub mod client;

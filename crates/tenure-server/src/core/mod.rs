@@ -20,10 +20,13 @@
 //!   turns a surviving reservation into a real grant. They are not record entries
 //!   because ending an entry other than by release raises the watermark to its
 //!   deadline, and a reservation wrote nothing: breaking one must cost nothing;
-//! - **a bounded memory**: records with no live grant are *retired* and kept for
-//!   their watermark, metadata and token (returned to the next holder) until
-//!   `retain` of them exist; then the oldest are dropped first, and the shard
-//!   remembers the highest token it dropped as a floor for new records.
+//! - **a bounded memory**: live leases, and the shared holders and reservations
+//!   beyond them, count together against `max_live` (each lease also has at most
+//!   [`MAX_HOLDERS`] and [`MAX_RESERVATIONS`]). Records with no live grant are
+//!   *retired*: their expired grants are ended as a takeover would end them, and
+//!   they are kept for their watermark, metadata and token (returned to the next
+//!   holder) until `retain` of them exist; then the oldest are dropped first, and
+//!   the shard remembers the highest token it dropped as a floor for new records.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,7 +44,7 @@ use crate::witness::{BodyRef, PredRef, WitnessKind, witness_buf};
 mod table;
 
 pub use table::{Cursor, LeaseRow, Snapshot};
-use table::{Reservation, Shard, Slot, retire_if_idle, slot_mut, unretire};
+use table::{Reservation, Shard, Slot, retire_if_idle, reweigh, slot_mut, unretire};
 
 /// A decision not yet applied.
 struct Decided {
@@ -69,7 +72,8 @@ pub struct CoreOptions {
     /// Time after start during which nothing is granted (normally `max_lease` plus a
     /// margin: every grant of a previous incarnation has ended by then).
     pub quarantine: Duration,
-    /// Most leases with a live grant or reservation at once.
+    /// Most leases with a live grant or reservation at once; each shared holder
+    /// and each reservation counts as one more.
     pub max_live: usize,
     /// Most retired records (no live grant) kept for their watermark and metadata.
     pub retain: usize,
@@ -416,6 +420,7 @@ impl Core {
     ) -> Result<Option<Acquired>, Refusal> {
         let now_ms = now_us / 1000;
         let floor = now_us.max(shard.dropped_floor);
+        let full = self.full(shard);
         let existing = slot_mut(&mut shard.slots, h, ask.name);
         // The token `record::acquire` would take if it grants.
         let next = existing.as_ref().map_or(0, |s| s.record.last_token).max(floor).saturating_add(1);
@@ -426,14 +431,12 @@ impl Core {
             return Ok(None);
         }
         let slot = match existing {
+            Some(_) if full && ask.mode == Mode::Shared => return Err(self.full_refusal()),
             Some(slot) => slot,
             None => {
                 LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
-                if shard.slots.len() - shard.retired >= (self.opts.max_live / SHARDS).max(1) {
-                    return Err(Refusal::Overloaded(format!(
-                        "the server holds its limit of {} live leases",
-                        self.opts.max_live
-                    )));
+                if full {
+                    return Err(self.full_refusal());
                 }
                 let slot = Slot::new(Arc::from(ask.name), h, now_ms);
                 shard.slots.insert_unique(h, slot, |s| s.hash).into_mut()
@@ -463,6 +466,7 @@ impl Core {
             };
         slot.version += 1;
         slot.modified_ms = now_ms;
+        reweigh(&mut shard.weight, slot);
         bump(&stats.grants);
         if predecessor.as_ref().is_some_and(|p| p.how == EndedHow::Expired && p.at_ms == now_ms) {
             bump(&stats.expired_takeovers);
@@ -495,17 +499,16 @@ impl Core {
     ) -> Result<Result<Decided, Vec<HolderView>>, Refusal> {
         let now_ms = now_us / 1000;
         let slot = shard.slots.find(h, |s| &*s.name == ask.name);
-        if slot.is_none() {
-            LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
-            if shard.slots.len() - shard.retired >= (self.opts.max_live / SHARDS).max(1) {
-                return Err(Refusal::Overloaded(format!(
-                    "the server holds its limit of {} live leases",
-                    self.opts.max_live
-                )));
+        match slot {
+            None => {
+                LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
+                if self.full(shard) {
+                    return Err(self.full_refusal());
+                }
             }
-        }
-        if let Some(s) = slot {
-            s.check_crowd(ask, now_ms, tentative)?;
+            // A new shared holder or reservation takes room as a new lease does.
+            Some(_) if (tentative || ask.mode == Mode::Shared) && self.full(shard) => return Err(self.full_refusal()),
+            Some(s) => s.check_crowd(ask, now_ms, tentative)?,
         }
         let blocked_by_reservation = slot.is_some_and(|s| {
             s.reservations.iter().any(|r| {
@@ -581,6 +584,7 @@ impl Core {
             (WitnessKind::Grant, token, slot.version)
         };
         slot.modified_ms = now_ms;
+        reweigh(&mut shard.weight, slot);
         unretire(&mut shard.retired, &mut shard.retire_queue, retired_seq);
         if tentative {
             shard.next_reservation = res_id;
@@ -629,6 +633,7 @@ impl Core {
             return Ok(Err("the reservation was broken by a full request".into()));
         };
         let r = slot.reservations.swap_remove(pos);
+        reweigh(&mut shard.weight, slot);
         if r.deadline_ms <= now_ms {
             bump(&stats.upgrades_failed);
             return Ok(Err("the reservation expired".into()));
@@ -655,6 +660,7 @@ impl Core {
                 slot.record = record;
                 slot.version += 1;
                 slot.modified_ms = now_ms;
+                reweigh(&mut shard.weight, slot);
                 bump(&stats.grants);
                 let deadline_ms = now_ms.saturating_add(r.ttl_ms);
                 let witness = encoded(BodyRef {
@@ -750,6 +756,7 @@ impl Core {
             let before = slot.reservations.len();
             slot.reservations.retain(|r| !(r.id == id && r.holder.nonce == nonce));
             let released = slot.reservations.len() < before;
+            reweigh(&mut shard.weight, slot);
             retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
             return Ok(released);
         }
@@ -767,6 +774,7 @@ impl Core {
             Ok(()) => {
                 slot.version += 1;
                 slot.modified_ms = now_ms;
+                reweigh(&mut shard.weight, slot);
                 bump(&shard.stats.releases);
                 if !slot.is_live(now_ms) {
                     retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
@@ -774,6 +782,21 @@ impl Core {
                 Ok(true)
             }
         }
+    }
+
+    /// Whether `shard` holds its share of `max_live`: live leases, and the
+    /// shared holders and reservations beyond them, each count as one (memory
+    /// grows with each of them alike).
+    fn full(&self, shard: &Shard) -> bool {
+        let used = (shard.slots.len() - shard.retired).saturating_add(shard.weight);
+        used >= (self.opts.max_live / SHARDS).max(1)
+    }
+
+    fn full_refusal(&self) -> Refusal {
+        Refusal::Overloaded(format!(
+            "the server holds its limit of {} live leases (each shared holder and reservation counts as one)",
+            self.opts.max_live
+        ))
     }
 
     fn per_shard_retain(&self) -> usize {

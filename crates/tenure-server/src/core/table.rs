@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 use tenure::record::{self, ClockJudge, LeaseRecord};
-use tenure::{Holder, HolderView, LeaseName, LeaseState, Mode, Predecessor, Version};
+use tenure::{EndedHow, Holder, HolderView, LeaseName, LeaseState, Mode, Predecessor, Version};
 
 use super::{Core, Refusal, Stats, bump, lock};
 
@@ -34,6 +34,9 @@ pub(super) struct Slot {
     pub(super) busy: u64,
     /// Position in the shard's retire queue, 0 while live.
     pub(super) retired: u64,
+    /// Its shared holders and reservations, as last counted into the shard's
+    /// [`Shard::weight`].
+    pub(super) weight: usize,
 }
 
 impl Slot {
@@ -47,6 +50,7 @@ impl Slot {
             reservations: Vec::new(),
             busy: 0,
             retired: 0,
+            weight: 0,
         }
     }
 
@@ -95,6 +99,9 @@ pub(super) struct Shard {
     pub(super) next_reservation: u64,
     /// Highest token of a dropped record: new records start above it.
     pub(super) dropped_floor: u64,
+    /// Shared holders and reservations of all its slots: with the live slots,
+    /// what counts against `max_live` (see [`reweigh`]).
+    pub(super) weight: usize,
     /// This shard's counters.
     pub(super) stats: Stats,
 }
@@ -102,6 +109,15 @@ pub(super) struct Shard {
 /// The slot named `name` (whose hash is `h`).
 pub(super) fn slot_mut<'s>(slots: &'s mut HashTable<Slot>, h: u64, name: &str) -> Option<&'s mut Slot> {
     slots.find_mut(h, |s| &*s.name == name)
+}
+
+/// Brings a shard's [`Shard::weight`] up to date with `slot` after a change to
+/// its shared holders or reservations. Each slot remembers what it added, so a
+/// change counted late is corrected by the next one, never counted twice.
+pub(super) fn reweigh(total: &mut usize, slot: &mut Slot) {
+    let now = slot.record.shared.len() + slot.reservations.len();
+    *total = total.saturating_sub(slot.weight).saturating_add(now);
+    slot.weight = now;
 }
 
 /// Takes a slot that was retired as `seq` (0: it was not) out of the retired count.
@@ -255,6 +271,7 @@ impl Core {
         if only_token.is_none() {
             slot.reservations.clear();
         }
+        reweigh(&mut shard.weight, slot);
         bump(&shard.stats.breaks);
         retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
         Ok(())
@@ -351,6 +368,23 @@ impl Core {
     }
 }
 
+/// Ends the grants of a slot that has no live grant or reservation left: each
+/// has expired, and is ended as a takeover would end it (its deadline joins the
+/// watermark, the newest becomes the record's last ending). A retired record
+/// then keeps its last ending and counters, not a crowd of expired holders, so
+/// that `--retain` bounds its memory as one record's.
+fn settle_expired(slot: &mut Slot, now_ms: u64) {
+    let expired: Vec<(u64, Arc<Holder>)> = slot.record.entries().map(|(e, _)| (e.token, e.holder.clone())).collect();
+    for (token, holder) in &expired {
+        let _ = record::release(&mut slot.record, *token, &holder.nonce, EndedHow::Expired, now_ms, None, None);
+    }
+    slot.reservations.clear();
+    if !expired.is_empty() {
+        slot.version += 1;
+        slot.modified_ms = now_ms;
+    }
+}
+
 /// Keeps the `k` smallest items of `v` (in no order).
 fn keep_smallest<T: Ord>(v: &mut Vec<T>, k: usize) {
     if v.len() > k {
@@ -366,6 +400,8 @@ pub(super) fn retire_if_idle(shard: &mut Shard, h: u64, name: &str, now_ms: u64,
     if slot.retired != 0 || slot.is_live(now_ms) {
         return;
     }
+    settle_expired(slot, now_ms);
+    reweigh(&mut shard.weight, slot);
     shard.next_retire += 1;
     slot.retired = shard.next_retire;
     shard.retired += 1;
@@ -376,6 +412,7 @@ pub(super) fn retire_if_idle(shard: &mut Shard, h: u64, name: &str, now_ms: u64,
         if let Ok(entry) = shard.slots.find_entry(old.hash, |s| s.retired == old.seq) {
             let (s, _) = entry.remove();
             shard.retired -= 1;
+            shard.weight = shard.weight.saturating_sub(s.weight);
             shard.dropped_floor = shard.dropped_floor.max(s.record.last_token);
             bump(&shard.stats.dropped);
         }
