@@ -374,12 +374,23 @@ impl Core {
 /// then keeps its last ending and counters, not a crowd of expired holders, so
 /// that `--retain` bounds its memory as one record's.
 fn settle_expired(slot: &mut Slot, now_ms: u64) {
-    let expired: Vec<(u64, Arc<Holder>)> = slot.record.entries().map(|(e, _)| (e.token, e.holder.clone())).collect();
-    for (token, holder) in &expired {
-        let _ = record::release(&mut slot.record, *token, &holder.nonce, EndedHow::Expired, now_ms, None, None);
+    // The usual case, a lease its last holder released: nothing to settle.
+    if slot.record.exclusive.is_none() && slot.record.shared.is_empty() && slot.reservations.is_empty() {
+        return;
     }
     slot.reservations.clear();
-    if !expired.is_empty() {
+    let mut ended = false;
+    // Each round ends one grant (a release by its own token and nonce cannot
+    // fail on a grant that is there; should it, the loop stops).
+    loop {
+        let first = slot.record.entries().next().map(|(e, _)| (e.token, e.holder.clone()));
+        let Some((token, holder)) = first else { break };
+        if record::release(&mut slot.record, token, &holder.nonce, EndedHow::Expired, now_ms, None, None).is_err() {
+            break;
+        }
+        ended = true;
+    }
+    if ended {
         slot.version += 1;
         slot.modified_ms = now_ms;
     }
