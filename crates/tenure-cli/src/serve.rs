@@ -5,6 +5,12 @@
 //! the `tenure_server` docs). It prints one line per listener on stdout, e.g.
 //! `tenure serve: listening on tenure://127.0.0.1:7777`, then serves until SIGINT
 //! or SIGTERM, when it stops gracefully.
+//!
+//! Every resource a client can make it spend is bounded by a flag: connections
+//! before and after their hello, deadlines for the hello, each frame, each batch
+//! of answers and idle clients, live leases and retained records, and the same
+//! for the HTTP port (see `tenure serve --help` and the README's resource
+//! bounds).
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -16,8 +22,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
 use clap::Args;
+use tenure::limits::{MAX_DURATION, MAX_TTL, check_duration, millis};
 use tenure::{Holder, Mode, SystemClock};
 use tenure_server::core::{Acquired, Ask};
+use tenure_server::http::HttpOptions;
 use tenure_server::{Core, CoreOptions, Server, ServerOptions, Signer};
 
 use crate::args::duration;
@@ -32,6 +40,16 @@ pub(crate) struct ServeArgs {
     /// Address for the status page and Prometheus `/metrics` (off if omitted).
     #[arg(long)]
     pub(crate) http: Option<SocketAddr>,
+    /// Most connections to the HTTP port at once; a newer one closes the oldest.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub(crate) http_max_connections: usize,
+    /// An HTTP connection must send a complete request head within this of
+    /// connecting or of its previous answer (idle keep-alive connections too).
+    #[arg(long, value_parser = duration, default_value = "10s", value_name = "DURATION")]
+    pub(crate) http_idle_timeout: Duration,
+    /// An HTTP client must take a whole answer within this of its first byte.
+    #[arg(long, value_parser = duration, default_value = "10s", value_name = "DURATION")]
+    pub(crate) http_timeout: Duration,
     /// Longest lease granted; also how long a (re)started server grants nothing.
     #[arg(long, value_parser = duration, default_value = "60s")]
     pub(crate) max_lease: Duration,
@@ -43,16 +61,25 @@ pub(crate) struct ServeArgs {
     /// (`--store-opt auth_token_file=…` or `TENURE_AUTH_TOKEN` on their side).
     #[arg(long, value_name = "FILE")]
     pub(crate) auth_token_file: Option<PathBuf>,
-    /// Close connections idle for this long.
+    /// Close clients (past their hello) that send nothing for this long.
     #[arg(long, value_parser = duration, default_value = "5m")]
     pub(crate) idle_timeout: Duration,
-    /// Close connections that take longer than this to send a frame or read answers.
+    /// A frame must be complete within this of its first byte, however slowly the
+    /// rest comes, and a batch of answers taken within this of being written.
     #[arg(long, value_parser = duration, default_value = "10s")]
     pub(crate) io_timeout: Duration,
-    /// Most client connections at once.
+    /// A new connection must complete its hello within this of being accepted.
+    #[arg(long, value_parser = duration, default_value = "5s", value_name = "DURATION")]
+    pub(crate) hello_timeout: Duration,
+    /// Most client connections past their hello at once; a hello beyond is refused.
     #[arg(long, default_value_t = 4096)]
     pub(crate) max_connections: usize,
-    /// Most leases with a live grant at once.
+    /// Most connections still before their hello, on top of --max-connections; a
+    /// newer one closes the oldest, so they never take a client's place.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub(crate) max_pre_hello: usize,
+    /// Most leases with a live grant at once; each shared holder and each
+    /// reservation counts as one more (a lease has at most 1024 of each).
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) max_leases: usize,
     /// Released lease records kept for their watermark and metadata (oldest dropped first).
@@ -72,14 +99,80 @@ pub(crate) struct ServeArgs {
 /// 2020-01-01: a wall clock before this is unset, and tokens would not grow across restarts.
 const PLAUSIBLE_WALL_MS: u64 = 1_577_836_800_000;
 
-pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
+/// Refuses flags no server can work with: zero or absurd durations and limits.
+fn check_args(args: &ServeArgs) -> Result<()> {
     if args.max_lease < Duration::from_millis(10) {
         bail!("--max-lease {:?} is too short (at least 10ms)", args.max_lease);
     }
+    check_duration("--max-lease", args.max_lease, MAX_TTL)?;
+    for (flag, d) in [
+        ("--idle-timeout", args.idle_timeout),
+        ("--io-timeout", args.io_timeout),
+        ("--hello-timeout", args.hello_timeout),
+        ("--http-idle-timeout", args.http_idle_timeout),
+        ("--http-timeout", args.http_timeout),
+    ] {
+        if d < Duration::from_millis(1) {
+            bail!("{flag} must be at least 1ms");
+        }
+        check_duration(flag, d, MAX_DURATION)?;
+    }
+    for (flag, n) in [
+        ("--max-connections", args.max_connections),
+        ("--max-pre-hello", args.max_pre_hello),
+        ("--http-max-connections", args.http_max_connections),
+        ("--max-leases", args.max_leases),
+    ] {
+        if n == 0 {
+            bail!("{flag} must be at least 1");
+        }
+    }
+    Ok(())
+}
+
+/// Raises the soft limit on open files to the hard limit, and warns if even
+/// that is below what the connection limits can use: past it, accepting fails
+/// and nobody new gets in.
+fn raise_file_limit(needed: u64) {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    // `None` is unlimited.
+    let below = match (limit.current, limit.maximum) {
+        (Some(current), Some(maximum)) => current < maximum,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    if below {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!(error = %e, "could not raise the open-file limit");
+        }
+    }
+    let have = getrlimit(Resource::Nofile).current;
+    if have.is_some_and(|n| n < needed) {
+        tracing::warn!(
+            limit = ?have,
+            needed,
+            "the open-file limit is below what the connection limits need; lower them or raise it (ulimit -n)"
+        );
+    }
+}
+
+pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
+    check_args(&args)?;
+    let sockets = [args.max_connections, args.max_pre_hello, args.http_max_connections]
+        .iter()
+        .fold(64u64, |sum, &n| sum.saturating_add(u64::try_from(n).unwrap_or(u64::MAX)));
+    raise_file_limit(sockets);
     let clock = SystemClock::shared();
     if clock.wall_ms() < PLAUSIBLE_WALL_MS {
         bail!(
             "the wall clock reads before 2020; fencing tokens would not stay monotonic across restarts. Set the clock first"
+        );
+    }
+    if clock.wall_ms() > tenure::limits::MAX_TIME_MS {
+        bail!(
+            "the wall clock reads after the year 9999; tokens and deadlines would leave their range. Set the clock first"
         );
     }
     let signer = match &args.key {
@@ -104,7 +197,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         auth_token,
         idle_timeout: args.idle_timeout,
         io_timeout: args.io_timeout,
+        hello_timeout: args.hello_timeout,
         max_connections: args.max_connections,
+        max_pre_hello: args.max_pre_hello,
         spin: args.spin,
         connection_threads: args
             .connection_threads
@@ -147,7 +242,13 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     let serving = server.run(stopped(stop_rx.clone()));
     let http_serving = async {
         if let Some(listener) = http {
-            tenure_server::http::serve(listener, shared, stopped(stop_rx.clone())).await;
+            let opts = HttpOptions {
+                max_connections: args.http_max_connections,
+                idle_timeout: args.http_idle_timeout,
+                response_timeout: args.http_timeout,
+                ..HttpOptions::default()
+            };
+            tenure_server::http::serve(listener, shared, opts, stopped(stop_rx.clone())).await;
         }
     };
     let signals = async {
@@ -224,7 +325,7 @@ impl CoreTarget {
             workers: (0..max_clients)
                 .map(|w| (format!("bench-{}/w{w}", &run[..6]), Arc::new(Holder::current())))
                 .collect(),
-            ttl_ms: ttl.as_millis() as u64,
+            ttl_ms: millis(ttl),
         }
     }
 }

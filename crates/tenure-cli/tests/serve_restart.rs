@@ -3,49 +3,17 @@
 //! token handed out before the crash. Also `tenure lock` over `tenure://`.
 #![cfg(feature = "server")]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod serve_common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serve_common::serve;
 use tenure::{AcquireRequest, Attempt, Error, Holder, LeaseName, LeaseStore, Mode, OpenOptions};
 
 /// `--max-lease` of the test servers; the quarantine is this plus 1 s.
 const MAX_LEASE: Duration = Duration::from_secs(2);
 const QUARANTINE: Duration = Duration::from_secs(3);
-
-/// A `tenure serve` process, killed (SIGKILL) when dropped.
-struct Serve {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(listen: &str) -> Serve {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
-        .args(["serve", "--listen", listen, "--max-lease", "2s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start tenure serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
-        let line = lines.next().expect("tenure serve exited before listening").expect("read stdout");
-        if let Some(addr) = line.strip_prefix("tenure serve: listening on tenure://") {
-            break addr.to_string();
-        }
-    };
-    // Keep reading, so the server never writes into a closed pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    Serve { child, addr }
-}
 
 fn req(name: &str, holder: &Arc<Holder>) -> AcquireRequest {
     AcquireRequest {
@@ -80,7 +48,7 @@ async fn first_grant(store: &dyn LeaseStore, r: &AcquireRequest, not_before: Ins
 #[tokio::test]
 async fn kill_9_and_restart_keeps_tokens_above_every_earlier_one() {
     let started = Instant::now();
-    let first = serve("127.0.0.1:0");
+    let first = serve(&["--listen", "127.0.0.1:0", "--max-lease", "2s"]);
     let url = format!("tenure://{}", first.addr);
     let store = tenure_server::TenureStore::new(&url, &OpenOptions::default()).expect("store");
     let me = Arc::new(Holder::current());
@@ -104,7 +72,7 @@ async fn kill_9_and_restart_keeps_tokens_above_every_earlier_one() {
     drop(first); // SIGKILL
 
     let restarted = Instant::now();
-    let _second = serve(&addr);
+    let _second = serve(&["--listen", &addr, "--max-lease", "2s"]);
     let top = before.iter().copied().max().expect("tokens");
     let g = first_grant(&store, &req("crash/0", &Arc::new(Holder::current())), restarted + QUARANTINE).await;
     assert!(g.token > top, "token {} after the restart must exceed every earlier token ({top})", g.token);
@@ -120,7 +88,7 @@ async fn kill_9_and_restart_keeps_tokens_above_every_earlier_one() {
 
 #[tokio::test]
 async fn tenure_lock_runs_a_command_under_a_lease_from_the_server() {
-    let server = serve("127.0.0.1:0");
+    let server = serve(&["--listen", "127.0.0.1:0", "--max-lease", "2s"]);
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
         .args(["lock", &format!("tenure://{}", server.addr), "jobs/nightly", "--ttl", "2s", "--timeout", "60s", "--"])
         .args(["sh", "-c", "echo token=$TENURE_TOKEN"])

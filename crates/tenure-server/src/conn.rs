@@ -19,7 +19,8 @@
 //! dead, failing every waiting caller (one timer for the connection, re-armed when
 //! it fires early). Both tasks belong to the [`Conn`]: they end when it is
 //! dropped, and when the socket fails every waiting caller gets the error at once
-//! (the endpoint then reconnects on the next call).
+//! (the endpoint then reconnects on the next call; a request that crossed the
+//! server's idle close, which the server never read, is sent again at once).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -32,7 +33,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::spin::Spin;
-use crate::wire::{self, MAX_RESPONSE, Request, Response};
+use crate::wire::{self, ErrorCode, MAX_RESPONSE, Request, Response};
 
 /// An answer: the server's time and the response body.
 pub(crate) type Reply = Result<(u64, Bytes), String>;
@@ -85,6 +86,9 @@ struct Inner {
     /// Wakes an idle reader so that it starts timing the server's answer.
     request_sent: Notify,
     dead: AtomicBool,
+    /// The server closed the connection as idle: requests that were waiting
+    /// then were not handled.
+    idle_closed: AtomicBool,
     /// Server time minus local wall time at the last answer, µs.
     skew_us: AtomicI64,
 }
@@ -142,6 +146,7 @@ impl Conn {
             wake_writer: Notify::new(),
             request_sent: Notify::new(),
             dead: AtomicBool::new(false),
+            idle_closed: AtomicBool::new(false),
             skew_us: AtomicI64::new(0),
         });
         let reader = tokio::spawn(read_loop(inner.clone(), Spin::new(spin)));
@@ -151,6 +156,12 @@ impl Conn {
 
     pub(crate) fn is_dead(&self) -> bool {
         self.inner.dead.load(Ordering::Acquire)
+    }
+
+    /// The server closed this connection as idle: a request that failed with
+    /// it was never handled, and may be sent again on a new connection.
+    pub(crate) fn closed_idle(&self) -> bool {
+        self.inner.idle_closed.load(Ordering::Acquire)
     }
 
     /// Server time minus local wall time, as of the last answer.
@@ -387,8 +398,11 @@ async fn read_loop(inner: Arc<Inner>, mut spin: Spin) {
         }
         // Id 0 with nobody waiting: the server's last word before closing.
         if let Some(body) = orphan
-            && let Ok(Response::Error { message, .. }) = postcard::from_bytes::<Response>(&body)
+            && let Ok(Response::Error { code, message }) = postcard::from_bytes::<Response>(&body)
         {
+            if code == ErrorCode::Idle {
+                inner.idle_closed.store(true, Ordering::Release);
+            }
             inner.close(format!("the server closed the connection: {message}"));
             return;
         }

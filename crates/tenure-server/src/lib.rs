@@ -7,7 +7,7 @@
 //! client, [`TenureStore`], implements [`tenure::LeaseStore`], so everything in
 //! tenure (keep-alive, `tenure lock`, the conformance suite) works on it unchanged.
 //!
-//! # Wire protocol (version 1)
+//! # Wire protocol (version 2)
 //!
 //! TCP; every frame is `len:u32 id:u32 [server_time_us:u64] body`, little-endian,
 //! where `len` counts the bytes after itself, responses carry the server's time
@@ -16,25 +16,48 @@
 //! [`wire::Response`]. Clients pipeline: many requests may be in flight on one
 //! connection, and answers come back by `id`, in any order.
 //!
-//! 1. The first request must be `Hello { magic: "TNRW", version: 1, auth }`. The
+//! 1. The first request must be `Hello { magic: "TNRW", version: 2, auth }`. The
 //!    server answers with its version, its ed25519 public key, its `max_lease`,
 //!    how long its quarantine still lasts, and when it started. A wrong magic or
 //!    version, or a missing or wrong shared secret (`auth`, when the server has
 //!    one: `--auth-token-file`), gets an `Error` answer and the connection closes.
 //! 2. Then any of `Acquire { tentative, asks }` (all or nothing, up to 512
 //!    leases), `Upgrade`, `Renew`, `Release` (one outcome per item), `Inspect`,
-//!    `List`, `Break` (conditional on the version inspected) and `Ping`.
+//!    `List` (a page of names after a cursor), `Break` (conditional on the
+//!    version inspected) and `Ping`.
 //!
-//! Robustness: a request frame is at most 256 KiB ([`wire::MAX_REQUEST`]); names
-//! are validated as everywhere in tenure; holder fields are at most 256 bytes and
-//! metadata 1 KiB. A frame that is oversized, undecodable or not a hello when a
-//! hello is due gets one `Error { code: Protocol }` answer with id 0 and the
-//! connection closes. A client that sends nothing for `--idle-timeout` (5 min) is
-//! closed; one that takes more than `--io-timeout` (10 s) to finish a frame it
-//! started, or to read its answers, is closed (slow-loris). Each connection holds
-//! at most one batch of answers; there are at most `--max-connections`. Invalid
-//! requests (bad name, TTL beyond `max_lease`, …) get an `Error { code: Invalid }`
-//! answer and the connection stays open.
+//! # Robustness: every resource a client can take is bounded
+//!
+//! - **Frames**: a request frame is at most 256 KiB ([`wire::MAX_REQUEST`]), and
+//!   at most 4 KiB before the hello ([`wire::MAX_HELLO`]); a response at most
+//!   8 MiB ([`wire::MAX_RESPONSE`]), and every answer stays far below it: a
+//!   listing is a page ([`wire::MAX_LIST_PAGE`] names, [`wire::MAX_LIST_BYTES`]),
+//!   a lease has at most [`core::MAX_HOLDERS`] shared holders. A frame that is
+//!   oversized, undecodable or not a hello when a hello is due gets one
+//!   `Error { code: Protocol }` answer with id 0 and the connection closes.
+//! - **Numbers**: every number in a request is range-checked before use
+//!   ([`wire::check_request`]: TTLs within `10 ms ..= --max-lease`, tokens below
+//!   `MAX_TOKEN`, watermarks before the year 9999, …); out of range is an
+//!   `Error { code: Invalid }` naming the field, and the connection stays open.
+//!   The client checks the server's answers the same way.
+//! - **Connections**: a new connection waits for its hello among at most
+//!   `--max-pre-hello` (256) others, apart from the `--max-connections` (4096)
+//!   places of clients that have said hello; when that set is full the oldest is
+//!   closed (see the `admission` module for why). The hello must be complete
+//!   within `--hello-timeout` (5 s) of the accept.
+//! - **Deadlines that cannot be dripped**: a frame must be complete within
+//!   `--io-timeout` (10 s) of its first byte, and a batch of answers taken by
+//!   the client within `--io-timeout` of being written; a client that sends
+//!   nothing for `--idle-timeout` (5 min) is closed.
+//! - **Memory per connection**: a read buffer (at most one frame), and one batch
+//!   of answers (up to 1024 frames or about 1 MiB of answers, plus the last
+//!   answer); see [`server::MAX_BATCH_BYTES`].
+//! - **Leases**: at most `--max-leases` live leases, shared holders and
+//!   reservations together, and `--retain` retired records (each one record:
+//!   its expired grants are ended when it retires).
+//!
+//! Invalid requests (bad name, TTL beyond `max_lease`, …) get an
+//! `Error { code: Invalid }` answer and the connection stays open.
 //!
 //! # Restart rule: tokens stay monotonic with no state on disk
 //!
@@ -74,8 +97,12 @@
 //! A released lease's record (its token, watermark, and the metadata the holder
 //! left, seed 000's "where they stored their updates") is kept for the next
 //! holder in a bounded table, `--retain` records, dropping the oldest first; live
-//! leases are bounded by `--max-leases`. See [`core`].
+//! leases, with their shared holders and reservations, are bounded by
+//! `--max-leases`, and each lease has at most [`core::MAX_HOLDERS`] shared
+//! holders and [`core::MAX_RESERVATIONS`] reservations. See [`core`]. The HTTP
+//! port has limits of its own: see [`http`].
 
+mod admission;
 pub mod client;
 mod conn;
 pub mod core;

@@ -17,13 +17,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::{OwnedSemaphorePermit, TryAcquireError, mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
-use crate::server::{Shared, serve_one};
+use crate::admission::Ticket;
+use crate::server::{Shared, finish_within, report_panic, serve_one};
 
-/// A connection on its way to a thread.
-type Handoff = (std::net::TcpStream, SocketAddr, Result<OwnedSemaphorePermit, TryAcquireError>);
+/// A connection on its way to a thread, with its place before the hello.
+type Handoff = (std::net::TcpStream, SocketAddr, Ticket);
 
 /// The connection threads of one server.
 pub(crate) struct Pool {
@@ -68,12 +69,7 @@ impl Pool {
     }
 
     /// Hands a connection to the next thread.
-    pub(crate) fn serve(
-        &self,
-        stream: tokio::net::TcpStream,
-        peer: SocketAddr,
-        permit: Result<OwnedSemaphorePermit, TryAcquireError>,
-    ) {
+    pub(crate) fn serve(&self, stream: tokio::net::TcpStream, peer: SocketAddr, ticket: Ticket) {
         let stream = match stream.into_std() {
             Ok(s) => s,
             Err(e) => {
@@ -83,7 +79,7 @@ impl Pool {
         };
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.threads.len();
         // A thread that is gone drops the connection (closing it): only at shutdown.
-        let _ = self.threads[i].send((stream, peer, permit));
+        let _ = self.threads[i].send((stream, peer, ticket));
     }
 
     /// Waits until every thread has finished (they finish after the stop signal,
@@ -112,34 +108,19 @@ async fn run_thread(mut rx: mpsc::UnboundedReceiver<Handoff>, shared: Arc<Shared
                 }
             }
             next = rx.recv() => match next {
-                Some((stream, peer, permit)) => match tokio::net::TcpStream::from_std(stream) {
+                Some((stream, peer, ticket)) => match tokio::net::TcpStream::from_std(stream) {
                     Ok(stream) => {
-                        tasks.spawn(serve_one(stream, peer, shared.clone(), permit, stop.clone()));
+                        tasks.spawn(serve_one(stream, peer, shared.clone(), ticket, stop.clone()));
                     }
                     Err(e) => tracing::warn!(%peer, error = %e, "could not take over the connection"),
                 },
                 // The pool was dropped without a stop: abort, as in a crash.
                 None => return,
             },
-            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
-                if let Err(e) = done && e.is_panic() {
-                    tracing::error!(error = %e, "a connection task panicked");
-                }
-            }
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => report_panic(done, "a connection task"),
         }
     }
     // Stopping: connections see the same signal and finish; after the grace
     // period the rest are aborted.
-    let grace = tokio::time::sleep(shared.opts.shutdown_grace);
-    tokio::pin!(grace);
-    loop {
-        tokio::select! {
-            next = tasks.join_next() => if next.is_none() { return },
-            () = &mut grace => {
-                tasks.abort_all();
-                while tasks.join_next().await.is_some() {}
-                return;
-            }
-        }
-    }
+    finish_within(&mut tasks, shared.opts.shutdown_grace).await;
 }

@@ -3,7 +3,7 @@
 
 use tenure::{Error, LeaseName, LeaseStore, OpenOptions};
 use tenure_server::TenureStore;
-use tenure_server::wire::{self, MAX_REQUEST, PROTOCOL_VERSION, Response};
+use tenure_server::wire::{self, ErrorCode, MAX_REQUEST, PROTOCOL_VERSION, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -140,4 +140,39 @@ fn a_spin_outside_its_range_is_refused_naming_the_parameter() {
         assert!(matches!(err, Error::InvalidStore { .. }) && err.to_string().contains(bad), "{bad}: {err}");
     }
     assert!(TenureStore::new("tenure://127.0.0.1:1?spin_us=0", &OpenOptions::default()).is_ok());
+}
+
+#[tokio::test]
+async fn a_request_that_crosses_the_servers_idle_close_is_sent_again() {
+    // The first connection is closed as idle when the request arrives (the
+    // server read nothing more); the second answers it.
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        for connection in 0.. {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            answer_hello(&mut s, 1).await;
+            let Some(id) = read_request(&mut s).await else { continue };
+            let mut out = Vec::new();
+            let resp = if connection == 0 {
+                wire::encode_response(
+                    &mut out,
+                    0,
+                    1,
+                    &Response::Error { code: ErrorCode::Idle, message: "idle".into() },
+                );
+                s.write_all(&out).await.expect("write");
+                continue;
+            } else {
+                Response::Names { names: vec!["x".into()], more: false }
+            };
+            wire::encode_response(&mut out, id, 1, &resp);
+            s.write_all(&out).await.expect("write");
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink).await;
+        }
+    });
+    let names = store(addr).list("").await.expect("the listing is sent again on a new connection");
+    assert_eq!(names, vec![name()]);
+    task.abort();
 }

@@ -63,7 +63,7 @@ fn grants_that_outrun_the_clock_by_half_the_max_lease_are_refused() {
     let c = core(&clock, CoreOptions::new(Duration::from_millis(10)));
     let me = Arc::new(Holder::current());
     let mut a = ask("hot", &me);
-    a.ttl_ms = 5;
+    a.ttl_ms = 10;
     let mut refused = None;
     for i in 0..6_000 {
         match c.acquire(std::slice::from_ref(&a), false) {
@@ -101,7 +101,7 @@ fn retired_records_are_dropped_oldest_first_and_tokens_stay_above_them() {
     for i in 0..2_000 {
         cycle(&c, &format!("churn/{i}"), &me);
     }
-    assert!(c.list("", usize::MAX).len() <= 64, "retired records are bounded");
+    assert!(c.list("", None, usize::MAX, usize::MAX).0.len() <= 64, "retired records are bounded");
     assert!(c.inspect(&x).version.is_none(), "the oldest retired record was dropped");
     // The clock has not moved: only the shard's floor keeps the token above.
     assert!(cycle(&c, "keep/x", &me) > last, "a dropped record's tokens are never reused");
@@ -163,4 +163,57 @@ fn a_full_request_breaks_reservations_and_their_upgrade_fails() {
     assert!(token > 0);
     assert!(c.upgrade("two", reservation.version, &tentative.nonce).expect("upgrade").is_err());
     assert_eq!(c.stats().tentative_broken.load(std::sync::atomic::Ordering::Relaxed), 1);
+}
+
+fn shared<'a>(name: &'a str, holder: &'a Arc<Holder>) -> Ask<'a> {
+    Ask { mode: Mode::Shared, ..ask(name, holder) }
+}
+
+fn granted(outcome: Result<Acquired, Refusal>) -> tenure_server::core::Granted {
+    match outcome {
+        Ok(Acquired::Granted(g)) => g.into_iter().next().expect("one grant"),
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+#[test]
+fn shared_holders_and_reservations_count_against_the_live_lease_limit() {
+    let clock = ManualClock::new();
+    let mut opts = CoreOptions::new(Duration::from_secs(10));
+    // Three places a shard: the lease and two holders.
+    opts.max_live = 3 * tenure_server::core::SHARDS;
+    let c = core(&clock, opts);
+    let holders: Vec<Arc<Holder>> = (0..3).map(|_| Arc::new(Holder::current())).collect();
+    let take = |h: &Arc<Holder>, tentative| c.acquire(&[shared("crowd", h)], tentative);
+    granted(take(&holders[0], false));
+    let second = granted(take(&holders[1], false));
+    let full = |o: Result<Acquired, Refusal>| matches!(o, Err(Refusal::Overloaded(m)) if m.contains("shared holder"));
+    assert!(full(take(&holders[2], false)), "a third holder is a fourth place");
+    assert!(full(take(&holders[2], true)), "so is a reservation");
+    assert!(c.release("crowd", second.token, None, &holders[1].nonce, false, None, None).expect("release"));
+    granted(take(&holders[2], false));
+    // Expired and swept: the crowd leaves one record, its last ending, and its room.
+    clock.advance(Duration::from_secs(11));
+    c.sweep();
+    let state = c.inspect(&LeaseName::new("crowd").expect("name"));
+    assert!(state.holders.is_empty() && state.expired.is_empty(), "{state:?}");
+    assert_eq!(state.last.as_ref().map(|l| l.how), Some(tenure::EndedHow::Expired));
+    assert!(state.watermark_ms >= Some(second.deadline_ms), "the expired holders' deadlines bound the watermark");
+    granted(take(&holders[0], false));
+    granted(take(&holders[1], false));
+}
+
+#[test]
+fn one_lease_holds_at_most_its_limit_of_shared_holders_and_reservations() {
+    use tenure_server::core::{MAX_HOLDERS, MAX_RESERVATIONS};
+    let clock = ManualClock::new();
+    let c = core(&clock, CoreOptions::new(Duration::from_secs(10)));
+    for (tentative, limit, what) in [(false, MAX_HOLDERS, "shared holders"), (true, MAX_RESERVATIONS, "reservations")] {
+        let name = if tentative { "reserved" } else { "crowded" };
+        for _ in 0..limit {
+            granted(c.acquire(&[shared(name, &Arc::new(Holder::current()))], tentative));
+        }
+        let one_more = c.acquire(&[shared(name, &Arc::new(Holder::current()))], tentative);
+        assert!(matches!(&one_more, Err(Refusal::Overloaded(m)) if m.contains(what)), "{one_more:?}");
+    }
 }

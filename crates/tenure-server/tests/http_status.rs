@@ -3,11 +3,12 @@
 
 mod common;
 
+use common::abuse::http_get;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use tenure::{AcquireRequest, Attempt, Holder, LeaseName, LeaseStore, ManualClock, Mode};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 struct Site {
     _clock: ManualClock,
@@ -29,7 +30,9 @@ async fn site() -> Site {
     let server = common::start_open(&clock).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let http = listener.local_addr().expect("addr");
-    let task = tokio::spawn(tenure_server::http::serve(listener, server.shared().clone(), std::future::pending()));
+    let opts = tenure_server::http::HttpOptions::default();
+    let task =
+        tokio::spawn(tenure_server::http::serve(listener, server.shared().clone(), opts, std::future::pending()));
     let store = common::store(&[&server], &clock);
     let holder = Arc::new(Holder::current().with_label("<script>alert(1)</script> & co"));
     let req = AcquireRequest {
@@ -50,21 +53,10 @@ async fn site() -> Site {
     Site { _clock: clock, _server: server, http, task, token }
 }
 
-async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .expect("write");
-    let mut buf = String::new();
-    tokio::time::timeout(Duration::from_secs(20), s.read_to_string(&mut buf)).await.expect("answer").expect("read");
-    let (head, body) = buf.split_once("\r\n\r\n").expect("an HTTP answer");
-    (head.to_string(), body.to_string())
-}
-
 #[tokio::test]
 async fn status_page_lists_live_leases_with_holders_tokens_and_contention_escaped() {
     let site = site().await;
-    let (head, body) = get(site.http, "/").await;
+    let (head, body) = http_get(site.http, "/").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(head.to_ascii_lowercase().contains("content-type: text/html"), "{head}");
     assert!(body.contains("status/demo") && body.contains(&site.token.to_string()), "{body}");
@@ -76,16 +68,16 @@ async fn status_page_lists_live_leases_with_holders_tokens_and_contention_escape
 #[tokio::test]
 async fn metrics_are_prometheus_text_with_grant_and_contention_counters() {
     let site = site().await;
-    let (head, body) = get(site.http, "/metrics").await;
+    let (head, body) = http_get(site.http, "/metrics").await;
     assert!(head.contains("text/plain"), "{head}");
     for line in
         ["tenure_grants_total 1", "tenure_busy_total 1", "tenure_leases_live 1", "# TYPE tenure_grants_total counter"]
     {
         assert!(body.lines().any(|l| l == line), "missing {line:?} in\n{body}");
     }
-    let (_, key) = get(site.http, "/pubkey").await;
+    let (_, key) = http_get(site.http, "/pubkey").await;
     assert_eq!(key.trim().len(), 64, "{key}");
-    let (_, json) = get(site.http, "/status.json").await;
+    let (_, json) = http_get(site.http, "/status.json").await;
     let v: serde_json::Value = serde_json::from_str(&json).expect("json");
     assert_eq!(v["leases"][0]["name"], "status/demo");
     assert_eq!(v["public_key"], key.trim());

@@ -31,11 +31,21 @@ mod rendezvous;
 mod two_phase;
 
 use crate::wire::{
-    AskWire, ErrorCode, HolderWire, MAGIC, PROTOCOL_VERSION, RefWire, ReleaseWire, RenewWire, Request, Response,
+    self, AskWire, ErrorCode, HolderWire, MAGIC, MAX_LIST_PAGE, PROTOCOL_VERSION, RefWire, ReleaseWire, RenewWire,
+    Request, Response,
 };
 pub use rendezvous::rendezvous_score;
+use tenure::limits::{MAX_DURATION, millis};
 use two_phase::reservation_id;
 pub use two_phase::{Upgrade, is_reservation};
+
+/// Most names a listing takes from one server: far more than a server holds
+/// (`--max-leases` plus `--retain`), and a bound on what a hostile one can make
+/// a client keep.
+const MAX_LISTED: usize = 1 << 24;
+
+/// Connections tried for one hello when the server closes them before it answers.
+const HELLO_ATTEMPTS: usize = 3;
 
 /// How a [`TenureStore`] talks to its servers.
 #[derive(Clone, Debug)]
@@ -118,7 +128,12 @@ impl TenureStore {
                     copts.auth_token = Some(text.trim().as_bytes().to_vec());
                 }
                 "timeout_ms" => {
-                    copts.timeout = Duration::from_millis(v.parse().map_err(|_| invalid(format!("timeout_ms={v}")))?)
+                    copts.timeout = Duration::from_millis(
+                        v.parse()
+                            .ok()
+                            .filter(|n| (1..=millis(MAX_DURATION)).contains(n))
+                            .ok_or_else(|| invalid(format!("timeout_ms={v} (1..={})", millis(MAX_DURATION))))?,
+                    )
                 }
                 "spin_us" => {
                     copts.spin = Duration::from_micros(
@@ -213,15 +228,34 @@ impl TenureStore {
             return Ok(c.clone());
         }
         let op = format!("connecting to {}", e.addr);
-        let stream = match tokio::time::timeout(self.opts.timeout, tokio::net::TcpStream::connect(&e.addr)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(err)) => return Err(Error::store(&self.url, op, err)),
-            Err(_) => return Err(Error::store(&self.url, op, "timed out")),
-        };
-        let conn = Arc::new(Conn::start(stream, self.opts.timeout, self.opts.spin, self.clock.clone()));
         let hello = Request::Hello { magic: MAGIC, version: PROTOCOL_VERSION, auth: self.opts.auth_token.as_deref() };
-        match conn.call(&hello).await.map_err(|m| Error::store(&self.url, op.clone(), m))? {
-            (_, Response::Hello { version: _, public_key, max_lease_ms, quarantine_left_ms: _, started_us }) => {
+        let started = tokio::time::Instant::now();
+        let mut attempt = 0;
+        let (conn, answer) = loop {
+            let connect = tokio::net::TcpStream::connect(&e.addr);
+            let stream = match tokio::time::timeout(self.opts.timeout, connect).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(err)) => return Err(Error::store(&self.url, op, err)),
+                Err(_) => return Err(Error::store(&self.url, op, "timed out")),
+            };
+            let conn = Arc::new(Conn::start(stream, self.opts.timeout, self.opts.spin, self.clock.clone()));
+            match conn.call(&hello).await {
+                Ok(answer) => break (conn, answer),
+                // Closed before the hello was answered, and quickly: a server
+                // crowded by connections that never say hello closes its oldest
+                // ones, and a connection that waited too long to be read may be
+                // one. A fresh connection is the newest again.
+                Err(_) if attempt + 1 < HELLO_ATTEMPTS && started.elapsed() < self.opts.timeout / 2 => attempt += 1,
+                Err(m) => return Err(Error::store(&self.url, op, m)),
+            }
+        };
+        match answer {
+            (_, Response::Hello { version, public_key, max_lease_ms, quarantine_left_ms: _, started_us }) => {
+                if version != PROTOCOL_VERSION {
+                    let why = format!("the server speaks protocol {version}, this client {PROTOCOL_VERSION}");
+                    return Err(Error::unsupported(&self.url, why));
+                }
+                wire::check_max_lease(max_lease_ms).map_err(|m| self.hostile(&op, m))?;
                 *lock(&e.info) =
                     Some(ServerInfo { public_key, max_lease: Duration::from_millis(max_lease_ms), started_us });
             }
@@ -232,23 +266,27 @@ impl TenureStore {
         Ok(conn)
     }
 
-    async fn call(&self, server: usize, op: &str, req: &Request<'_>) -> Result<Response> {
+    /// Sends `req` to `server` and waits for its answer, undecoded. A request
+    /// that met the server's idle close on its way (the server read nothing
+    /// after deciding to close) is sent once more, on a new connection.
+    async fn call_raw(&self, server: usize, op: &str, req: &Request<'_>) -> Result<bytes::Bytes> {
         let e = &self.endpoints[server];
         let conn = self.conn(e).await?;
-        let (_, resp) = conn.call(req).await.map_err(|m| Error::store(&self.url, op, m))?;
+        let answer = match conn.call_raw(req).await {
+            Err(_) if conn.closed_idle() => self.conn(e).await?.call_raw(req).await,
+            answer => answer,
+        };
+        answer.map(|(_, body)| body).map_err(|m| Error::store(&self.url, op, m))
+    }
+
+    async fn call(&self, server: usize, op: &str, req: &Request<'_>) -> Result<Response> {
+        let body = self.call_raw(server, op, req).await?;
+        let resp = postcard::from_bytes::<Response>(&body)
+            .map_err(|e| Error::store(&self.url, op, format!("undecodable answer: {e}")))?;
         match resp {
             Response::Error { code, message } => Err(self.server_error(op, code, message)),
             other => Ok(other),
         }
-    }
-
-    /// Like [`TenureStore::call`], for the answers decoded in place: the frame's
-    /// bytes, for [`TenureStore::decode_in`].
-    async fn call_in(&self, server: usize, op: &str, req: &Request<'_>) -> Result<bytes::Bytes> {
-        let e = &self.endpoints[server];
-        let conn = self.conn(e).await?;
-        let (_, body) = conn.call_raw(req).await.map_err(|m| Error::store(&self.url, op, m))?;
-        Ok(body)
     }
 
     /// Decodes an answer in place ([`ResponseIn`], borrowing from `body`), once;
@@ -268,7 +306,9 @@ impl TenureStore {
             ErrorCode::Version | ErrorCode::Unauthorized | ErrorCode::Nothing => {
                 Error::unsupported(&self.url, format!("{op}: {message}"))
             }
-            ErrorCode::Protocol | ErrorCode::Overloaded | ErrorCode::Quarantine => Error::store(&self.url, op, message),
+            ErrorCode::Protocol | ErrorCode::Overloaded | ErrorCode::Quarantine | ErrorCode::Idle => {
+                Error::store(&self.url, op, message)
+            }
         }
     }
 
@@ -276,13 +316,18 @@ impl TenureStore {
         Error::store(&self.url, op, format!("unexpected answer {resp:?}"))
     }
 
+    /// An answer whose numbers no working server sends (see [`wire::check_grant`]
+    /// and its neighbours): a store error naming the field, never a panic or a
+    /// wrapped deadline.
+    fn hostile(&self, op: &str, why: String) -> Error {
+        Error::store(&self.url, op, format!("the server's answer is out of range: {why}"))
+    }
+
     async fn renew_on(&self, server: usize, idx: &[usize], grants: &[Grant]) -> (Result<bytes::Bytes>, Mono) {
-        let items: Vec<RenewWire<'_>> = idx
-            .iter()
-            .map(|&i| RenewWire { grant: grant_ref(&grants[i]), ttl_ms: grants[i].ttl.as_millis() as u64 })
-            .collect();
+        let items: Vec<RenewWire<'_>> =
+            idx.iter().map(|&i| RenewWire { grant: grant_ref(&grants[i]), ttl_ms: millis(grants[i].ttl) }).collect();
         let sent = self.clock.mono();
-        (self.call_in(server, "renewing", &Request::Renew(items)).await, sent)
+        (self.call_raw(server, "renewing", &Request::Renew(items)).await, sent)
     }
 
     async fn release_on(
@@ -329,20 +374,22 @@ impl TenureStore {
             .map(|r| AskWire {
                 name: r.name.as_str(),
                 mode: r.mode,
-                ttl_ms: r.ttl.as_millis() as u64,
+                ttl_ms: millis(r.ttl),
                 holder: HolderWire::of(&r.holder),
                 retake: r.retake,
                 meta: r.meta.as_deref(),
             })
             .collect();
         let sent = self.clock.mono();
-        let body = self.call_in(server, "acquiring", &Request::Acquire { tentative, asks }).await?;
+        let body = self.call_raw(server, "acquiring", &Request::Acquire { tentative, asks }).await?;
         match self.decode_in("acquiring", &body)? {
             ResponseIn::Acquired(AcquireReplyIn::Granted(gs)) if gs.len() == reqs.len() => {
-                Ok(Ok(gs.into_iter().zip(reqs).map(|(g, r)| grant(r, g, sent, tentative)).collect()))
+                let grants = gs.into_iter().zip(reqs).map(|(g, r)| grant(r, g, sent, tentative));
+                Ok(Ok(grants.collect::<std::result::Result<_, _>>().map_err(|m| self.hostile("acquiring", m))?))
             }
             ResponseIn::Acquired(AcquireReplyIn::Busy { index, holders, version }) => {
-                let index = (index as usize).min(reqs.len().saturating_sub(1));
+                let index = usize::try_from(index).unwrap_or(usize::MAX).min(reqs.len().saturating_sub(1));
+                holders.iter().try_for_each(wire::check_view).map_err(|m| self.hostile("acquiring", m))?;
                 let busy = Busy {
                     name: reqs[index].name.clone(),
                     holders: holders.into_iter().map(HolderView::from).collect(),
@@ -353,10 +400,48 @@ impl TenureStore {
                 Ok(Err((index, busy)))
             }
             ResponseIn::Acquired(AcquireReplyIn::Quarantine { left_ms }) => {
+                wire::check_quarantine(left_ms).map_err(|m| self.hostile("acquiring", m))?;
                 let busy = self.quarantine_busy(server, reqs[0].name.clone(), left_ms);
                 Ok(Err((0, busy)))
             }
+            ResponseIn::Acquired(AcquireReplyIn::Exhausted { index, last_token }) => {
+                let index = usize::try_from(index).unwrap_or(usize::MAX).min(reqs.len().saturating_sub(1));
+                Err(Error::TokensExhausted { store: self.url.clone(), name: reqs[index].name.to_string(), last_token })
+            }
             other => Err(self.unexpected("acquiring", &other)),
+        }
+    }
+
+    /// Every name under `prefix` on one server, a page at a time: however many
+    /// leases it holds, each answer stays a bounded frame. A server must make
+    /// progress (names in order, after the previous page) and stop at
+    /// [`MAX_LISTED`].
+    async fn list_on(&self, server: usize, prefix: &str) -> Result<Vec<LeaseName>> {
+        let op = "listing";
+        let limit = u32::try_from(MAX_LIST_PAGE).unwrap_or(u32::MAX);
+        let mut names: Vec<LeaseName> = Vec::new();
+        loop {
+            let after = names.last().map(LeaseName::as_str);
+            let (page, more) = match self.call(server, op, &Request::List { prefix, limit, after }).await? {
+                Response::Names { names, more } => (names, more),
+                other => return Err(self.unexpected(op, &other)),
+            };
+            if more && page.is_empty() {
+                return Err(self.hostile(op, "an empty page said more names follow".into()));
+            }
+            for n in page {
+                let in_order = names.last().is_none_or(|last| last.as_str() < n.as_str());
+                if !in_order || !n.starts_with(prefix) {
+                    return Err(self.hostile(op, format!("{n:?} is out of order or outside the prefix {prefix:?}")));
+                }
+                names.push(LeaseName::new(n).map_err(|e| self.hostile(op, e.to_string()))?);
+            }
+            if names.len() > MAX_LISTED {
+                return Err(self.hostile(op, format!("more than {MAX_LISTED} names")));
+            }
+            if !more {
+                return Ok(names);
+            }
         }
     }
 
@@ -377,7 +462,7 @@ impl TenureStore {
             holder: Arc::new(holder),
             mode: Mode::Exclusive,
             token: 0,
-            deadline_ms: self.clock.wall_ms() + left_ms,
+            deadline_ms: self.clock.wall_ms().saturating_add(left_ms),
             ttl_ms: left_ms,
             expires_in_ms: left_ms,
         };
@@ -426,13 +511,18 @@ fn grant_ref(g: &Grant) -> RefWire<'_> {
     RefWire { name: g.name.as_str(), token: g.token, reservation: reservation_id(g), nonce: &g.holder.nonce }
 }
 
-fn grant(r: &AcquireRequest, g: GrantIn<'_>, sent: Mono, tentative: bool) -> Grant {
+/// A grant from the wire, its numbers checked (`Err` names the one out of range).
+fn grant(r: &AcquireRequest, g: GrantIn<'_>, sent: Mono, tentative: bool) -> std::result::Result<Grant, String> {
+    wire::check_grant(g.token, g.deadline_ms, tentative)?;
+    if let Some(p) = &g.predecessor {
+        wire::check_predecessor(p.token, p.at_ms, p.acquired_ms, p.watermark_ms)?;
+    }
     let version = if tentative {
         Version { tag: format!("reservation-{}", g.version), seq: Some(g.version) }
     } else {
         Version::seq(g.version)
     };
-    Grant {
+    Ok(Grant {
         name: r.name.clone(),
         mode: r.mode,
         token: g.token,
@@ -443,7 +533,7 @@ fn grant(r: &AcquireRequest, g: GrantIn<'_>, sent: Mono, tentative: bool) -> Gra
         predecessor: g.predecessor.map(|p| predecessor(p, &r.holder)),
         version,
         witness: Some(g.witness.to_vec()),
-    }
+    })
 }
 
 /// A predecessor from the wire. Its holder is very often the asker itself (a
@@ -474,7 +564,7 @@ fn predecessor(p: PredIn<'_>, asker: &Arc<Holder>) -> Predecessor {
         holder,
         how: p.how,
         at_ms: p.at_ms,
-        acquired_ms: None,
+        acquired_ms: p.acquired_ms,
         watermark_ms: p.watermark_ms,
         meta: p.meta.map(str::to_string),
     }
@@ -526,6 +616,7 @@ impl LeaseStore for TenureStore {
     async fn inspect(&self, name: &LeaseName) -> Result<LeaseState> {
         let server = self.server_for(name.as_str());
         match self.call(server, "inspecting", &Request::Inspect(name.as_str())).await? {
+            Response::State(s) if let Err(m) = wire::check_state(&s) => Err(self.hostile("inspecting", m)),
             Response::State(s) => Ok(LeaseState {
                 name: name.clone(),
                 version: s.version.map(Version::seq),
@@ -542,14 +633,10 @@ impl LeaseStore for TenureStore {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LeaseName>> {
-        let req = Request::List { prefix, limit: 100_000 };
-        let answers = join_all((0..self.endpoints.len()).map(|s| self.call(s, "listing", &req))).await;
+        let answers = join_all((0..self.endpoints.len()).map(|s| self.list_on(s, prefix))).await;
         let mut names = Vec::new();
         for a in answers {
-            match a? {
-                Response::Names(n) => names.extend(n.into_iter().filter_map(|n| LeaseName::new(n).ok())),
-                other => return Err(self.unexpected("listing", &other)),
-            }
+            names.extend(a?);
         }
         names.sort();
         names.dedup();
@@ -600,6 +687,11 @@ impl LeaseStore for TenureStore {
                     for (&i, o) in idx.iter().zip(outs) {
                         let g = &grants[i];
                         out[i] = Some(match o {
+                            OutcomeIn::Ok(w)
+                                if let Err(m) = wire::check_grant(w.token, w.deadline_ms, is_reservation(g)) =>
+                            {
+                                Err(self.hostile("renewing", m))
+                            }
                             OutcomeIn::Ok(w) => Ok(Grant {
                                 name: g.name.clone(),
                                 mode: g.mode,

@@ -49,7 +49,16 @@ impl TenureStore {
             match out {
                 Ok(Response::Granted(outs)) if outs.len() == idx.len() => {
                     for (&i, o) in idx.iter().zip(outs) {
+                        let checked = |g: &crate::wire::GrantWire| {
+                            crate::wire::check_grant(g.token, g.deadline_ms, false)?;
+                            g.predecessor.as_ref().map_or(Ok(()), |p| {
+                                crate::wire::check_predecessor(p.token, p.at_ms, p.acquired_ms, p.watermark_ms)
+                            })
+                        };
                         match o {
+                            Outcome::Ok(g) if let Err(m) = checked(&g) => {
+                                failure.get_or_insert(Err(self.hostile("upgrading", m)));
+                            }
                             Outcome::Ok(g) => {
                                 let r = &reservations[i];
                                 upgraded[i] = Some(Grant {

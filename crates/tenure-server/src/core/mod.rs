@@ -20,25 +20,31 @@
 //!   turns a surviving reservation into a real grant. They are not record entries
 //!   because ending an entry other than by release raises the watermark to its
 //!   deadline, and a reservation wrote nothing: breaking one must cost nothing;
-//! - **a bounded memory**: records with no live grant are *retired* and kept for
-//!   their watermark, metadata and token (returned to the next holder) until
-//!   `retain` of them exist; then the oldest are dropped first, and the shard
-//!   remembers the highest token it dropped as a floor for new records.
+//! - **a bounded memory**: live leases, and the shared holders and reservations
+//!   beyond them, count together against `max_live` (each lease also has at most
+//!   [`MAX_HOLDERS`] and [`MAX_RESERVATIONS`]). Records with no live grant are
+//!   *retired*: their expired grants are ended as a takeover would end them, and
+//!   they are kept for their watermark, metadata and token (returned to the next
+//!   holder) until `retain` of them exist; then the oldest are dropped first, and
+//!   the shard remembers the highest token it dropped as a floor for new records.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tenure::limits::{micros, millis};
 use tenure::record::{self, ClockJudge, Decision, LeaseRecord};
 use tenure::{Clock, EndedHow, Holder, HolderView, LeaseName, Mode, Mono, Predecessor};
+
+use crate::wire::MIN_TTL_MS;
 
 use crate::witness::{BodyRef, PredRef, WitnessKind, witness_buf};
 
 mod table;
 
-pub use table::{LeaseRow, Snapshot};
-use table::{Reservation, Shard, Slot, retire_if_idle, slot_mut, unretire};
+pub use table::{Cursor, LeaseRow, Snapshot};
+use table::{Reservation, Shard, Slot, retire_if_idle, reweigh, slot_mut, unretire};
 
 /// A decision not yet applied.
 struct Decided {
@@ -51,6 +57,12 @@ struct Decided {
 pub const SHARDS: usize = 64;
 /// Longest metadata a holder may leave with a lease, in bytes.
 pub const MAX_META: usize = 1024;
+/// Most live shared holders of one lease. Every answer that lists a lease's
+/// holders (inspect, busy) then stays far below the largest frame (about 1.4 KB
+/// a holder at most), and one lease cannot take the server's memory.
+pub const MAX_HOLDERS: usize = 1024;
+/// Most live tentative reservations of one lease.
+pub const MAX_RESERVATIONS: usize = 1024;
 
 /// Limits and timing of a [`Core`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,7 +72,8 @@ pub struct CoreOptions {
     /// Time after start during which nothing is granted (normally `max_lease` plus a
     /// margin: every grant of a previous incarnation has ended by then).
     pub quarantine: Duration,
-    /// Most leases with a live grant or reservation at once.
+    /// Most leases with a live grant or reservation at once; each shared holder
+    /// and each reservation counts as one more.
     pub max_live: usize,
     /// Most retired records (no live grant) kept for their watermark and metadata.
     pub retain: usize,
@@ -87,6 +100,14 @@ pub enum Refusal {
     Changed,
     /// Nothing to do (e.g. no grant to break).
     Nothing(String),
+    /// Ask `index` of an acquisition names a lease whose fencing tokens are used
+    /// up: granting it again would make tokens go backwards, so it never is.
+    Exhausted {
+        /// Index of the ask in the request.
+        index: usize,
+        /// The lease's highest token (or the floor that reached the top).
+        last_token: u64,
+    },
 }
 
 /// One lease asked for.
@@ -271,7 +292,7 @@ impl Core {
     /// time since.
     pub fn now_us(&self) -> u64 {
         let since = self.clock.mono().saturating_since(self.start);
-        self.start_wall_us.saturating_add(since.as_micros() as u64)
+        self.start_wall_us.saturating_add(micros(since))
     }
 
     /// Server time when this incarnation started (µs since the unix epoch).
@@ -314,10 +335,10 @@ impl Core {
     }
 
     fn check_ttl(&self, ttl_ms: u64) -> Result<(), Refusal> {
-        if ttl_ms == 0 || ttl_ms > self.opts.max_lease.as_millis() as u64 {
+        let max = millis(self.opts.max_lease);
+        if !(MIN_TTL_MS..=max).contains(&ttl_ms) {
             return Err(Refusal::Invalid(format!(
-                "lease duration {ttl_ms}ms is outside 1ms..={}ms (the server's --max-lease)",
-                self.opts.max_lease.as_millis()
+                "lease duration {ttl_ms}ms is outside {MIN_TTL_MS}ms..={max}ms (the server's --max-lease)"
             )));
         }
         Ok(())
@@ -326,7 +347,7 @@ impl Core {
     /// Highest token a grant may take at `now_us`: more than `max_lease / 2` ahead
     /// of the clock would break the restart rule.
     fn token_limit(&self, now_us: u64) -> u64 {
-        now_us.saturating_add(self.opts.max_lease.as_micros() as u64 / 2)
+        now_us.saturating_add(micros(self.opts.max_lease) / 2)
     }
 
     /// Acquires every lease of `asks` or none (`tentative`: reservations only).
@@ -367,7 +388,11 @@ impl Core {
         let now_us = self.now_us();
         let mut decided = Vec::with_capacity(asks.len());
         for (index, ((ask, &sid), &h)) in asks.iter().zip(&shard_ids).zip(&hashes).enumerate() {
-            match self.decide(guard(&mut guards, sid), h, ask, now_us, tentative)? {
+            let decided_one = self.decide(guard(&mut guards, sid), h, ask, now_us, tentative).map_err(|r| match r {
+                Refusal::Exhausted { last_token, .. } => Refusal::Exhausted { index, last_token },
+                other => other,
+            })?;
+            match decided_one {
                 Err(holders) => return Ok(self.busy(guard(&mut guards, sid), h, ask.name, index, holders)),
                 Ok(d) => decided.push(d),
             }
@@ -395,21 +420,23 @@ impl Core {
     ) -> Result<Option<Acquired>, Refusal> {
         let now_ms = now_us / 1000;
         let floor = now_us.max(shard.dropped_floor);
+        let full = self.full(shard);
         let existing = slot_mut(&mut shard.slots, h, ask.name);
         // The token `record::acquire` would take if it grants.
         let next = existing.as_ref().map_or(0, |s| s.record.last_token).max(floor).saturating_add(1);
-        if next > self.token_limit(now_us) || existing.as_ref().is_some_and(|s| !s.reservations.is_empty()) {
+        // Reservations, and a crowd of shared holders to count, are left to `decide`.
+        if next > self.token_limit(now_us)
+            || existing.as_ref().is_some_and(|s| !s.reservations.is_empty() || s.record.shared.len() >= MAX_HOLDERS)
+        {
             return Ok(None);
         }
         let slot = match existing {
+            Some(_) if full && ask.mode == Mode::Shared => return Err(self.full_refusal()),
             Some(slot) => slot,
             None => {
                 LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
-                if shard.slots.len() - shard.retired >= (self.opts.max_live / SHARDS).max(1) {
-                    return Err(Refusal::Overloaded(format!(
-                        "the server holds its limit of {} live leases",
-                        self.opts.max_live
-                    )));
+                if full {
+                    return Err(self.full_refusal());
                 }
                 let slot = Slot::new(Arc::from(ask.name), h, now_ms);
                 shard.slots.insert_unique(h, slot, |s| s.hash).into_mut()
@@ -429,10 +456,7 @@ impl Core {
             match record::acquire(&mut slot.record, &rask, &ClockJudge { now_ms }) {
                 Ok(granted) => granted,
                 Err(record::Refused::Exhausted { last_token }) => {
-                    return Err(Refusal::Invalid(format!(
-                        "lease {:?} has used up its fencing tokens (last token {last_token})",
-                        ask.name
-                    )));
+                    return Err(Refusal::Exhausted { index: 0, last_token });
                 }
                 Err(record::Refused::Busy(holders)) => {
                     bump(&stats.busy);
@@ -442,6 +466,7 @@ impl Core {
             };
         slot.version += 1;
         slot.modified_ms = now_ms;
+        reweigh(&mut shard.weight, slot);
         bump(&stats.grants);
         if predecessor.as_ref().is_some_and(|p| p.how == EndedHow::Expired && p.at_ms == now_ms) {
             bump(&stats.expired_takeovers);
@@ -474,14 +499,16 @@ impl Core {
     ) -> Result<Result<Decided, Vec<HolderView>>, Refusal> {
         let now_ms = now_us / 1000;
         let slot = shard.slots.find(h, |s| &*s.name == ask.name);
-        if slot.is_none() {
-            LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
-            if shard.slots.len() - shard.retired >= (self.opts.max_live / SHARDS).max(1) {
-                return Err(Refusal::Overloaded(format!(
-                    "the server holds its limit of {} live leases",
-                    self.opts.max_live
-                )));
+        match slot {
+            None => {
+                LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
+                if self.full(shard) {
+                    return Err(self.full_refusal());
+                }
             }
+            // A new shared holder or reservation takes room as a new lease does.
+            Some(_) if (tentative || ask.mode == Mode::Shared) && self.full(shard) => return Err(self.full_refusal()),
+            Some(s) => s.check_crowd(ask, now_ms, tentative)?,
         }
         let blocked_by_reservation = slot.is_some_and(|s| {
             s.reservations.iter().any(|r| {
@@ -502,10 +529,7 @@ impl Core {
         let judge = ClockJudge { now_ms };
         match record::decide_acquire(ask.name, slot.map(|s| &s.record), &rask, &judge) {
             Decision::Busy(holders) => Ok(Err(holders)),
-            Decision::Exhausted { last_token } => Err(Refusal::Invalid(format!(
-                "lease {:?} has used up its fencing tokens (last token {last_token})",
-                ask.name
-            ))),
+            Decision::Exhausted { last_token } => Err(Refusal::Exhausted { index: 0, last_token }),
             Decision::Grant { .. } if tentative && blocked_by_reservation => Ok(Err(Vec::new())),
             Decision::Grant { record, token, predecessor } => {
                 if token > self.token_limit(now_us) {
@@ -560,6 +584,7 @@ impl Core {
             (WitnessKind::Grant, token, slot.version)
         };
         slot.modified_ms = now_ms;
+        reweigh(&mut shard.weight, slot);
         unretire(&mut shard.retired, &mut shard.retire_queue, retired_seq);
         if tentative {
             shard.next_reservation = res_id;
@@ -608,6 +633,7 @@ impl Core {
             return Ok(Err("the reservation was broken by a full request".into()));
         };
         let r = slot.reservations.swap_remove(pos);
+        reweigh(&mut shard.weight, slot);
         if r.deadline_ms <= now_ms {
             bump(&stats.upgrades_failed);
             return Ok(Err("the reservation expired".into()));
@@ -634,6 +660,7 @@ impl Core {
                 slot.record = record;
                 slot.version += 1;
                 slot.modified_ms = now_ms;
+                reweigh(&mut shard.weight, slot);
                 bump(&stats.grants);
                 let deadline_ms = now_ms.saturating_add(r.ttl_ms);
                 let witness = encoded(BodyRef {
@@ -692,7 +719,7 @@ impl Core {
                 let (deadline_ms, mode) = slot
                     .record
                     .find(token, nonce)
-                    .map_or((now_ms + ttl_ms, Mode::Exclusive), |(e, m)| (e.deadline_ms, m));
+                    .map_or((now_ms.saturating_add(ttl_ms), Mode::Exclusive), |(e, m)| (e.deadline_ms, m));
                 slot.version += 1;
                 slot.modified_ms = now_ms;
                 let version = slot.version;
@@ -729,6 +756,7 @@ impl Core {
             let before = slot.reservations.len();
             slot.reservations.retain(|r| !(r.id == id && r.holder.nonce == nonce));
             let released = slot.reservations.len() < before;
+            reweigh(&mut shard.weight, slot);
             retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
             return Ok(released);
         }
@@ -746,6 +774,7 @@ impl Core {
             Ok(()) => {
                 slot.version += 1;
                 slot.modified_ms = now_ms;
+                reweigh(&mut shard.weight, slot);
                 bump(&shard.stats.releases);
                 if !slot.is_live(now_ms) {
                     retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
@@ -753,6 +782,21 @@ impl Core {
                 Ok(true)
             }
         }
+    }
+
+    /// Whether `shard` holds its share of `max_live`: live leases, and the
+    /// shared holders and reservations beyond them, each count as one (memory
+    /// grows with each of them alike).
+    fn full(&self, shard: &Shard) -> bool {
+        let used = (shard.slots.len() - shard.retired).saturating_add(shard.weight);
+        used >= (self.opts.max_live / SHARDS).max(1)
+    }
+
+    fn full_refusal(&self) -> Refusal {
+        Refusal::Overloaded(format!(
+            "the server holds its limit of {} live leases (each shared holder and reservation counts as one)",
+            self.opts.max_live
+        ))
     }
 
     fn per_shard_retain(&self) -> usize {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 use tenure::record::{self, ClockJudge, LeaseRecord};
-use tenure::{Holder, HolderView, LeaseName, LeaseState, Mode, Predecessor, Version};
+use tenure::{EndedHow, Holder, HolderView, LeaseName, LeaseState, Mode, Predecessor, Version};
 
 use super::{Core, Refusal, Stats, bump, lock};
 
@@ -34,6 +34,9 @@ pub(super) struct Slot {
     pub(super) busy: u64,
     /// Position in the shard's retire queue, 0 while live.
     pub(super) retired: u64,
+    /// Its shared holders and reservations, as last counted into the shard's
+    /// [`Shard::weight`].
+    pub(super) weight: usize,
 }
 
 impl Slot {
@@ -47,7 +50,27 @@ impl Slot {
             reservations: Vec::new(),
             busy: 0,
             retired: 0,
+            weight: 0,
         }
+    }
+
+    /// Refuses an ask that would pass [`super::MAX_HOLDERS`] live shared
+    /// holders or [`super::MAX_RESERVATIONS`] live reservations on this lease.
+    pub(super) fn check_crowd(&self, ask: &super::Ask<'_>, now_ms: u64, tentative: bool) -> Result<(), Refusal> {
+        let (live, limit, what) = if tentative {
+            let live =
+                self.reservations.iter().filter(|r| r.deadline_ms > now_ms && r.holder.nonce != ask.holder.nonce);
+            (live.count(), super::MAX_RESERVATIONS, "reservations")
+        } else if ask.mode == Mode::Shared && self.record.shared.len() >= super::MAX_HOLDERS {
+            let live = self.record.shared.iter().filter(|e| e.deadline_ms > now_ms);
+            (live.count(), super::MAX_HOLDERS, "shared holders")
+        } else {
+            return Ok(());
+        };
+        if live >= limit {
+            return Err(Refusal::Overloaded(format!("lease {:?} has its limit of {limit} live {what}", ask.name)));
+        }
+        Ok(())
     }
 
     pub(super) fn is_live(&self, now_ms: u64) -> bool {
@@ -76,6 +99,9 @@ pub(super) struct Shard {
     pub(super) next_reservation: u64,
     /// Highest token of a dropped record: new records start above it.
     pub(super) dropped_floor: u64,
+    /// Shared holders and reservations of all its slots: with the live slots,
+    /// what counts against `max_live` (see [`reweigh`]).
+    pub(super) weight: usize,
     /// This shard's counters.
     pub(super) stats: Stats,
 }
@@ -83,6 +109,15 @@ pub(super) struct Shard {
 /// The slot named `name` (whose hash is `h`).
 pub(super) fn slot_mut<'s>(slots: &'s mut HashTable<Slot>, h: u64, name: &str) -> Option<&'s mut Slot> {
     slots.find_mut(h, |s| &*s.name == name)
+}
+
+/// Brings a shard's [`Shard::weight`] up to date with `slot` after a change to
+/// its shared holders or reservations. Each slot remembers what it added, so a
+/// change counted late is corrected by the next one, never counted twice.
+pub(super) fn reweigh(total: &mut usize, slot: &mut Slot) {
+    let now = slot.record.shared.len() + slot.reservations.len();
+    *total = total.saturating_sub(slot.weight).saturating_add(now);
+    slot.weight = now;
 }
 
 /// Takes a slot that was retired as `seq` (0: it was not) out of the retired count.
@@ -98,7 +133,7 @@ pub(super) fn unretire(retired: &mut usize, queue: &mut VecDeque<Retiree>, seq: 
     }
 }
 
-/// What the status page shows.
+/// What a page of the status view shows.
 #[derive(Debug, Default, Clone)]
 pub struct Snapshot {
     /// Leases with a record, live ones first.
@@ -107,8 +142,20 @@ pub struct Snapshot {
     pub live: usize,
     /// Retired records kept for their watermark.
     pub retired: usize,
-    /// Whether `leases` was cut at the limit.
+    /// Whether more leases follow this page.
     pub truncated: bool,
+    /// How many leases follow this page.
+    pub remaining: usize,
+}
+
+/// Where a row stands in the status view's order: leases with a live grant
+/// first, then idle ones, each part by name. A page starts after one.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cursor {
+    /// No live grant.
+    pub idle: bool,
+    /// The lease name.
+    pub name: Arc<str>,
 }
 
 /// One lease on the status page.
@@ -130,6 +177,8 @@ pub struct LeaseRow {
     pub busy: u64,
     /// Last change, server wall ms.
     pub modified_ms: u64,
+    /// Its place in the view's order (the next page starts after the last row's).
+    pub key: Cursor,
 }
 
 impl Core {
@@ -161,16 +210,48 @@ impl Core {
         state
     }
 
-    /// Names under `prefix`, sorted (at most `limit`).
-    pub fn list(&self, prefix: &str, limit: usize) -> Vec<String> {
-        let mut names = Vec::new();
+    /// One page of the names under `prefix`, in order: those after `after`, at
+    /// most `limit` of them (at least one) and, past the first, no more than
+    /// `max_bytes` of names. `true` with it if more names follow the page.
+    ///
+    /// Each page costs a scan of the table, one shard lock at a time, and keeps
+    /// at most twice `limit` names aside: any number of leases can be listed, a
+    /// page at a time, in bounded memory.
+    pub fn list(&self, prefix: &str, after: Option<&str>, limit: usize, max_bytes: usize) -> (Vec<String>, bool) {
+        let keep = limit.max(1).saturating_add(1);
+        let mut names: Vec<Arc<str>> = Vec::new();
+        // Once `keep` names are kept, only names below the largest of them can
+        // still be on the page: the others are skipped without a copy.
+        let mut bound: Option<Arc<str>> = None;
         for shard in self.shards.iter() {
-            names
-                .extend(lock(&shard.0).slots.iter().filter(|s| s.name.starts_with(prefix)).map(|s| s.name.to_string()));
+            let shard = lock(&shard.0);
+            let wanted = |s: &&Slot| {
+                s.name.starts_with(prefix)
+                    && after.is_none_or(|a| &*s.name > a)
+                    && bound.as_ref().is_none_or(|b| s.name < *b)
+            };
+            names.extend(shard.slots.iter().filter(wanted).map(|s| s.name.clone()));
+            if names.len() > keep.saturating_mul(2) {
+                keep_smallest(&mut names, keep);
+                bound = names.iter().max().cloned();
+            }
         }
+        keep_smallest(&mut names, keep);
         names.sort_unstable();
-        names.truncate(limit);
-        names
+        let mut more = names.len() > limit.max(1);
+        names.truncate(limit.max(1));
+        let mut out = Vec::with_capacity(names.len());
+        let mut bytes = 0usize;
+        for n in names {
+            // Postcard adds a length prefix of at most two bytes to a short name.
+            bytes = bytes.saturating_add(n.len() + 2);
+            if bytes > max_bytes && !out.is_empty() {
+                more = true;
+                break;
+            }
+            out.push(n.to_string());
+        }
+        (out, more)
     }
 
     /// Breaks the grants of `name` (all, or only `only_token`) if its version is
@@ -190,6 +271,7 @@ impl Core {
         if only_token.is_none() {
             slot.reservations.clear();
         }
+        reweigh(&mut shard.weight, slot);
         bump(&shard.stats.breaks);
         retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
         Ok(())
@@ -215,34 +297,110 @@ impl Core {
         }
     }
 
-    /// A snapshot for the status page: live leases first, then retired ones.
-    pub fn snapshot(&self, limit: usize) -> Snapshot {
+    /// How many records are live and how many retired, without listing them.
+    pub fn counts(&self) -> (usize, usize) {
+        let (mut live, mut retired) = (0, 0);
+        for shard in self.shards.iter() {
+            let shard = lock(&shard.0);
+            retired += shard.retired;
+            live += shard.slots.len() - shard.retired;
+        }
+        (live, retired)
+    }
+
+    /// A page of the status view: leases with a live grant first, then the
+    /// others, each part by name; those after `after`, at most `limit`.
+    pub fn snapshot(&self, after: Option<&Cursor>, limit: usize) -> Snapshot {
         let now_ms = self.now_us() / 1000;
         let judge = ClockJudge { now_ms };
+        let keep = limit.saturating_add(1);
         let mut snap = Snapshot::default();
+        // First pass: the keys of the page, one shard lock at a time.
+        let mut keys: Vec<(Cursor, u64)> = Vec::new();
+        let mut matched = 0usize;
+        // As in `list`: past the largest of `keep` kept keys, nothing is copied.
+        let key_of = |c: &Cursor| (c.idle, c.name.clone());
+        let after = after.map(key_of);
+        let mut bound: Option<(bool, Arc<str>)> = None;
         for shard in self.shards.iter() {
             let shard = lock(&shard.0);
             snap.retired += shard.retired;
             snap.live += shard.slots.len() - shard.retired;
             for slot in shard.slots.iter() {
-                if snap.leases.len() >= limit {
-                    snap.truncated = true;
-                    break;
+                let idle = !slot.record.entries().any(|(e, _)| e.deadline_ms > now_ms);
+                let key = (idle, &*slot.name);
+                if after.as_ref().is_some_and(|(i, n)| key <= (*i, &**n)) {
+                    continue;
                 }
-                snap.leases.push(LeaseRow {
-                    name: slot.name.to_string(),
-                    holders: record::views(&slot.record, &judge),
-                    tentative: slot.reservations.iter().filter(|r| r.deadline_ms > now_ms).count(),
-                    last_token: slot.record.last_token,
-                    watermark_ms: slot.record.watermark_ms,
-                    last: slot.record.predecessor(),
-                    busy: slot.busy,
-                    modified_ms: slot.modified_ms,
-                });
+                matched += 1;
+                if bound.as_ref().is_none_or(|(i, n)| key < (*i, &**n)) {
+                    keys.push((Cursor { idle, name: slot.name.clone() }, slot.hash));
+                }
+            }
+            if keys.len() > keep.saturating_mul(2) {
+                keep_smallest(&mut keys, keep);
+                bound = keys.iter().map(|(k, _)| k).max().map(key_of);
             }
         }
-        snap.leases.sort_by(|a, b| a.holders.is_empty().cmp(&b.holders.is_empty()).then(a.name.cmp(&b.name)));
+        keep_smallest(&mut keys, keep);
+        keys.sort_unstable();
+        keys.truncate(limit);
+        // Second pass: the rows, each read under its shard's lock (a lease that
+        // went away meanwhile is left out).
+        for (key, h) in keys {
+            let shard = lock(self.shard(h));
+            let Some(slot) = shard.slots.find(h, |s| s.name == key.name) else { continue };
+            snap.leases.push(LeaseRow {
+                name: slot.name.to_string(),
+                holders: record::views(&slot.record, &judge),
+                tentative: slot.reservations.iter().filter(|r| r.deadline_ms > now_ms).count(),
+                last_token: slot.record.last_token,
+                watermark_ms: slot.record.watermark_ms,
+                last: slot.record.predecessor(),
+                busy: slot.busy,
+                modified_ms: slot.modified_ms,
+                key,
+            });
+        }
+        snap.remaining = matched.saturating_sub(snap.leases.len());
+        snap.truncated = snap.remaining > 0;
         snap
+    }
+}
+
+/// Ends the grants of a slot that has no live grant or reservation left: each
+/// has expired, and is ended as a takeover would end it (its deadline joins the
+/// watermark, the newest becomes the record's last ending). A retired record
+/// then keeps its last ending and counters, not a crowd of expired holders, so
+/// that `--retain` bounds its memory as one record's.
+fn settle_expired(slot: &mut Slot, now_ms: u64) {
+    // The usual case, a lease its last holder released: nothing to settle.
+    if slot.record.exclusive.is_none() && slot.record.shared.is_empty() && slot.reservations.is_empty() {
+        return;
+    }
+    slot.reservations.clear();
+    let mut ended = false;
+    // Each round ends one grant (a release by its own token and nonce cannot
+    // fail on a grant that is there; should it, the loop stops).
+    loop {
+        let first = slot.record.entries().next().map(|(e, _)| (e.token, e.holder.clone()));
+        let Some((token, holder)) = first else { break };
+        if record::release(&mut slot.record, token, &holder.nonce, EndedHow::Expired, now_ms, None, None).is_err() {
+            break;
+        }
+        ended = true;
+    }
+    if ended {
+        slot.version += 1;
+        slot.modified_ms = now_ms;
+    }
+}
+
+/// Keeps the `k` smallest items of `v` (in no order).
+fn keep_smallest<T: Ord>(v: &mut Vec<T>, k: usize) {
+    if v.len() > k {
+        v.select_nth_unstable(k);
+        v.truncate(k);
     }
 }
 
@@ -253,6 +411,8 @@ pub(super) fn retire_if_idle(shard: &mut Shard, h: u64, name: &str, now_ms: u64,
     if slot.retired != 0 || slot.is_live(now_ms) {
         return;
     }
+    settle_expired(slot, now_ms);
+    reweigh(&mut shard.weight, slot);
     shard.next_retire += 1;
     slot.retired = shard.next_retire;
     shard.retired += 1;
@@ -263,6 +423,7 @@ pub(super) fn retire_if_idle(shard: &mut Shard, h: u64, name: &str, now_ms: u64,
         if let Ok(entry) = shard.slots.find_entry(old.hash, |s| s.retired == old.seq) {
             let (s, _) = entry.remove();
             shard.retired -= 1;
+            shard.weight = shard.weight.saturating_sub(s.weight);
             shard.dropped_floor = shard.dropped_floor.max(s.record.last_token);
             bump(&shard.stats.dropped);
         }

@@ -11,6 +11,8 @@ use tenure_conformance::{Harness, Time};
 use tenure_server::server::RunningServer;
 use tenure_server::{Core, CoreOptions, Server, ServerOptions, Signer, TenureStore};
 
+pub mod abuse;
+
 /// Longest lease the test servers grant.
 pub const MAX_LEASE: Duration = Duration::from_secs(10);
 

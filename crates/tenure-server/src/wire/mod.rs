@@ -1,4 +1,5 @@
-//! The wire protocol, version 1: the message types and their framing.
+//! The wire protocol, version 2: the message types, their framing, and the
+//! ranges every number in them must fall in.
 //!
 //! See the crate documentation for the protocol as a whole. Every frame is
 //!
@@ -13,15 +14,33 @@
 //! declaration order, so **variants and fields are only ever appended**). A
 //! response carries its request's `id`; responses may come in any order.
 //!
+//! Version 2 (this one) added the cursor of `List` and the `more` flag of its
+//! answer, the predecessor's `acquired_ms`, and `AcquireReply::Exhausted`; a
+//! version 1 peer is refused at the hello.
+//!
+//! # Numbers from outside
+//!
+//! Every number a frame carries is checked where it is decoded, against
+//! [`tenure::limits`] and the server's own limits: [`check_request`] on the
+//! server (an `Error { code: Invalid }` naming the field), and the `check_*`
+//! functions on the client (a store error naming the field): a hostile or buggy
+//! peer gets a clear refusal, never a wrapped deadline or a panic.
+//!
 //! [postcard]: https://docs.rs/postcard
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tenure::{EndedHow, Holder, HolderView, Mode, Predecessor};
+use tenure::limits::{MAX_TIME_MS, MAX_TOKEN, MAX_TTL, millis};
+use tenure::{EndedHow, Holder, HolderView, MAX_NAME_LEN, Mode, Predecessor};
+
+mod check;
+
+pub use check::check_request;
+pub(crate) use check::{check_grant, check_max_lease, check_predecessor, check_quarantine, check_state, check_view};
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// The first four bytes of the hello's payload.
 pub const MAGIC: [u8; 4] = *b"TNRW";
 /// Largest request frame a server accepts (length field included).
@@ -32,6 +51,16 @@ pub const MAX_RESPONSE: usize = 8 * 1024 * 1024;
 pub const MAX_BATCH: usize = 512;
 /// Longest holder string (host, user, version, label, nonce), in bytes.
 pub const MAX_HOLDER_FIELD: usize = 256;
+/// Largest frame a connection may send before its hello is answered: a hello
+/// is a few dozen bytes plus the shared secret.
+pub const MAX_HELLO: usize = 4 * 1024;
+/// Shortest lease duration a server grants, in ms (as `tenure::LeaseOptions`).
+pub const MIN_TTL_MS: u64 = 10;
+/// Most names in one `List` answer.
+pub const MAX_LIST_PAGE: usize = 10_000;
+/// Most bytes of names in one `List` answer: with [`MAX_LIST_PAGE`] names of at
+/// most 255 bytes, a page stays far below [`MAX_RESPONSE`].
+pub const MAX_LIST_BYTES: usize = 1024 * 1024;
 
 /// A request, borrowed from the frame it was decoded from.
 #[derive(Debug, Serialize, Deserialize)]
@@ -62,12 +91,15 @@ pub enum Request<'a> {
     Release(#[serde(borrow)] Vec<ReleaseWire<'a>>),
     /// A lease's state.
     Inspect(&'a str),
-    /// Names under a prefix.
+    /// Names under a prefix, in order, one page at a time.
     List {
         /// Prefix.
         prefix: &'a str,
-        /// Most names to return.
+        /// Most names to return (the server returns at most [`MAX_LIST_PAGE`],
+        /// and fewer if their bytes would pass [`MAX_LIST_BYTES`]).
         limit: u32,
+        /// Only names after this one: the last name of the previous page.
+        after: Option<&'a str>,
     },
     /// Break grants if the record is still at `version`.
     Break {
@@ -218,8 +250,13 @@ pub enum Response {
     Released(Vec<bool>),
     /// Answer to [`Request::Inspect`].
     State(StateWire),
-    /// Answer to [`Request::List`].
-    Names(Vec<String>),
+    /// Answer to [`Request::List`]: a page of names, in order.
+    Names {
+        /// The names.
+        names: Vec<String>,
+        /// More names follow the last one: ask again with it as `after`.
+        more: bool,
+    },
     /// Answer to [`Request::Break`].
     Done,
     /// Answer to [`Request::Ping`].
@@ -251,6 +288,14 @@ pub enum AcquireReply {
     Quarantine {
         /// Milliseconds left.
         left_ms: u64,
+    },
+    /// Ask `index`'s lease has used up its fencing tokens: it is never granted
+    /// again (tokens would go backwards); nothing was taken.
+    Exhausted {
+        /// Index in the request.
+        index: u32,
+        /// The lease's highest token.
+        last_token: u64,
     },
 }
 
@@ -372,6 +417,8 @@ pub struct PredecessorWire {
     pub watermark_ms: Option<u64>,
     /// Metadata.
     pub meta: Option<String>,
+    /// When its grant began, on its holder's clock (version 2).
+    pub acquired_ms: Option<u64>,
 }
 
 impl From<&Predecessor> for PredecessorWire {
@@ -383,19 +430,7 @@ impl From<&Predecessor> for PredecessorWire {
             at_ms: p.at_ms,
             watermark_ms: p.watermark_ms,
             meta: p.meta.clone(),
-        }
-    }
-}
-
-impl From<Predecessor> for PredecessorWire {
-    fn from(p: Predecessor) -> Self {
-        Self {
-            token: p.token,
-            holder: p.holder.as_deref().map(HolderOwned::from),
-            how: p.how,
-            at_ms: p.at_ms,
-            watermark_ms: p.watermark_ms,
-            meta: p.meta,
+            acquired_ms: p.acquired_ms,
         }
     }
 }
@@ -407,7 +442,7 @@ impl From<PredecessorWire> for Predecessor {
             holder: p.holder.map(Arc::from),
             how: p.how,
             at_ms: p.at_ms,
-            acquired_ms: None,
+            acquired_ms: p.acquired_ms,
             watermark_ms: p.watermark_ms,
             meta: p.meta,
         }
@@ -495,6 +530,10 @@ pub enum ErrorCode {
     Nothing,
     /// The server is in its start-up quarantine.
     Quarantine,
+    /// The server closes a connection that was idle for its idle timeout (sent
+    /// with id 0): it read nothing after deciding so, so requests still waiting
+    /// for an answer were not handled and may be sent again (version 2).
+    Idle,
 }
 
 /// Appends a request frame with `id` to `out`.
@@ -525,191 +564,14 @@ fn append_frame<T: Serialize + ?Sized>(out: &mut Vec<u8>, header: &[u8], body: &
     // Serialising plain data into a Vec cannot fail.
     *out = postcard::to_extend(body, std::mem::take(out)).unwrap_or_else(|_| Vec::new());
     let Some(len) = out.len().checked_sub(start + 4) else { return };
-    out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
+    // Every answer is bounded far below 4 GiB; a length that did not fit would
+    // be refused by the peer as oversized, never wrap to a small one.
+    out[start..start + 4].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
 }
 
-/// The server's answers to acquisitions, renewals and upgrades, encoded straight
-/// from the table's [`Granted`] values: the same bytes as [`Response::Acquired`]
-/// with [`AcquireReply::Granted`], or [`Response::Granted`], without first copying
-/// every predecessor's holder into owned strings. Variant indices are those of
-/// the owned enums (postcard writes only the index), checked by a test.
-pub(crate) mod out {
-    use serde::Serialize;
-    use serde::ser::{SerializeSeq, SerializeStruct, Serializer};
-    use tenure::Predecessor;
+pub(crate) mod out;
 
-    use super::HolderWire;
-    use crate::core::Granted;
-
-    /// `Response::Acquired(AcquireReply::Granted(grants))`.
-    pub(crate) struct Acquired<'a>(pub(crate) &'a [Granted]);
-    /// `Response::Granted(outcomes)`: `Ok` grants, or `Lost` with why.
-    pub(crate) struct Outcomes<'a>(pub(crate) &'a [Result<Granted, String>]);
-
-    struct Grants<'a>(&'a [Granted]);
-    struct Grant<'a>(&'a Granted);
-    struct Pred<'a>(&'a Predecessor);
-    struct Bytes<'a>(&'a [u8]);
-    enum OutcomeRef<'a> {
-        Ok(&'a Granted),
-        Lost(&'a str),
-    }
-
-    impl Serialize for Acquired<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_newtype_variant("Response", 1, "Acquired", &AcquireReplyGranted(self.0))
-        }
-    }
-
-    struct AcquireReplyGranted<'a>(&'a [Granted]);
-
-    impl Serialize for AcquireReplyGranted<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_newtype_variant("AcquireReply", 0, "Granted", &Grants(self.0))
-        }
-    }
-
-    impl Serialize for Grants<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let mut seq = s.serialize_seq(Some(self.0.len()))?;
-            for g in self.0 {
-                seq.serialize_element(&Grant(g))?;
-            }
-            seq.end()
-        }
-    }
-
-    impl Serialize for Outcomes<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_newtype_variant("Response", 2, "Granted", &OutcomeSeq(self.0))
-        }
-    }
-
-    struct OutcomeSeq<'a>(&'a [Result<Granted, String>]);
-
-    impl Serialize for OutcomeSeq<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let mut seq = s.serialize_seq(Some(self.0.len()))?;
-            for o in self.0 {
-                seq.serialize_element(&match o {
-                    Ok(g) => OutcomeRef::Ok(g),
-                    Err(why) => OutcomeRef::Lost(why),
-                })?;
-            }
-            seq.end()
-        }
-    }
-
-    impl Serialize for OutcomeRef<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            match self {
-                OutcomeRef::Ok(g) => s.serialize_newtype_variant("Outcome", 0, "Ok", &Grant(g)),
-                OutcomeRef::Lost(why) => s.serialize_newtype_variant("Outcome", 1, "Lost", why),
-            }
-        }
-    }
-
-    impl Serialize for Grant<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let g = self.0;
-            let mut st = s.serialize_struct("GrantWire", 5)?;
-            st.serialize_field("token", &g.token)?;
-            st.serialize_field("deadline_ms", &g.deadline_ms)?;
-            st.serialize_field("version", &g.version)?;
-            st.serialize_field("predecessor", &g.predecessor.as_ref().map(Pred))?;
-            st.serialize_field("witness", &Bytes(&g.witness))?;
-            st.end()
-        }
-    }
-
-    impl Serialize for Pred<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let p = self.0;
-            // `HolderWire` borrows and encodes exactly as `HolderOwned`.
-            let holder = p.holder.as_deref().map(HolderWire::of);
-            let mut st = s.serialize_struct("PredecessorWire", 6)?;
-            st.serialize_field("token", &p.token)?;
-            st.serialize_field("holder", &holder)?;
-            st.serialize_field("how", &p.how)?;
-            st.serialize_field("at_ms", &p.at_ms)?;
-            st.serialize_field("watermark_ms", &p.watermark_ms)?;
-            st.serialize_field("meta", &p.meta.as_deref())?;
-            st.end()
-        }
-    }
-
-    impl Serialize for Bytes<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_bytes(self.0)
-        }
-    }
-}
-
-/// The client's view of the answers it gets most: [`Response`] decoded in place,
-/// grants borrowing their witness and predecessor from the frame, so that a
-/// grant costs no copy of a holder the client already has. Same variants, same
-/// order, same fields as the owned types (a test decodes the owned encoding).
-pub(crate) mod inbound {
-    use serde::Deserialize;
-    use tenure::EndedHow;
-
-    use super::{ErrorCode, HolderViewWire, HolderWire, StateWire};
-
-    /// [`super::Response`], borrowed where it matters.
-    #[derive(Debug, Deserialize)]
-    #[allow(dead_code)] // decoded for their place in the enum; the client reads them as `Response`
-    pub(crate) enum ResponseIn<'a> {
-        Hello { version: u16, public_key: [u8; 32], max_lease_ms: u64, quarantine_left_ms: u64, started_us: u64 },
-        Acquired(#[serde(borrow)] AcquireReplyIn<'a>),
-        Granted(#[serde(borrow)] Vec<OutcomeIn<'a>>),
-        Released(Vec<bool>),
-        State(StateWire),
-        Names(Vec<String>),
-        Done,
-        Pong,
-        Error { code: ErrorCode, message: String },
-    }
-
-    /// [`super::AcquireReply`].
-    #[derive(Debug, Deserialize)]
-    pub(crate) enum AcquireReplyIn<'a> {
-        Granted(#[serde(borrow)] Vec<GrantIn<'a>>),
-        Busy { index: u32, holders: Vec<HolderViewWire>, version: u64 },
-        Quarantine { left_ms: u64 },
-    }
-
-    /// [`super::Outcome`].
-    #[derive(Debug, Deserialize)]
-    pub(crate) enum OutcomeIn<'a> {
-        Ok(#[serde(borrow)] GrantIn<'a>),
-        Lost(String),
-    }
-
-    /// [`super::GrantWire`].
-    #[derive(Debug, Deserialize)]
-    pub(crate) struct GrantIn<'a> {
-        pub(crate) token: u64,
-        pub(crate) deadline_ms: u64,
-        pub(crate) version: u64,
-        #[serde(borrow)]
-        pub(crate) predecessor: Option<PredIn<'a>>,
-        #[serde(borrow)]
-        pub(crate) witness: &'a [u8],
-    }
-
-    /// [`super::PredecessorWire`].
-    #[derive(Debug, Deserialize)]
-    pub(crate) struct PredIn<'a> {
-        pub(crate) token: u64,
-        #[serde(borrow)]
-        pub(crate) holder: Option<HolderWire<'a>>,
-        pub(crate) how: EndedHow,
-        pub(crate) at_ms: u64,
-        pub(crate) watermark_ms: Option<u64>,
-        #[serde(borrow)]
-        pub(crate) meta: Option<&'a str>,
-    }
-}
+pub(crate) mod inbound;
 
 /// Where the next frame in `buf` ends: `Ok(None)` if more bytes are needed,
 /// `Err` if the length field is out of bounds (`min` ..= `max` bytes after it).
@@ -737,168 +599,4 @@ pub fn split_request(frame: &[u8]) -> Option<(u32, &[u8])> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn witness_bytes_keep_the_plain_sequence_wire_format() {
-        #[derive(Serialize)]
-        struct Plain {
-            token: u64,
-            deadline_ms: u64,
-            version: u64,
-            predecessor: Option<PredecessorWire>,
-            witness: Vec<u8>,
-        }
-        let witness: Vec<u8> = (0..=255).collect();
-        let plain = Plain { token: 7, deadline_ms: 9, version: 3, predecessor: None, witness: witness.clone() };
-        let fast = GrantWire { token: 7, deadline_ms: 9, version: 3, predecessor: None, witness };
-        let (a, b) = (postcard::to_allocvec(&plain), postcard::to_allocvec(&fast));
-        assert_eq!(a.ok(), b.ok());
-        let bytes = postcard::to_allocvec(&fast).unwrap_or_default();
-        let back: GrantWire = postcard::from_bytes(&bytes).expect("decodes");
-        assert_eq!(back.witness, fast.witness);
-    }
-
-    #[test]
-    fn the_servers_borrowed_answers_encode_exactly_as_the_owned_responses() {
-        use crate::core::Granted;
-        let holder = Arc::new(Holder {
-            nonce: "9f2c4e1ab3d07c55".into(),
-            pid: 4242,
-            host: "ci-7".into(),
-            user: "deploy".into(),
-            version: "0.1.0".into(),
-            label: Some("job 1234".into()),
-        });
-        let pred = |meta: Option<&str>, holder: Option<Arc<Holder>>| Predecessor {
-            token: 41,
-            holder,
-            how: EndedHow::Expired,
-            at_ms: 1_767_225_599_500,
-            acquired_ms: None,
-            watermark_ms: Some(1_767_225_599_000),
-            meta: meta.map(str::to_string),
-        };
-        let grants = vec![
-            Granted { token: 42, deadline_ms: 9, version: 3, predecessor: None, witness: vec![1, 2, 3] },
-            Granted {
-                token: 1 << 50,
-                deadline_ms: u64::MAX,
-                version: 0,
-                predecessor: Some(pred(Some("s3://bucket/x"), Some(holder.clone()))),
-                witness: (0..=255).collect(),
-            },
-            Granted { token: 7, deadline_ms: 1, version: 1, predecessor: Some(pred(None, None)), witness: vec![] },
-        ];
-        let wire = |g: &Granted| GrantWire {
-            token: g.token,
-            deadline_ms: g.deadline_ms,
-            version: g.version,
-            predecessor: g.predecessor.as_ref().map(PredecessorWire::from),
-            witness: g.witness.clone(),
-        };
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        encode_response(&mut a, 5, 77, &Response::Acquired(AcquireReply::Granted(grants.iter().map(wire).collect())));
-        encode_response_as(&mut b, 5, 77, &out::Acquired(&grants));
-        assert_eq!(a, b);
-        let outcomes: Vec<Result<Granted, String>> =
-            vec![Ok(grants[1].clone()), Err("our grant was expired".into()), Ok(grants[0].clone())];
-        let owned = outcomes
-            .iter()
-            .map(|o| match o {
-                Ok(g) => Outcome::Ok(wire(g)),
-                Err(why) => Outcome::Lost(why.clone()),
-            })
-            .collect();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        encode_response(&mut a, 6, 78, &Response::Granted(owned));
-        encode_response_as(&mut b, 6, 78, &out::Outcomes(&outcomes));
-        assert_eq!(a, b);
-    }
-
-    #[test]
-    fn the_clients_borrowed_view_decodes_the_owned_responses() {
-        use inbound::{AcquireReplyIn, OutcomeIn, ResponseIn};
-        let holder = HolderOwned {
-            nonce: "9f2c4e1ab3d07c55".into(),
-            pid: 4242,
-            host: "ci-7".into(),
-            user: "deploy".into(),
-            version: "0.1.0".into(),
-            label: None,
-        };
-        let pred = PredecessorWire {
-            token: 41,
-            holder: Some(holder.clone()),
-            how: EndedHow::Broken,
-            at_ms: 5,
-            watermark_ms: None,
-            meta: Some("where".into()),
-        };
-        let grant = |p: Option<PredecessorWire>| GrantWire {
-            token: 42,
-            deadline_ms: 9,
-            version: 3,
-            predecessor: p,
-            witness: (0..200).collect(),
-        };
-        let bytes = |r: &Response| postcard::to_allocvec(r).expect("encodes");
-        let acquired = bytes(&Response::Acquired(AcquireReply::Granted(vec![grant(Some(pred.clone())), grant(None)])));
-        match postcard::from_bytes::<ResponseIn<'_>>(&acquired).expect("decodes") {
-            ResponseIn::Acquired(AcquireReplyIn::Granted(gs)) => {
-                assert_eq!(gs.len(), 2);
-                let p = gs[0].predecessor.as_ref().expect("predecessor");
-                assert_eq!(
-                    (p.token, p.how, p.at_ms, p.watermark_ms, p.meta),
-                    (41, EndedHow::Broken, 5, None, Some("where"))
-                );
-                let h = p.holder.expect("holder");
-                assert_eq!(
-                    (h.nonce, h.pid, h.host, h.user, h.version, h.label),
-                    ("9f2c4e1ab3d07c55", 4242, "ci-7", "deploy", "0.1.0", None)
-                );
-                assert_eq!((gs[1].token, gs[1].deadline_ms, gs[1].version), (42, 9, 3));
-                assert_eq!(gs[1].witness, (0..200).collect::<Vec<u8>>().as_slice());
-                assert!(gs[1].predecessor.is_none());
-            }
-            other => panic!("decoded as {other:?}"),
-        }
-        let outcomes = bytes(&Response::Granted(vec![Outcome::Lost("gone".into()), Outcome::Ok(grant(None))]));
-        match postcard::from_bytes::<ResponseIn<'_>>(&outcomes).expect("decodes") {
-            ResponseIn::Granted(os) => {
-                assert!(matches!(&os[0], OutcomeIn::Lost(why) if why == "gone"));
-                assert!(matches!(&os[1], OutcomeIn::Ok(g) if g.token == 42));
-            }
-            other => panic!("decoded as {other:?}"),
-        }
-        let busy = bytes(&Response::Acquired(AcquireReply::Busy { index: 1, holders: Vec::new(), version: 8 }));
-        assert!(matches!(
-            postcard::from_bytes::<ResponseIn<'_>>(&busy),
-            Ok(ResponseIn::Acquired(AcquireReplyIn::Busy { index: 1, version: 8, .. }))
-        ));
-        let quarantine = bytes(&Response::Acquired(AcquireReply::Quarantine { left_ms: 3 }));
-        assert!(matches!(
-            postcard::from_bytes::<ResponseIn<'_>>(&quarantine),
-            Ok(ResponseIn::Acquired(AcquireReplyIn::Quarantine { left_ms: 3 }))
-        ));
-        let released = bytes(&Response::Released(vec![true, false]));
-        assert!(
-            matches!(postcard::from_bytes::<ResponseIn<'_>>(&released), Ok(ResponseIn::Released(v)) if v == [true, false])
-        );
-        let error = bytes(&Response::Error { code: ErrorCode::Invalid, message: "no".into() });
-        assert!(matches!(
-            postcard::from_bytes::<ResponseIn<'_>>(&error),
-            Ok(ResponseIn::Error { code: ErrorCode::Invalid, message }) if message == "no"
-        ));
-    }
-
-    #[test]
-    fn frame_lengths_outside_the_bounds_are_refused_and_short_input_waits() {
-        assert_eq!(frame_len(&[1, 0], 4, 100), Ok(None));
-        assert_eq!(frame_len(&[8, 0, 0, 0, 1], 4, 100), Ok(None));
-        assert_eq!(frame_len(&[4, 0, 0, 0, 1, 2, 3, 4], 4, 100), Ok(Some(8)));
-        assert!(frame_len(&[3, 0, 0, 0], 4, 100).is_err());
-        assert!(frame_len(&[97, 0, 0, 0], 4, 100).is_err());
-    }
-}
+mod tests;

@@ -1,0 +1,242 @@
+//! What a connection does with each request after the hello: checks its numbers
+//! ([`wire::check_request`]), asks the [`crate::core::Core`], and keeps the answer
+//! (with its witnesses still to sign) for the batch.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tenure::limits::millis;
+use tenure::{Holder, LeaseName};
+
+use super::connection::Connection;
+use crate::core::{Acquired, Ask, Granted, Refusal};
+use crate::wire::{
+    self, AcquireReply, ErrorCode, HolderViewWire, HolderWire, MAX_BATCH, MAX_LIST_BYTES, MAX_LIST_PAGE,
+    PredecessorWire, Request, Response, StateWire,
+};
+
+/// A handled request whose witnesses may still need signing.
+pub(super) struct Answer {
+    pub(super) id: u32,
+    pub(super) resp: Reply,
+    pub(super) close: bool,
+}
+
+/// An answer before encoding. Grants stay as the table decided them (their
+/// witnesses are signed in place, then encoded straight from them).
+pub(super) enum Reply {
+    Wire(Response),
+    /// `Response::Acquired(AcquireReply::Granted(..))`.
+    Acquired(Vec<Granted>),
+    /// `Response::Granted(..)`: renewals and upgrades.
+    Outcomes(Vec<Result<Granted, String>>),
+}
+
+/// Encoded size of a holder at most: five strings of up to 256 bytes and a pid.
+const HOLDER_BYTES: usize = 5 * (wire::MAX_HOLDER_FIELD + 2) + 16;
+/// A witness's signature and Merkle path (a batch holds up to 2^19 witnesses).
+const SIGNATURE_BYTES: usize = 64 + 1 + 19 * 33;
+
+impl Reply {
+    /// About how many bytes the answer takes once encoded (an upper bound for
+    /// what matters: holders, names, grants), without encoding it.
+    pub(super) fn size_hint(&self) -> usize {
+        let grant = |g: &Granted| {
+            let pred = g
+                .predecessor
+                .as_ref()
+                .map_or(0, |p| p.holder.as_ref().map_or(0, |_| HOLDER_BYTES) + p.meta.as_ref().map_or(0, String::len));
+            g.witness.len() + SIGNATURE_BYTES + pred + 64
+        };
+        let views = |n: usize| n.saturating_mul(HOLDER_BYTES + 48);
+        match self {
+            Reply::Acquired(gs) => gs.iter().map(grant).sum(),
+            Reply::Outcomes(os) => os.iter().map(|o| o.as_ref().map_or(64, grant)).sum(),
+            Reply::Wire(r) => match r {
+                Response::State(s) => views(s.holders.len() + s.expired.len()) + 2 * HOLDER_BYTES,
+                Response::Names { names, .. } => names.iter().map(|n| n.len() + 2).sum::<usize>() + 16,
+                Response::Acquired(AcquireReply::Busy { holders, .. }) => views(holders.len()) + 16,
+                Response::Released(v) => v.len() + 16,
+                Response::Error { message, .. } => message.len() + 16,
+                _ => 128,
+            },
+        }
+    }
+}
+
+pub(super) fn error(id: u32, code: ErrorCode, message: String, close: bool) -> Answer {
+    Answer { id, resp: Reply::Wire(Response::Error { code, message }), close }
+}
+
+impl From<Response> for Reply {
+    fn from(r: Response) -> Self {
+        Reply::Wire(r)
+    }
+}
+
+fn refusal(r: Refusal) -> (ErrorCode, String) {
+    match r {
+        Refusal::Quarantine(left) => (
+            ErrorCode::Quarantine,
+            format!("the server restarted recently and grants nothing for {}", tenure::human_duration(left)),
+        ),
+        Refusal::Invalid(m) => (ErrorCode::Invalid, m),
+        Refusal::Overloaded(m) => (ErrorCode::Overloaded, m),
+        Refusal::Changed => (ErrorCode::Changed, "the lease changed since it was inspected".into()),
+        Refusal::Nothing(m) => (ErrorCode::Nothing, m),
+        Refusal::Exhausted { last_token, .. } => {
+            (ErrorCode::Invalid, format!("the lease has used up its fencing tokens (last token {last_token})"))
+        }
+    }
+}
+
+impl Connection {
+    pub(super) fn dispatch(&mut self, req: Request<'_>) -> Result<Reply, (ErrorCode, String)> {
+        let shared = self.shared.clone();
+        let core = &shared.core;
+        wire::check_request(&req, millis(core.options().max_lease)).map_err(|m| (ErrorCode::Invalid, m))?;
+        let batch = |n: usize| {
+            if n == 0 || n > MAX_BATCH {
+                Err((ErrorCode::Invalid, format!("a batch of {n} leases (1..={MAX_BATCH})")))
+            } else {
+                Ok(())
+            }
+        };
+        let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+        Ok(match req {
+            Request::Hello { .. } => return Err((ErrorCode::Protocol, "hello sent twice".into())),
+            Request::Acquire { tentative, asks } => {
+                batch(asks.len())?;
+                let holders = asks
+                    .iter()
+                    .map(|a| self.holder(&a.holder))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| (ErrorCode::Invalid, e))?;
+                let asks: Vec<Ask<'_>> = asks
+                    .iter()
+                    .zip(&holders)
+                    .map(|(a, holder)| Ask {
+                        name: a.name,
+                        mode: a.mode,
+                        ttl_ms: a.ttl_ms,
+                        holder,
+                        retake: a.retake,
+                        meta: a.meta,
+                    })
+                    .collect();
+                match core.acquire(&asks, tentative) {
+                    Ok(Acquired::Granted(gs)) => return Ok(Reply::Acquired(gs)),
+                    Ok(Acquired::Busy { index: i, holders, version }) => Response::Acquired(AcquireReply::Busy {
+                        index: index(i),
+                        holders: holders.iter().map(HolderViewWire::from).collect(),
+                        version,
+                    }),
+                    Err(Refusal::Quarantine(left)) => {
+                        Response::Acquired(AcquireReply::Quarantine { left_ms: millis(left).saturating_add(1) })
+                    }
+                    Err(Refusal::Exhausted { index: i, last_token }) => {
+                        Response::Acquired(AcquireReply::Exhausted { index: index(i), last_token })
+                    }
+                    Err(r) => return Err(refusal(r)),
+                }
+            }
+            Request::Upgrade(refs) => {
+                batch(refs.len())?;
+                let mut out = Vec::with_capacity(refs.len());
+                for r in refs {
+                    let id = r.reservation.unwrap_or(0);
+                    out.push(core.upgrade(r.name, id, r.nonce).map_err(refusal)?);
+                }
+                return Ok(Reply::Outcomes(out));
+            }
+            Request::Renew(items) => {
+                batch(items.len())?;
+                let mut out = Vec::with_capacity(items.len());
+                for it in items {
+                    let g = it.grant;
+                    out.push(core.renew(g.name, g.token, g.reservation, g.nonce, it.ttl_ms).map_err(refusal)?);
+                }
+                return Ok(Reply::Outcomes(out));
+            }
+            Request::Release(items) => {
+                batch(items.len())?;
+                let mut out = Vec::with_capacity(items.len());
+                for it in items {
+                    let g = it.grant;
+                    let released = core
+                        .release(g.name, g.token, g.reservation, g.nonce, it.dropped, it.watermark_ms, it.meta)
+                        .map_err(refusal)?;
+                    out.push(released);
+                }
+                Response::Released(out)
+            }
+            Request::Inspect(name) => {
+                let name = LeaseName::new(name).map_err(|e| (ErrorCode::Invalid, e.to_string()))?;
+                let s = core.inspect(&name);
+                Response::State(StateWire {
+                    version: s.version.and_then(|v| v.seq),
+                    modified_ms: s.modified_ms,
+                    holders: s.holders.iter().map(HolderViewWire::from).collect(),
+                    expired: s.expired.iter().map(HolderViewWire::from).collect(),
+                    last_token: s.last_token,
+                    watermark_ms: s.watermark_ms,
+                    last: s.last.as_ref().map(PredecessorWire::from),
+                })
+            }
+            Request::List { prefix, limit, after } => {
+                let limit = usize::try_from(limit).unwrap_or(usize::MAX).clamp(1, MAX_LIST_PAGE);
+                let (names, more) = core.list(prefix, after, limit, MAX_LIST_BYTES);
+                Response::Names { names, more }
+            }
+            Request::Break { name, version, only_token } => {
+                core.break_lease(name, version, only_token).map_err(refusal)?;
+                Response::Done
+            }
+            Request::Ping => Response::Pong,
+        }
+        .into())
+    }
+
+    fn holder(&mut self, w: &HolderWire<'_>) -> Result<Arc<Holder>, String> {
+        let same = |h: &Holder| {
+            h.nonce == w.nonce
+                && h.pid == w.pid
+                && h.host == w.host
+                && h.user == w.user
+                && h.version == w.version
+                && h.label.as_deref() == w.label
+        };
+        if let Some(h) = self.holders.iter().find(|h| same(h)) {
+            return Ok(h.clone());
+        }
+        let h = Arc::new(w.to_holder()?);
+        if self.holders.len() >= 16 {
+            self.holders.remove(0);
+        }
+        self.holders.push(h.clone());
+        Ok(h)
+    }
+
+    /// Signs every witness of the batch with one signature.
+    pub(super) fn sign(&self, answers: &mut [Answer]) {
+        let mut witnesses: Vec<&mut Vec<u8>> = Vec::new();
+        for a in answers.iter_mut() {
+            collect_witnesses(&mut a.resp, &mut witnesses);
+        }
+        if witnesses.is_empty() {
+            return;
+        }
+        let stats = &self.shared.conns;
+        stats.signatures.fetch_add(1, Ordering::Relaxed);
+        stats.witnesses.fetch_add(witnesses.len() as u64, Ordering::Relaxed);
+        self.shared.signer.sign_in_place(&mut witnesses);
+    }
+}
+
+fn collect_witnesses<'a>(resp: &'a mut Reply, out: &mut Vec<&'a mut Vec<u8>>) {
+    match resp {
+        Reply::Acquired(gs) => out.extend(gs.iter_mut().map(|g| &mut g.witness)),
+        Reply::Outcomes(os) => out.extend(os.iter_mut().filter_map(|o| o.as_mut().ok().map(|g| &mut g.witness))),
+        Reply::Wire(_) => {}
+    }
+}

@@ -1,0 +1,66 @@
+//! The client's view of the answers it gets most: [`super::Response`] decoded in place,
+//! grants borrowing their witness and predecessor from the frame, so that a
+//! grant costs no copy of a holder the client already has. Same variants, same
+//! order, same fields as the owned types (a test decodes the owned encoding).
+
+use serde::Deserialize;
+use tenure::EndedHow;
+
+use super::{ErrorCode, HolderViewWire, HolderWire, StateWire};
+
+/// [`super::Response`], borrowed where it matters.
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)] // decoded for their place in the enum; the client reads them as `Response`
+pub(crate) enum ResponseIn<'a> {
+    Hello { version: u16, public_key: [u8; 32], max_lease_ms: u64, quarantine_left_ms: u64, started_us: u64 },
+    Acquired(#[serde(borrow)] AcquireReplyIn<'a>),
+    Granted(#[serde(borrow)] Vec<OutcomeIn<'a>>),
+    Released(Vec<bool>),
+    State(StateWire),
+    Names { names: Vec<String>, more: bool },
+    Done,
+    Pong,
+    Error { code: ErrorCode, message: String },
+}
+
+/// [`super::AcquireReply`].
+#[derive(Debug, Deserialize)]
+pub(crate) enum AcquireReplyIn<'a> {
+    Granted(#[serde(borrow)] Vec<GrantIn<'a>>),
+    Busy { index: u32, holders: Vec<HolderViewWire>, version: u64 },
+    Quarantine { left_ms: u64 },
+    Exhausted { index: u32, last_token: u64 },
+}
+
+/// [`super::Outcome`].
+#[derive(Debug, Deserialize)]
+pub(crate) enum OutcomeIn<'a> {
+    Ok(#[serde(borrow)] GrantIn<'a>),
+    Lost(String),
+}
+
+/// [`super::GrantWire`].
+#[derive(Debug, Deserialize)]
+pub(crate) struct GrantIn<'a> {
+    pub(crate) token: u64,
+    pub(crate) deadline_ms: u64,
+    pub(crate) version: u64,
+    #[serde(borrow)]
+    pub(crate) predecessor: Option<PredIn<'a>>,
+    #[serde(borrow)]
+    pub(crate) witness: &'a [u8],
+}
+
+/// [`super::PredecessorWire`].
+#[derive(Debug, Deserialize)]
+pub(crate) struct PredIn<'a> {
+    pub(crate) token: u64,
+    #[serde(borrow)]
+    pub(crate) holder: Option<HolderWire<'a>>,
+    pub(crate) how: EndedHow,
+    pub(crate) at_ms: u64,
+    pub(crate) watermark_ms: Option<u64>,
+    #[serde(borrow)]
+    pub(crate) meta: Option<&'a str>,
+    pub(crate) acquired_ms: Option<u64>,
+}

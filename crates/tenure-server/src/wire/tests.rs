@@ -1,0 +1,164 @@
+use super::*;
+
+#[test]
+fn witness_bytes_keep_the_plain_sequence_wire_format() {
+    #[derive(Serialize)]
+    struct Plain {
+        token: u64,
+        deadline_ms: u64,
+        version: u64,
+        predecessor: Option<PredecessorWire>,
+        witness: Vec<u8>,
+    }
+    let witness: Vec<u8> = (0..=255).collect();
+    let plain = Plain { token: 7, deadline_ms: 9, version: 3, predecessor: None, witness: witness.clone() };
+    let fast = GrantWire { token: 7, deadline_ms: 9, version: 3, predecessor: None, witness };
+    let (a, b) = (postcard::to_allocvec(&plain), postcard::to_allocvec(&fast));
+    assert_eq!(a.ok(), b.ok());
+    let bytes = postcard::to_allocvec(&fast).unwrap_or_default();
+    let back: GrantWire = postcard::from_bytes(&bytes).expect("decodes");
+    assert_eq!(back.witness, fast.witness);
+}
+
+#[test]
+fn the_servers_borrowed_answers_encode_exactly_as_the_owned_responses() {
+    use crate::core::Granted;
+    let holder = Arc::new(Holder {
+        nonce: "9f2c4e1ab3d07c55".into(),
+        pid: 4242,
+        host: "ci-7".into(),
+        user: "deploy".into(),
+        version: "0.1.0".into(),
+        label: Some("job 1234".into()),
+    });
+    let pred = |meta: Option<&str>, holder: Option<Arc<Holder>>| Predecessor {
+        token: 41,
+        holder,
+        how: EndedHow::Expired,
+        at_ms: 1_767_225_599_500,
+        acquired_ms: Some(1_767_225_598_000),
+        watermark_ms: Some(1_767_225_599_000),
+        meta: meta.map(str::to_string),
+    };
+    let grants = vec![
+        Granted { token: 42, deadline_ms: 9, version: 3, predecessor: None, witness: vec![1, 2, 3] },
+        Granted {
+            token: 1 << 50,
+            deadline_ms: u64::MAX,
+            version: 0,
+            predecessor: Some(pred(Some("s3://bucket/x"), Some(holder.clone()))),
+            witness: (0..=255).collect(),
+        },
+        Granted { token: 7, deadline_ms: 1, version: 1, predecessor: Some(pred(None, None)), witness: vec![] },
+    ];
+    let wire = |g: &Granted| GrantWire {
+        token: g.token,
+        deadline_ms: g.deadline_ms,
+        version: g.version,
+        predecessor: g.predecessor.as_ref().map(PredecessorWire::from),
+        witness: g.witness.clone(),
+    };
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    encode_response(&mut a, 5, 77, &Response::Acquired(AcquireReply::Granted(grants.iter().map(wire).collect())));
+    encode_response_as(&mut b, 5, 77, &out::Acquired(&grants));
+    assert_eq!(a, b);
+    let outcomes: Vec<Result<Granted, String>> =
+        vec![Ok(grants[1].clone()), Err("our grant was expired".into()), Ok(grants[0].clone())];
+    let owned = outcomes
+        .iter()
+        .map(|o| match o {
+            Ok(g) => Outcome::Ok(wire(g)),
+            Err(why) => Outcome::Lost(why.clone()),
+        })
+        .collect();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    encode_response(&mut a, 6, 78, &Response::Granted(owned));
+    encode_response_as(&mut b, 6, 78, &out::Outcomes(&outcomes));
+    assert_eq!(a, b);
+}
+
+#[test]
+fn the_clients_borrowed_view_decodes_the_owned_responses() {
+    use inbound::{AcquireReplyIn, OutcomeIn, ResponseIn};
+    let holder = HolderOwned {
+        nonce: "9f2c4e1ab3d07c55".into(),
+        pid: 4242,
+        host: "ci-7".into(),
+        user: "deploy".into(),
+        version: "0.1.0".into(),
+        label: None,
+    };
+    let pred = PredecessorWire {
+        token: 41,
+        holder: Some(holder.clone()),
+        how: EndedHow::Broken,
+        at_ms: 5,
+        watermark_ms: None,
+        meta: Some("where".into()),
+        acquired_ms: Some(3),
+    };
+    let grant = |p: Option<PredecessorWire>| GrantWire {
+        token: 42,
+        deadline_ms: 9,
+        version: 3,
+        predecessor: p,
+        witness: (0..200).collect(),
+    };
+    let bytes = |r: &Response| postcard::to_allocvec(r).expect("encodes");
+    let acquired = bytes(&Response::Acquired(AcquireReply::Granted(vec![grant(Some(pred.clone())), grant(None)])));
+    match postcard::from_bytes::<ResponseIn<'_>>(&acquired).expect("decodes") {
+        ResponseIn::Acquired(AcquireReplyIn::Granted(gs)) => {
+            assert_eq!(gs.len(), 2);
+            let p = gs[0].predecessor.as_ref().expect("predecessor");
+            assert_eq!(
+                (p.token, p.how, p.at_ms, p.watermark_ms, p.meta, p.acquired_ms),
+                (41, EndedHow::Broken, 5, None, Some("where"), Some(3))
+            );
+            let h = p.holder.expect("holder");
+            assert_eq!(
+                (h.nonce, h.pid, h.host, h.user, h.version, h.label),
+                ("9f2c4e1ab3d07c55", 4242, "ci-7", "deploy", "0.1.0", None)
+            );
+            assert_eq!((gs[1].token, gs[1].deadline_ms, gs[1].version), (42, 9, 3));
+            assert_eq!(gs[1].witness, (0..200).collect::<Vec<u8>>().as_slice());
+            assert!(gs[1].predecessor.is_none());
+        }
+        other => panic!("decoded as {other:?}"),
+    }
+    let outcomes = bytes(&Response::Granted(vec![Outcome::Lost("gone".into()), Outcome::Ok(grant(None))]));
+    match postcard::from_bytes::<ResponseIn<'_>>(&outcomes).expect("decodes") {
+        ResponseIn::Granted(os) => {
+            assert!(matches!(&os[0], OutcomeIn::Lost(why) if why == "gone"));
+            assert!(matches!(&os[1], OutcomeIn::Ok(g) if g.token == 42));
+        }
+        other => panic!("decoded as {other:?}"),
+    }
+    let busy = bytes(&Response::Acquired(AcquireReply::Busy { index: 1, holders: Vec::new(), version: 8 }));
+    assert!(matches!(
+        postcard::from_bytes::<ResponseIn<'_>>(&busy),
+        Ok(ResponseIn::Acquired(AcquireReplyIn::Busy { index: 1, version: 8, .. }))
+    ));
+    let quarantine = bytes(&Response::Acquired(AcquireReply::Quarantine { left_ms: 3 }));
+    assert!(matches!(
+        postcard::from_bytes::<ResponseIn<'_>>(&quarantine),
+        Ok(ResponseIn::Acquired(AcquireReplyIn::Quarantine { left_ms: 3 }))
+    ));
+    let released = bytes(&Response::Released(vec![true, false]));
+    assert!(
+        matches!(postcard::from_bytes::<ResponseIn<'_>>(&released), Ok(ResponseIn::Released(v)) if v == [true, false])
+    );
+    let error = bytes(&Response::Error { code: ErrorCode::Invalid, message: "no".into() });
+    assert!(matches!(
+        postcard::from_bytes::<ResponseIn<'_>>(&error),
+        Ok(ResponseIn::Error { code: ErrorCode::Invalid, message }) if message == "no"
+    ));
+}
+
+#[test]
+fn frame_lengths_outside_the_bounds_are_refused_and_short_input_waits() {
+    assert_eq!(frame_len(&[1, 0], 4, 100), Ok(None));
+    assert_eq!(frame_len(&[8, 0, 0, 0, 1], 4, 100), Ok(None));
+    assert_eq!(frame_len(&[4, 0, 0, 0, 1, 2, 3, 4], 4, 100), Ok(Some(8)));
+    assert!(frame_len(&[3, 0, 0, 0], 4, 100).is_err());
+    assert!(frame_len(&[97, 0, 0, 0], 4, 100).is_err());
+}
