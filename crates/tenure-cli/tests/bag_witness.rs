@@ -31,7 +31,7 @@ fn witness(signer: &Signer, token: u64, deadline_ms: u64, server_time_ms: u64) -
     };
     let mut body = Vec::new();
     w.encode_body(&mut body);
-    signer.sign_batch(&[body]).remove(0)
+    signer.sign_batch(&[body]).expect("a witness body fits").remove(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

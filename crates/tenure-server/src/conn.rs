@@ -172,7 +172,7 @@ impl Conn {
     /// Sends `req` and waits for its answer (or the connection's death).
     pub(crate) async fn call(&self, req: &Request<'_>) -> Result<(u64, Response), String> {
         let (time, body) = self.call_raw(req).await?;
-        let resp = postcard::from_bytes::<Response>(&body).map_err(|e| format!("undecodable answer: {e}"))?;
+        let resp = wire::decode::<Response>(&body).map_err(|e| format!("undecodable answer: {e}"))?;
         Ok((time, resp))
     }
 
@@ -398,7 +398,7 @@ async fn read_loop(inner: Arc<Inner>, mut spin: Spin) {
         }
         // Id 0 with nobody waiting: the server's last word before closing.
         if let Some(body) = orphan
-            && let Ok(Response::Error { code, message }) = postcard::from_bytes::<Response>(&body)
+            && let Ok(Response::Error { code, message }) = wire::decode::<Response>(&body)
         {
             if code == ErrorCode::Idle {
                 inner.idle_closed.store(true, Ordering::Release);

@@ -465,8 +465,12 @@ impl Signer {
     }
 
     /// Signs a batch of witness bodies (as written by [`Witness::encode_body`]) with
-    /// one signature; returns each body's complete witness, in order.
-    pub fn sign_batch(&self, bodies: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    /// one signature; returns each body's complete witness, in order. A body
+    /// longer than a witness can say (65,535 bytes) is refused.
+    pub fn sign_batch(&self, bodies: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, WitnessError> {
+        if let Some(b) = bodies.iter().find(|b| b.len() > usize::from(u16::MAX)) {
+            return Err(WitnessError::Malformed(format!("a witness body of {} bytes (at most 65535)", b.len())));
+        }
         let mut out: Vec<Vec<u8>> = bodies
             .iter()
             .map(|b| {
@@ -477,7 +481,7 @@ impl Signer {
             .collect();
         let mut refs: Vec<&mut Vec<u8>> = out.iter_mut().collect();
         self.sign_in_place(&mut refs);
-        out
+        Ok(out)
     }
 
     /// Completes witnesses started by [`witness_buf`] and filled with a body: fills
@@ -499,7 +503,9 @@ impl Signer {
         let signature = self.key.sign(&signed_message(&root));
         let signature = signature.as_ref();
         for (leaf, w) in witnesses.iter_mut().enumerate() {
-            let body_len = (w.len().saturating_sub(2)) as u16;
+            // Bodies the server builds are under 1 KiB; sign_batch refuses longer
+            // ones than the field holds.
+            let body_len = u16::try_from(w.len().saturating_sub(2)).unwrap_or(u16::MAX);
             if let Some(head) = w.get_mut(..2) {
                 head.copy_from_slice(&body_len.to_le_bytes());
             }
@@ -564,7 +570,7 @@ mod tests {
         let signer = Signer::generate();
         for n in [1usize, 2, 3, 5, 8, 13] {
             let ws: Vec<Witness> = (0..n as u64).map(witness).collect();
-            let signed = signer.sign_batch(&ws.iter().map(body).collect::<Vec<_>>());
+            let signed = signer.sign_batch(&ws.iter().map(body).collect::<Vec<_>>()).expect("bodies fit");
             for (w, bytes) in ws.iter().zip(&signed) {
                 assert_eq!(&verify(&signer.public_key(), bytes).expect("verifies"), w, "batch of {n}");
             }
@@ -580,7 +586,7 @@ mod tests {
         assert_eq!(signer.public_key(), reference.verifying_key().to_bytes());
         // A batch of one: the root is the leaf.
         let b = body(&witness(1));
-        let signed = signer.sign_batch(std::slice::from_ref(&b));
+        let signed = signer.sign_batch(std::slice::from_ref(&b)).expect("bodies fit");
         let expected = reference.sign(&signed_message(&leaf_hash(&b))).to_bytes();
         assert_eq!(&signed[0][signed[0].len() - 64..], &expected[..]);
     }
@@ -589,7 +595,7 @@ mod tests {
     fn a_changed_byte_or_another_key_fails_verification() {
         let signer = Signer::generate();
         let ws: Vec<Witness> = (0..3).map(witness).collect();
-        let signed = signer.sign_batch(&ws.iter().map(body).collect::<Vec<_>>());
+        let signed = signer.sign_batch(&ws.iter().map(body).collect::<Vec<_>>()).expect("bodies fit");
         let other = Signer::generate();
         assert_eq!(verify(&other.public_key(), &signed[1]), Err(WitnessError::BadSignature));
         for i in 0..signed[1].len() {
@@ -602,7 +608,7 @@ mod tests {
     #[test]
     fn truncated_or_garbage_bytes_are_malformed_not_a_panic() {
         let signer = Signer::generate();
-        let signed = signer.sign_batch(&[body(&witness(2))]);
+        let signed = signer.sign_batch(&[body(&witness(2))]).expect("bodies fit");
         for cut in 0..signed[0].len() {
             assert!(verify(&signer.public_key(), &signed[0][..cut]).is_err());
         }

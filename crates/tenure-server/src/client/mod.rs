@@ -292,7 +292,7 @@ impl TenureStore {
     /// Decodes an answer in place ([`ResponseIn`], borrowing from `body`), once;
     /// an error answer becomes the error.
     fn decode_in<'b>(&self, op: &str, body: &'b [u8]) -> Result<ResponseIn<'b>> {
-        match postcard::from_bytes::<ResponseIn<'_>>(body) {
+        match wire::decode::<ResponseIn<'_>>(body) {
             Ok(ResponseIn::Error { code, message }) => Err(self.server_error(op, code, message)),
             Ok(resp) => Ok(resp),
             Err(e) => Err(Error::store(&self.url, op, format!("undecodable answer: {e}"))),

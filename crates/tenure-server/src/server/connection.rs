@@ -336,7 +336,7 @@ impl Connection {
         let Some((id, body)) = wire::split_request(frame) else {
             return error(0, ErrorCode::Protocol, "a frame shorter than its header".into(), true);
         };
-        let req = match postcard::from_bytes::<Request<'_>>(body) {
+        let req = match wire::decode::<Request<'_>>(body) {
             Ok(r) => r,
             Err(e) => return error(id, ErrorCode::Protocol, format!("undecodable request: {e}"), true),
         };

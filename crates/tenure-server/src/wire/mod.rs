@@ -592,6 +592,16 @@ pub fn split_response(frame: &[u8]) -> Option<(u32, u64, &[u8])> {
     Some((id, time, frame.get(16..)?))
 }
 
+/// Decodes one message that must fill `body` exactly: bytes after it are an
+/// error, so every message has one encoding (postcard alone would ignore them).
+pub fn decode<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> Result<T, String> {
+    match postcard::take_from_bytes::<T>(body) {
+        Ok((msg, [])) => Ok(msg),
+        Ok((_, rest)) => Err(format!("{} bytes after the message", rest.len())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Splits a request frame into id and body.
 pub fn split_request(frame: &[u8]) -> Option<(u32, &[u8])> {
     let id = u32::from_le_bytes(frame.get(4..8)?.try_into().ok()?);
