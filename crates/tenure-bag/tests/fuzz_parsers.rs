@@ -416,7 +416,7 @@ fn with_crc(body: &[u8]) -> Bytes {
 
 /// The snapshot decoder reserves room for up to 2^16 writers and 2^16 lease
 /// sets (16 bytes each) before it knows they are there: a bounded 2 MiB at most
-/// (FINDINGS.md, note N3).
+/// (fuzz/FINDINGS.md, note N3).
 const SNAPSHOT_RESERVE: usize = 2 << 20;
 
 fn assert_snapshot_decodes_consistently(data: &Bytes) -> Result<(), TestCaseError> {

@@ -46,7 +46,7 @@ async fn read_all(log: &Log) -> Vec<String> {
     read.messages.iter().map(|m| String::from_utf8_lossy(&m.payload).into_owned()).collect()
 }
 
-/// Bug (FINDINGS.md, F3): a directory entry whose name parses to the same
+/// Bug (fuzz/FINDINGS.md, F3): a directory entry whose name parses to the same
 /// number as a real bucket (`+1767225600000`, `01767225600000`) makes
 /// `list_buckets` return that bucket twice, and the reader reads it twice.
 #[tokio::test]
@@ -59,7 +59,7 @@ async fn a_bucket_name_alias_does_not_duplicate_messages() {
     assert_eq!(read_all(&log).await, ["m0", "m1", "m2"], "each accepted message once");
 }
 
-/// Bug (FINDINGS.md, F3): the same through the group directory (`g0` for
+/// Bug (fuzz/FINDINGS.md, F3): the same through the group directory (`g0` for
 /// `g000000000000`).
 #[tokio::test]
 async fn a_group_name_alias_does_not_duplicate_messages() {
@@ -71,7 +71,7 @@ async fn a_group_name_alias_does_not_duplicate_messages() {
     assert_eq!(read_all(&log).await, ["m0", "m1", "m2"], "each accepted message once");
 }
 
-/// Bug (FINDINGS.md, F3): the same for snapshots (`1.snap` next to
+/// Bug (fuzz/FINDINGS.md, F3): the same for snapshots (`1.snap` next to
 /// `000000000000001.snap`).
 #[tokio::test]
 async fn a_snapshot_name_alias_does_not_duplicate_messages() {
@@ -89,7 +89,7 @@ async fn a_snapshot_name_alias_does_not_duplicate_messages() {
     assert_eq!(read_all(&log).await, ["once"], "each accepted message once");
 }
 
-/// Bug (FINDINGS.md, F3): on object stores too, `s/1767225600.snap` next to
+/// Bug (fuzz/FINDINGS.md, F3): on object stores too, `s/1767225600.snap` next to
 /// `s/000001767225600.snap` lists the chunk twice and its messages are read twice.
 #[tokio::test]
 async fn an_object_store_snapshot_name_alias_does_not_duplicate_messages() {
@@ -107,7 +107,7 @@ async fn an_object_store_snapshot_name_alias_does_not_duplicate_messages() {
     assert_eq!(read_all(&log).await, ["once"], "each accepted message once");
 }
 
-/// Bug (FINDINGS.md, F10): a regular file (or anything not a directory) in
+/// Bug (fuzz/FINDINGS.md, F10): a regular file (or anything not a directory) in
 /// the log's root named like a group directory, `g000001000000`, makes
 /// `list_buckets` fail with "Not a directory", so every read of the log fails.
 #[tokio::test]
@@ -213,7 +213,7 @@ proptest! {
             prop_oneof![
                 (prop_oneof![Just("b/"), Just("s/"), Just("")], "[0-9a-z+./_-]{0,24}".boxed(), fuzz_support::bytes(32)),
                 // Items and prelocks of the neighbouring buckets. (A damaged
-                // manifest fails the read, loudly: FINDINGS.md, N6.)
+                // manifest fails the read, loudly: fuzz/FINDINGS.md, N6.)
                 (Just("b/"), (1u64..20, "m/[a-z]{1,3}\\.[0-9]{1,3}|prelock")
                     .prop_map(|(k, rest)| format!("{:016}/{rest}", T0 - 10_000 + 1000 * k)).boxed(), fuzz_support::bytes(32)),
             ],
@@ -292,7 +292,7 @@ proptest! {
     }
 }
 
-/// Bug (FINDINGS.md, F4): `Log::close_start` computes `cfg.grace_ms +
+/// Bug (fuzz/FINDINGS.md, F4): `Log::close_start` computes `cfg.grace_ms +
 /// lookback.as_millis() as u64` unchecked; a `bag.conf` with a huge grace (it
 /// parses: only zero is refused) panics it, and in release wraps it.
 #[tokio::test]

@@ -107,7 +107,7 @@ proptest! {
     }
 }
 
-/// Bug (FINDINGS.md, F9): `redacted` only looks at the text after the first
+/// Bug (fuzz/FINDINGS.md, F9): `redacted` only looks at the text after the first
 /// '?', split on '&', for a key spelled exactly `password`; a URL with a stray
 /// second '?' (`…/locks??password=…`, `…?user=a?password=…`) is refused with an
 /// error that shows the password.

@@ -162,7 +162,7 @@ fn urls_naming_no_bucket_or_with_a_password_are_refused() {
     }
 }
 
-/// Bug (FINDINGS.md, F8): the module promises "values never appear in error
+/// Bug (fuzz/FINDINGS.md, F8): the module promises "values never appear in error
 /// messages (they may be secrets)", but object_store's own parse errors quote
 /// the value, and `config::build` passes them on.
 #[test]

@@ -562,7 +562,7 @@ fn acquire_request() -> AcquireRequest {
 
 /// A server (or anything on its address) that answers an acquisition with
 /// `Quarantine { left_ms: u64::MAX }` gets an error, not a panic or a wrapped
-/// deadline (FINDINGS.md, F5).
+/// deadline (fuzz/FINDINGS.md, F5).
 #[test]
 fn a_quarantine_of_u64_max_from_the_server_is_an_error_not_a_panic() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
@@ -581,7 +581,7 @@ fn a_quarantine_of_u64_max_from_the_server_is_an_error_not_a_panic() {
 
 /// `postcard::from_bytes` stops after one message and ignores what follows;
 /// tenure's decoder refuses it, so each request and answer has one encoding
-/// (FINDINGS.md, N5).
+/// (fuzz/FINDINGS.md, N5).
 #[test]
 fn bytes_after_a_message_are_refused() {
     let mut body = encode_request(&Request::Ping);

@@ -173,7 +173,7 @@ fn names_and_nonces_longer_than_255_bytes_are_cut_at_a_character_boundary() {
 }
 
 /// A body longer than the witness's 16-bit length field is refused, never
-/// signed with a wrapped length (FINDINGS.md, F6).
+/// signed with a wrapped length (fuzz/FINDINGS.md, F6).
 #[test]
 fn a_body_over_64_kib_is_refused() {
     assert!(matches!(SIGNER.sign_batch(&[vec![0u8; 70_000]]), Err(WitnessError::Malformed(_))));
@@ -262,7 +262,7 @@ proptest! {
 }
 
 /// `timeout_ms` is range-checked like every duration from a user
-/// (`tenure::limits::MAX_DURATION`, 10 years; FINDINGS.md, F7).
+/// (`tenure::limits::MAX_DURATION`, 10 years; fuzz/FINDINGS.md, F7).
 #[test]
 fn an_absurd_timeout_is_refused() {
     let r = TenureStore::new(&format!("tenure://127.0.0.1:1?timeout_ms={}", u64::MAX), &OpenOptions::default());

@@ -79,7 +79,7 @@ proptest! {
     }
 }
 
-/// Bug (FINDINGS.md, F2): a version file named for `u64::MAX` (or within
+/// Bug (fuzz/FINDINGS.md, F2): a version file named for `u64::MAX` (or within
 /// `KEEP` of it) makes `get_blocking` add `KEEP` to it: an overflow panic in
 /// debug builds; in release the sum wraps, every read lists "a version above
 /// v + KEEP", retries 8 times and fails, so the lease is unreadable for good.
@@ -92,7 +92,7 @@ fn a_version_file_at_the_top_of_u64_is_read_or_refused_without_overflow() {
     assert!(read.is_ok(), "reading a planted version must not panic");
 }
 
-/// Bug (FINDINGS.md, F2): writing on top of a planted version `u64::MAX`
+/// Bug (fuzz/FINDINGS.md, F2): writing on top of a planted version `u64::MAX`
 /// computes `seq + 1`.
 #[test]
 fn an_update_from_the_top_version_is_refused_without_overflow() {

@@ -302,7 +302,7 @@ fn deeply_nested_json_is_refused_without_exhausting_the_stack() {
     }
 }
 
-/// Bug (FINDINGS.md, F1): `acquire` and `renew` set `deadline_ms = now_ms +
+/// Bug (fuzz/FINDINGS.md, F1): `acquire` and `renew` set `deadline_ms = now_ms +
 /// ttl_ms` without checking it against `MAX_TIME_MS`, so an asker whose clock
 /// reads the last millisecond of the year 9999 (or any wall clock beyond it)
 /// writes a record that every reader, including itself, then refuses as corrupt.
