@@ -450,6 +450,10 @@ osd pool default pg num = 8
 osd pool default pgp num = 8
 osd pool default pg autoscale mode = off
 mon allow pool size one = true
+# A shared or small disk must not stop the test monitor (its default refuses
+# to run below 5 % free).
+mon data avail crit = 1
+mon data avail warn = 2
 mon warn on pool no redundancy = false
 mon max pg per osd = 1000
 # Every osdmap change (radosgw creates ~8 pools) waits for the paxos batching
