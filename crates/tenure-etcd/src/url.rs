@@ -79,6 +79,8 @@ impl EtcdUrl {
         params: &BTreeMap<String, String>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self> {
+        // The reason is redacted too (it may quote the URL); tenure's own
+        // wording never says "password=", or the redaction would eat it.
         let invalid = |reason: String| Error::InvalidStore { url: redacted(url), reason: redacted(&reason) };
         let rest = url.strip_prefix("etcd://").ok_or_else(|| {
             invalid("expected etcd://host:port[,host:port…]/prefix, e.g. etcd://127.0.0.1:2379/locks".into())
@@ -201,11 +203,11 @@ fn settings(
     }
     s.credentials = match (user, password) {
         (None, None) => None,
-        (None, Some(_)) => return Err("password= given without user=".into()),
+        (None, Some(_)) => return Err("a password is given without user=: add user=NAME".into()),
         (Some(u), Some(p)) => Some((u, p)),
         (Some(u), None) => match env(PASSWORD_ENV) {
             Some(p) => Some((u, p)),
-            None => return Err(format!("user={u} needs a password: set {PASSWORD_ENV} (or password=)")),
+            None => return Err(format!("user={u} needs a password: set {PASSWORD_ENV} (or the password option)")),
         },
     };
     Ok(s)
