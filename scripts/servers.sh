@@ -25,7 +25,8 @@
 #   redis         6379                            TENURE_TEST_REDIS=redis://127.0.0.1:6379
 #
 # Every S3 server has a bucket `tenure`, Azurite a container `tenure`:
-#   moto         any key/secret (tests use test/test, region us-east-1); honours all conditions
+#   moto         any key/secret (tests use test/test, region us-east-1); honours all conditions,
+#                atomically only because servers/moto-serial.py serialises its requests
 #   rgw          key test / secret test (Ceph RGW 16, memstore); only unquoted ETags in If-Match
 #   s3rver       key S3RVER / secret S3RVER; NEGATIVE fixture: ignores every condition
 #   localbucket  credentials not checked; NEGATIVE fixture: honours If-None-Match, ignores If-Match
@@ -240,7 +241,7 @@ logf() { echo "$STATE/$1/$1.log"; }
 
 pattern_of() {
     case "$1" in
-        moto) echo moto_server ;;
+        moto) echo moto-serial ;;
         azurite) echo azurite-blob ;;
         s3rver) echo s3rver ;;
         localbucket) echo localbucket ;;
@@ -295,8 +296,10 @@ cmd_of() {
     local d="$STATE/$1"
     case "$1" in
         moto)
+            # One request at a time: moto's conditional PUT is check-then-write
+            # (see servers/moto-serial.py).
             need_tool "$TOOLS/venv/bin/moto_server" moto
-            CMD=("$TOOLS/venv/bin/moto_server" -H "$H" -p 5000)
+            CMD=("$TOOLS/venv/bin/python" "$HERE/servers/moto-serial.py" "$H" 5000)
             ;;
         azurite)
             need_tool "$TOOLS/npm/node_modules/.bin/azurite-blob" azurite
