@@ -98,6 +98,14 @@ pub(crate) async fn open(url: &str, opts: &OpenOptions) -> tenure::Result<Arc<dy
         "tenure" => tenure_server::open(url, opts).await,
         #[cfg(feature = "etcd")]
         "etcd" => tenure_etcd::open(url, opts).await,
+        #[cfg(not(feature = "etcd"))]
+        "etcd" => Err(tenure::Error::InvalidStore {
+            url: url.into(),
+            reason: "this tenure was built without etcd: install it with \
+                     `cargo install tenure-cli --features etcd` (needs protoc), or from a checkout \
+                     `cargo install --path crates/tenure-cli --features etcd`"
+                .into(),
+        }),
         other => Err(tenure::Error::InvalidStore {
             url: url.into(),
             reason: format!("unknown store scheme {other:?} in this build (known: {})", known_schemes()),

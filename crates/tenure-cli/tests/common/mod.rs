@@ -16,7 +16,9 @@ pub const LIMIT: Duration = Duration::from_secs(30);
 /// `tenure` with no ambient configuration from the developer's environment.
 pub fn tenure() -> Command {
     let mut cmd = Command::new(TENURE);
-    for var in ["TENURE_LOG", "TENURE_MAX_SKEW", "TENURE_CORRUPT_TTL"] {
+    // TENURE_LEASE and TENURE_STORE too: tests run under `tenure lock` must not
+    // look nested.
+    for var in ["TENURE_LOG", "TENURE_MAX_SKEW", "TENURE_CORRUPT_TTL", "TENURE_LEASE", "TENURE_STORE"] {
         cmd.env_remove(var);
     }
     cmd.stdin(Stdio::null());
