@@ -37,7 +37,12 @@ pub(crate) enum Command {
     /// lease.
     #[command(after_help = LOCK_AFTER_HELP)]
     Lock(LockArgs),
-    /// Show leases and their holders (read-only).
+    /// Show held leases and their holders (read-only).
+    ///
+    /// Lists the leases held now (or blocked by an unreadable record, or expired
+    /// and not yet taken over); `--all` adds those nobody holds. HELD is how long
+    /// the holder has had it, by the holder's clock.
+    #[command(after_help = STATUS_AFTER_HELP)]
     Status(StatusArgs),
     /// Break a lease: end its grants now, so that others may take it at once.
     ///
@@ -69,7 +74,8 @@ COMMAND's environment:
   TENURE_STORE     the store
 
 Exit status: COMMAND's own (128 + n if signal n ended it), or
-  64   bad arguments, lease name, store URL or option
+  64   bad arguments, lease name, store URL or option; a nested `tenure lock` on
+       the lease it already runs under (TENURE_LEASE and TENURE_STORE)
   65   stored data tenure will not overwrite is corrupt (a corrupt lease record
        instead blocks until --corrupt-ttl, then is replaced with a warning)
   69   the store is unreachable, failing, or refused as unsafe
@@ -81,6 +87,17 @@ Exit status: COMMAND's own (128 + n if signal n ended it), or
 Example:
   tenure lock /mnt/shared/locks deploy/prod --timeout 10m -- ./deploy.sh --prod";
 
+const STATUS_AFTER_HELP: &str = "\
+Exit status:
+  0    listed; with NAME: the lease NAME is held (or an unreadable record blocks it)
+  1    with NAME: the lease NAME is not held (free, expired, or never taken)
+  64   bad arguments, lease name or store URL, or STORE is a file, not a store
+  65   NAME's stored data is corrupt beyond reading
+  69   the store is unreachable or failing
+
+Example:
+  if tenure status /mnt/shared/locks deploy/prod; then echo \"a deploy is running\"; fi";
+
 /// `tenure status`.
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
@@ -88,7 +105,10 @@ pub(crate) struct StatusArgs {
     pub(crate) store: StoreArgs,
     /// One lease, or a prefix of names; all leases if omitted.
     pub(crate) name: Option<String>,
-    /// Print JSON (one array) instead of a table.
+    /// Also show leases nobody holds (released or never taken).
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// Print JSON (one array, every lease held or not) instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
 }

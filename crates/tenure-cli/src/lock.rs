@@ -1,8 +1,11 @@
 //! `tenure lock`: run a command while holding a lease — `flock(1)` for a fleet.
 //!
 //! 1. **Wait.** The lease is acquired with the client's jittered backoff (at most
-//!    `--poll` between polls). On a terminal a live line says who holds it and when
-//!    it could be taken over ([`crate::waiting`]). `--no-wait` and `--timeout` give
+//!    `--poll` between polls). On a terminal a live line says who holds it, for
+//!    how long, and when it could be taken over; elsewhere whole lines say so when
+//!    the wait starts, every so often, and when it ends ([`crate::waiting`]). A
+//!    `tenure lock` run under the same lease in the same store (`TENURE_LEASE`,
+//!    `TENURE_STORE`) is refused (64): it would wait for its own parent. `--no-wait` and `--timeout` give
 //!    up with exit 75, naming the store, the lease and its holder. `--timeout`
 //!    bounds the whole wait — opening the store and the first attempt included —
 //!    and every step before the wait is also bounded by the store's own deadline
