@@ -101,9 +101,8 @@ pub(crate) async fn open(url: &str, opts: &OpenOptions) -> tenure::Result<Arc<dy
         #[cfg(not(feature = "etcd"))]
         "etcd" => Err(tenure::Error::InvalidStore {
             url: url.into(),
-            reason: "this tenure was built without etcd: install it with \
-                     `cargo install tenure-cli --features etcd` (needs protoc), or from a checkout \
-                     `cargo install --path crates/tenure-cli --features etcd`"
+            reason: "this tenure was built without etcd: rebuild it with `--features etcd` \
+                     (e.g. `cargo install --path crates/tenure-cli --features etcd`; needs protoc)"
                 .into(),
         }),
         other => Err(tenure::Error::InvalidStore {
