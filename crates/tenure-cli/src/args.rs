@@ -1,5 +1,6 @@
 //! Command-line arguments.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -36,7 +37,12 @@ pub(crate) enum Command {
     /// lease.
     #[command(after_help = LOCK_AFTER_HELP)]
     Lock(LockArgs),
-    /// Show leases and their holders (read-only).
+    /// Show held leases and their holders (read-only).
+    ///
+    /// Lists the leases held now (or blocked by an unreadable record, or expired
+    /// and not yet taken over); `--all` adds those nobody holds. HELD is how long
+    /// the holder has had it, by the holder's clock.
+    #[command(after_help = STATUS_AFTER_HELP)]
     Status(StatusArgs),
     /// Break a lease: end its grants now, so that others may take it at once.
     ///
@@ -68,7 +74,8 @@ COMMAND's environment:
   TENURE_STORE     the store
 
 Exit status: COMMAND's own (128 + n if signal n ended it), or
-  64   bad arguments, lease name, store URL or option
+  64   bad arguments, lease name, store URL or option; a nested `tenure lock` on
+       the lease it already runs under (TENURE_LEASE and TENURE_STORE)
   65   stored data tenure will not overwrite is corrupt (a corrupt lease record
        instead blocks until --corrupt-ttl, then is replaced with a warning)
   69   the store is unreachable, failing, or refused as unsafe
@@ -80,6 +87,17 @@ Exit status: COMMAND's own (128 + n if signal n ended it), or
 Example:
   tenure lock /mnt/shared/locks deploy/prod --timeout 10m -- ./deploy.sh --prod";
 
+const STATUS_AFTER_HELP: &str = "\
+Exit status:
+  0    listed; with NAME: the lease NAME is held (or an unreadable record blocks it)
+  1    with NAME: the lease NAME is not held (free, expired, or never taken)
+  64   bad arguments, lease name or store URL, or STORE is a file, not a store
+  65   NAME's stored data is corrupt beyond reading
+  69   the store is unreachable or failing
+
+Example:
+  if tenure status /mnt/shared/locks deploy/prod; then echo \"a deploy is running\"; fi";
+
 /// `tenure status`.
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
@@ -87,7 +105,10 @@ pub(crate) struct StatusArgs {
     pub(crate) store: StoreArgs,
     /// One lease, or a prefix of names; all leases if omitted.
     pub(crate) name: Option<String>,
-    /// Print JSON (one array) instead of a table.
+    /// Also show leases nobody holds (released or never taken).
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// Print JSON (one array, every lease held or not) instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -104,22 +125,59 @@ pub(crate) struct BreakArgs {
     pub(crate) token: Option<u64>,
 }
 
+/// The message for `tenure lock STORE NAME cmd args` without `--`, which clap
+/// reports as an unexpected argument: say to put `--` before the command.
+pub(crate) fn missing_separator(e: &clap::Error, argv: impl IntoIterator<Item = OsString>) -> Option<String> {
+    if e.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    let argv: Vec<OsString> = argv.into_iter().skip(1).collect();
+    if argv.iter().any(|a| a == "--") {
+        return None;
+    }
+    // The subcommand: the first word that is not an option (only -v comes before it).
+    let mut words = argv.iter().filter(|a| !a.as_encoded_bytes().starts_with(b"-"));
+    if words.next().is_none_or(|w| w != "lock") {
+        return None;
+    }
+    let unexpected = match e.get(clap::error::ContextKind::InvalidArg) {
+        Some(clap::error::ContextValue::String(s)) => s.clone(),
+        _ => return None,
+    };
+    if unexpected.starts_with('-') {
+        // A misspelt option, not the command: clap's own message says it best.
+        return None;
+    }
+    Some(format!(
+        "unexpected argument {unexpected:?}: put `--` before the command, as in \
+         tenure lock STORE NAME [OPTIONS] -- {unexpected} [ARGS…]"
+    ))
+}
+
 /// Parses `30s`, `5m`, `1h30m`, `250ms`, or a bare number of seconds (`5`, `0.5`),
 /// at most [`MAX_DURATION`]: every duration flag (and `TENURE_MAX_SKEW`,
 /// `TENURE_CORRUPT_TTL`) goes through here, so an absurd value is refused with
 /// exit 64 before anything happens, never wrapped later.
 pub(crate) fn duration(s: &str) -> Result<Duration, String> {
-    bounded(s, MAX_DURATION)
+    bounded(s, Duration::ZERO, MAX_DURATION)
 }
+
+/// The shortest `--ttl` the lease's timing works with (renewals and the safety
+/// margin are fractions of it).
+const MIN_TTL: Duration = Duration::from_millis(10);
 
 /// Like [`duration`], at most [`MAX_TTL`]: for `--ttl`. A longer lease would only
 /// delay takeover after a crash, and its milliseconds must fit the record.
 pub(crate) fn ttl(s: &str) -> Result<Duration, String> {
-    bounded(s, MAX_TTL)
+    bounded(s, MIN_TTL, MAX_TTL)
 }
 
-fn bounded(s: &str, max: Duration) -> Result<Duration, String> {
-    let d = if let Ok(secs) = s.trim().parse::<f64>() {
+fn bounded(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let bare = s.trim().parse::<f64>().ok();
+    // A bare number is seconds: say so when it is out of range, it may have been
+    // meant as milliseconds.
+    let unit = if bare.is_some() { "; a bare number is seconds" } else { "" };
+    let d = if let Some(secs) = bare {
         // NaN, infinities, negative numbers and values past `Duration::MAX` fail here.
         Duration::try_from_secs_f64(secs)
             .map_err(|_| format!("{s:?} is not a valid number of seconds (it must be finite and not negative)"))?
@@ -127,7 +185,10 @@ fn bounded(s: &str, max: Duration) -> Result<Duration, String> {
         humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 250ms, 30s, 5m, 1h30m, or 5 for seconds)"))?
     };
     if d > max {
-        return Err(format!("{s:?} is too long (at most {})", in_days(max)));
+        return Err(format!("{s:?} is too long (at most {}{unit})", in_days(max)));
+    }
+    if d < min {
+        return Err(format!("{s:?} is too short (from {} to {}{unit})", human_duration(min), in_days(max)));
     }
     Ok(d)
 }
@@ -171,6 +232,13 @@ mod tests {
             ttl("31days")
         );
         assert!(ttl("18446744073709551").is_err());
+        // Too short: the range is given, and a bare number is said to be seconds.
+        for s in ["0", "0.001", "1ms"] {
+            assert!(ttl(s).is_err_and(|e| e.contains("from 10ms to 30 days")), "{s}: {:?}", ttl(s));
+        }
+        assert!(ttl("0").is_err_and(|e| e.contains("bare number is seconds")));
+        assert!(ttl("1ms").is_err_and(|e| !e.contains("bare number")));
+        assert!(ttl("99999999").is_err_and(|e| e.contains("at most 30 days; a bare number is seconds")));
     }
 
     proptest::proptest! {

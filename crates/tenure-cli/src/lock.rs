@@ -1,8 +1,11 @@
 //! `tenure lock`: run a command while holding a lease — `flock(1)` for a fleet.
 //!
 //! 1. **Wait.** The lease is acquired with the client's jittered backoff (at most
-//!    `--poll` between polls). On a terminal a live line says who holds it and when
-//!    it could be taken over ([`crate::waiting`]). `--no-wait` and `--timeout` give
+//!    `--poll` between polls). On a terminal a live line says who holds it, for
+//!    how long, and when it could be taken over; elsewhere whole lines say so when
+//!    the wait starts, every so often, and when it ends ([`crate::waiting`]). A
+//!    `tenure lock` run under the same lease in the same store (`TENURE_LEASE`,
+//!    `TENURE_STORE`) is refused (64): it would wait for its own parent. `--no-wait` and `--timeout` give
 //!    up with exit 75, naming the store, the lease and its holder. `--timeout`
 //!    bounds the whole wait — opening the store and the first attempt included —
 //!    and every step before the wait is also bounded by the store's own deadline
@@ -156,6 +159,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         ));
         return Ok(exit::code(code));
     }
+    refuse_nested(&args.store.url, &name)?;
     if args.poll.is_zero() {
         anyhow::bail!(Fail::usage("--poll must be longer than zero"));
     }
@@ -304,13 +308,15 @@ async fn take(
                 // Erased when dropped, also when a signal ends the wait.
                 let mut line = WaitLine::new(store.url(), name.as_str());
                 let waiting = client.acquire_watching(name.as_str(), &opts, |busy| line.update(busy));
-                match opts.timeout {
+                let lease = match opts.timeout {
                     None => waiting.await?,
                     Some(limit) => match tokio::time::timeout(limit + SLACK, waiting).await {
                         Ok(lease) => lease?,
                         Err(_) => return Err(step.no_answer("waiting", limit, true).into()),
                     },
-                }
+                };
+                line.acquired();
+                lease
             }
             Ok(e @ tenure::Error::Store { .. }) => {
                 return Err(anyhow::Error::new(e).context(format!("cannot take lease {:?}", name.as_str())));
@@ -320,6 +326,37 @@ async fn take(
         },
     };
     Ok((store, lease))
+}
+
+/// Refuses to wait for the lease this process already runs under: a command run
+/// by `tenure lock` (which sets `TENURE_LEASE` and `TENURE_STORE`) that runs
+/// `tenure lock` on the same lease would wait for its own parent forever.
+fn refuse_nested(url: &str, name: &LeaseName) -> Result<()> {
+    let (Some(lease), Some(store)) = (std::env::var_os("TENURE_LEASE"), std::env::var_os("TENURE_STORE")) else {
+        return Ok(());
+    };
+    if lease.as_bytes() != name.as_str().as_bytes() || !same_store(&store, url) {
+        return Ok(());
+    }
+    anyhow::bail!(Fail::usage(format!(
+        "lease {:?} in {url} is already held by the `tenure lock` that runs this command \
+         (TENURE_LEASE and TENURE_STORE say so): waiting for it would wait forever; \
+         run the command directly, or use another lease name",
+        name.as_str()
+    )))
+}
+
+/// Whether `parent` (the parent's `TENURE_STORE`) and `url` name the same store:
+/// the same text, or the same directory however it is written.
+fn same_store(parent: &OsStr, url: &str) -> bool {
+    if parent.as_bytes() == url.as_bytes() {
+        return true;
+    }
+    let dir = |u: &str| tenure::store::file::open(u).ok().and_then(|b| b.root().canonicalize().ok());
+    match (parent.to_str().and_then(dir), dir(url)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
 }
 
 /// One bounded step of taking the lease, for its error message.

@@ -26,6 +26,10 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
+            if let Some(hint) = args::missing_separator(&e, std::env::args_os()) {
+                let _ = writeln!(std::io::stderr(), "tenure: {hint}");
+                return exit::code(exit::USAGE);
+            }
             let usage_error = e.use_stderr();
             let _ = e.print();
             return exit::code(if usage_error { exit::USAGE } else { 0 });

@@ -10,6 +10,7 @@ use tenure::{Clock, HolderView, LeaseName, LeaseState, LeaseStore, SystemClock, 
 
 use crate::args::{BreakArgs, StatusArgs};
 use crate::exit::{self, Fail};
+use crate::waiting::{held_for, short_holder};
 
 #[derive(Serialize)]
 struct StatusJson<'a> {
@@ -81,8 +82,22 @@ async fn collect(store: &dyn LeaseStore, name: Option<&str>) -> Result<Vec<Found
 }
 
 pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
+    refuse_non_store(&args.store.url)?;
     let store = args.store.open_read_only().await?;
     let found = collect(&*store, args.name.as_deref()).await?;
+    // Asked about one lease: exit 0 if it is busy (held, or blocked by an
+    // unreadable record), 1 if it can be taken (free, expired or absent).
+    let asked = args.name.as_deref().and_then(|n| {
+        found.iter().find_map(|f| match f {
+            Found::State(s) if s.name.as_str() == n => Some(s),
+            _ => None,
+        })
+    });
+    let code = match asked {
+        Some(s) if !s.holders.is_empty() || s.corrupt.is_some() => ExitCode::SUCCESS,
+        Some(_) => exit::code(NOT_HELD),
+        None => ExitCode::SUCCESS,
+    };
     let mut out = std::io::stdout().lock();
     if args.json {
         let rows: Vec<serde_json::Value> = found
@@ -105,29 +120,51 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
             })
             .collect::<Result<_, _>>()?;
         ignore_broken_pipe(writeln!(out, "{}", serde_json::to_string_pretty(&rows)?))?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(code);
     }
-    if found.is_empty() {
-        // A mistyped directory reads as an empty store: say so.
-        let url = &args.store.url;
-        let is_file = url.starts_with("file://") || !url.contains("://");
-        let missing = is_file && tenure::store::file::open(url).is_ok_and(|b| !b.root().exists());
-        let note = if missing { " (the directory does not exist)" } else { "" };
-        ignore_broken_pipe(writeln!(out, "no leases in {}{note}", store.url()))?;
-        return Ok(ExitCode::SUCCESS);
+    let url = store.url();
+    // A name that was never written: say so, rather than show a made-up row.
+    let absent = |s: &LeaseState| s.version.is_none() && s.corrupt.is_none() && s.last_token == 0;
+    if let Some(s) = asked
+        && absent(s)
+    {
+        ignore_broken_pipe(writeln!(out, "no lease {} in {url} (it has never been taken)", s.name))?;
+    }
+    let shown: Vec<&Found> = found
+        .iter()
+        .filter(|f| match f {
+            Found::State(s) if asked.is_some_and(|a| a.name == s.name) => !absent(s),
+            Found::State(s) => args.all || state_word(s) != "free",
+            Found::Failed(..) => true,
+        })
+        .collect();
+    if shown.is_empty() {
+        if asked.is_some() {
+            return Ok(code);
+        }
+        let line = match found.len() {
+            0 => format!("no leases in {url}{}", not_a_store_note(&args.store.url)),
+            n => format!("no held leases in {url} ({n} not held; --all shows them)"),
+        };
+        ignore_broken_pipe(writeln!(out, "{line}"))?;
+        return Ok(code);
     }
     let now = SystemClock::new().wall_ms();
-    let rows: Vec<[String; 6]> = found
+    let rows: Vec<[String; 7]> = shown
         .iter()
         .map(|f| match f {
             Found::State(s) => row(s, now),
             Found::Failed(name, e) => {
-                [name.to_string(), "error".into(), "-".into(), "-".into(), format!("cannot read: {e}"), "-".into()]
+                let mut r = ["-".to_string(), "-".into(), "-".into(), "-".into(), "-".into(), "-".into(), "-".into()];
+                r[0] = name.to_string();
+                r[1] = "error".into();
+                r[4] = format!("cannot read: {e}");
+                r
             }
         })
         .collect();
-    let header = ["LEASE", "STATE", "MODE", "TOKEN", "HOLDER", "EXPIRES"].map(String::from);
-    let mut widths = [0usize; 6];
+    let header = ["LEASE", "STATE", "MODE", "TOKEN", "HOLDER", "HELD", "EXPIRES"].map(String::from);
+    let mut widths = [0usize; 7];
     for r in std::iter::once(&header).chain(&rows) {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
@@ -137,14 +174,57 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
         let line: Vec<String> = r.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
         ignore_broken_pipe(writeln!(out, "{}", line.join("  ").trim_end()))?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }
 
-fn row(s: &LeaseState, now_ms: u64) -> [String; 6] {
+/// `status STORE NAME`'s exit code when NAME is not held.
+const NOT_HELD: u8 = 1;
+
+/// Refuses a directory store that is a regular file (or anything but a
+/// directory): it holds no leases, and the user most likely swapped arguments.
+fn refuse_non_store(url: &str) -> Result<()> {
+    let Some(root) = dir_store(url) else { return Ok(()) };
+    match root.root().metadata() {
+        Ok(m) if !m.is_dir() => bail!(Fail::usage(format!(
+            "{url} is not a tenure store: it is a file, and a directory store is a directory \
+             (tenure status STORE [NAME])"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The directory store `url` names, if it names one.
+fn dir_store(url: &str) -> Option<tenure::store::file::FileBackend> {
+    let is_dir_store = url.starts_with("file://") || !url.contains("://");
+    is_dir_store.then(|| tenure::store::file::open(url).ok()).flatten()
+}
+
+/// Why a directory store shows no leases, if it can tell: it does not exist, or
+/// it holds other things and none of them a lease (the wrong directory?).
+fn not_a_store_note(url: &str) -> String {
+    let Some(b) = dir_store(url) else { return String::new() };
+    match std::fs::read_dir(b.root()) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => " (the directory does not exist)".into(),
+        Err(_) => String::new(),
+        Ok(entries) => match entries.take(1000).count() {
+            0 => String::new(),
+            n => {
+                let count = if n == 1000 { "1000 or more entries".to_string() } else { format!("{n} entries") };
+                format!(
+                    ": it is not a tenure store, or not yet one: the directory holds {count} and none is a lease \
+                     (each lease is a directory of ~NNNNNNNNNNNNNNNNNNNN records)"
+                )
+            }
+        },
+    }
+}
+
+fn row(s: &LeaseState, now_ms: u64) -> [String; 7] {
     let name = s.name.to_string();
     let state = state_word(s).to_string();
+    let none = || "-".to_string();
     if let Some(c) = &s.corrupt {
-        return [name, state, "-".into(), "-".into(), format!("unreadable record: {c}"), "-".into()];
+        return [name, state, none(), none(), format!("unreadable record: {c}"), none(), none()];
     }
     let live = if s.holders.is_empty() { &s.expired } else { &s.holders };
     match live.as_slice() {
@@ -159,22 +239,26 @@ fn row(s: &LeaseState, now_ms: u64) -> [String; 6] {
                     )
                 },
             );
-            [name, state, "-".into(), s.last_token.to_string(), last, "-".into()]
+            [name, state, none(), s.last_token.to_string(), last, none(), none()]
         }
         holders => {
             let mode = holders[0].mode.to_string();
             let tokens: Vec<String> = holders.iter().map(|h| h.token.to_string()).collect();
             let who = match holders {
-                [one] => one.holder.to_string(),
+                [one] => short_holder(&one.holder),
                 many => format!("{} holders", many.len()),
             };
+            // The longest-held grant: how long the lease has been busy.
+            let held = holders.iter().filter_map(|h| h.acquired_ms).min().and_then(|acquired| {
+                holders.iter().find(|h| h.acquired_ms == Some(acquired)).and_then(|h| held_for(h, now_ms))
+            });
             let soonest = holders.iter().map(|h| h.expires_in_ms).min().unwrap_or(0);
             let expires = if s.holders.is_empty() {
                 "now (expired)".to_string()
             } else {
                 format!("in {}", human_duration(Duration::from_millis(soonest)))
             };
-            [name, state, mode, tokens.join(","), who, expires]
+            [name, state, mode, tokens.join(","), who, held.unwrap_or_else(none), expires]
         }
     }
 }

@@ -98,6 +98,13 @@ pub(crate) async fn open(url: &str, opts: &OpenOptions) -> tenure::Result<Arc<dy
         "tenure" => tenure_server::open(url, opts).await,
         #[cfg(feature = "etcd")]
         "etcd" => tenure_etcd::open(url, opts).await,
+        #[cfg(not(feature = "etcd"))]
+        "etcd" => Err(tenure::Error::InvalidStore {
+            url: url.into(),
+            reason: "this tenure was built without etcd: rebuild it with `--features etcd` \
+                     (e.g. `cargo install --path crates/tenure-cli --features etcd`; needs protoc)"
+                .into(),
+        }),
         other => Err(tenure::Error::InvalidStore {
             url: url.into(),
             reason: format!("unknown store scheme {other:?} in this build (known: {})", known_schemes()),

@@ -91,7 +91,7 @@ fn on_a_terminal_the_waiting_line_names_the_holder_and_is_erased() {
 }
 
 #[test]
-fn without_a_terminal_waiting_prints_nothing() {
+fn without_a_terminal_waiting_prints_whole_lines_not_a_redrawn_one() {
     let store = FileStore::new();
     let ready = store.path("ready");
     let script = format!("echo up > '{}'; exec sleep 60", ready.display());
@@ -106,6 +106,10 @@ fn without_a_terminal_waiting_prints_nothing() {
     let _ = holder.wait();
     assert_eq!(out.status.code(), Some(75));
     let err = stderr(&out);
-    assert!(!err.contains("tenure: waiting") && !err.contains('\r'), "{err:?}");
-    assert_eq!(err.lines().count(), 1, "only the timeout: {err}");
+    assert!(!err.contains('\r') && !err.contains('\u{1b}'), "{err:?}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        matches!(lines.as_slice(), [wait, end] if wait.starts_with("tenure: waiting for lease busy") && end.contains("timed out")),
+        "the wait's first line, then the timeout: {err}"
+    );
 }

@@ -28,7 +28,7 @@ fn one_unreadable_lease_does_not_hide_the_others() {
     let fifo = store.path("leases/c").join(format!("~{:020}", 99));
     rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from(0o600)).expect("mkfifo");
 
-    let out = run(tenure().args(["status", &url]), LIMIT);
+    let out = run(tenure().args(["status", &url, "--all"]), LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let table = text(&out.stdout);
     let line = |name: &str| table.lines().find(|l| l.starts_with(name)).map(str::to_string).unwrap_or_default();
@@ -51,4 +51,106 @@ fn one_unreadable_lease_does_not_hide_the_others() {
     assert_eq!(out.status.code(), Some(65), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("symbolic link"), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_dir(outside.path()).expect("list").count(), 0);
+}
+
+/// Starts a holder of `name` that holds until `release` exists, and waits until it holds.
+fn hold_until(store: &FileStore, name: &str, release: &std::path::Path) -> std::process::Child {
+    let ready = store.path(&format!("{}.ready", name.replace('/', "_")));
+    let script =
+        format!("echo held > '{}'; while [ ! -e '{}' ]; do sleep 0.05; done", ready.display(), release.display());
+    let child = common::start(store, name, &[], &script);
+    common::wait_lines(&ready, 1, LIMIT);
+    child
+}
+
+#[test]
+fn status_shows_held_leases_by_default_and_all_shows_released_ones() {
+    let store = FileStore::new();
+    let url = store.url();
+    let out = run(&mut lock(&url, "done", &[], &["true"]), LIMIT);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Only released leases: none shown, and it says how to see them.
+    let out = run(tenure().args(["status", &url]), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("no held leases in") && text(&out.stdout).contains("--all"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let release = store.path("release");
+    let mut holder = hold_until(&store, "busy", &release);
+    let out = run(tenure().args(["status", &url]), LIMIT);
+    let table = text(&out.stdout);
+    let header = table.lines().next().unwrap_or_default();
+    assert!(header.contains("HOLDER") && header.contains("HELD") && header.contains("EXPIRES"), "{table}");
+    let busy = table.lines().find(|l| l.starts_with("busy ")).unwrap_or_else(|| panic!("no busy row: {table}"));
+    assert!(busy.contains("held") && busy.contains(&format!("pid {}", holder.id())) && busy.contains(" in "), "{busy}");
+    // Short holder: no nonce in brackets.
+    assert!(!busy.contains('['), "{busy}");
+    assert!(!table.lines().any(|l| l.starts_with("done")), "released lease shown by default: {table}");
+
+    let out = run(tenure().args(["status", &url, "--all"]), LIMIT);
+    let table = text(&out.stdout);
+    let done = table.lines().find(|l| l.starts_with("done ")).unwrap_or_else(|| panic!("no done row: {table}"));
+    assert!(done.contains("free") && done.contains("released"), "{done}");
+
+    // JSON gives the acquisition time.
+    let out = run(tenure().args(["status", &url, "busy", "--json"]), LIMIT);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let acquired = json[0]["holders"][0]["acquired_ms"].as_u64().expect("acquired_ms");
+    assert!(acquired <= json[0]["holders"][0]["deadline_ms"].as_u64().expect("deadline"), "{json}");
+
+    std::fs::write(&release, b"").expect("release");
+    assert_eq!(common::wait_status(&mut holder, LIMIT).code(), Some(0));
+}
+
+#[test]
+fn status_of_one_lease_exits_0_when_held_and_1_when_not() {
+    let store = FileStore::new();
+    let url = store.url();
+    let release = store.path("release");
+    let mut holder = hold_until(&store, "deploy", &release);
+    for extra in [&[][..], &["--json"][..]] {
+        let out = run(tenure().args(["status", &url, "deploy"]).args(extra), LIMIT);
+        assert_eq!(out.status.code(), Some(0), "{extra:?}: {}", text(&out.stderr));
+    }
+    std::fs::write(&release, b"").expect("release");
+    assert_eq!(common::wait_status(&mut holder, LIMIT).code(), Some(0));
+    for extra in [&[][..], &["--json"][..]] {
+        let out = run(tenure().args(["status", &url, "deploy"]).args(extra), LIMIT);
+        assert_eq!(out.status.code(), Some(1), "released, {extra:?}: {}", text(&out.stdout));
+    }
+    let out = run(tenure().args(["status", &url, "deploy"]), LIMIT);
+    assert!(text(&out.stdout).contains("free"), "the released lease is shown: {}", text(&out.stdout));
+
+    // A name that does not exist says so.
+    let out = run(tenure().args(["status", &url, "nosuch"]), LIMIT);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("no lease nosuch in"), "{}", text(&out.stdout));
+    assert!(!text(&out.stdout).contains("LEASE"), "no made-up row: {}", text(&out.stdout));
+}
+
+#[test]
+fn status_on_something_that_is_not_a_store_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, b"hello").expect("file");
+    let out = run(tenure().args(["status", &file.display().to_string()]), LIMIT);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("is not a tenure store: it is a file"), "{}", text(&out.stderr));
+
+    // A directory of other things: listed as empty, with the reason.
+    for sub in ["src", "docs", "target"] {
+        std::fs::create_dir(dir.path().join(sub)).expect("mkdir");
+    }
+    let out = run(tenure().args(["status", &dir.path().display().to_string()]), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("it is not a tenure store"), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("4 entries"), "{}", text(&out.stdout));
+
+    // Relative paths are shown as URLs that parse back.
+    let out = run(tenure().current_dir(dir.path()).args(["status", "src"]), LIMIT);
+    let shown = format!("file://{}/src", dir.path().display());
+    assert!(text(&out.stdout).contains(&shown), "{}", text(&out.stdout));
 }

@@ -564,6 +564,7 @@ fn view(e: &Entry, mode: Mode, judge: &dyn Judge) -> HolderView {
         token: e.token,
         deadline_ms: e.deadline_ms,
         ttl_ms: e.ttl_ms,
+        acquired_ms: Some(e.acquired_ms),
         expires_in_ms: judge.remaining_ms(e),
     }
 }

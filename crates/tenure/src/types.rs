@@ -151,6 +151,9 @@ pub struct HolderView {
     pub deadline_ms: u64,
     /// Its TTL.
     pub ttl_ms: u64,
+    /// When it was granted, on its holder's clock (wall ms), if the store says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired_ms: Option<u64>,
     /// Longest this observer may have to wait for it to be taken over, if it is
     /// never renewed (clock discipline included).
     pub expires_in_ms: u64,

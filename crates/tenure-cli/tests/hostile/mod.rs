@@ -87,10 +87,10 @@ pub fn mentions(text: &str, needles: &[&str]) -> bool {
     needles.iter().any(|n| text.contains(&n.to_lowercase()))
 }
 
-/// `tenure status <url>` (every lease, as a table): its output, after checking
-/// it succeeded without a panic.
+/// `tenure status <url> --all` (every lease, as a table): its output, after
+/// checking it succeeded without a panic.
 pub fn status_table(url: &str) -> String {
-    let out = run(tenure().args(["status", url]), LIMIT);
+    let out = run(tenure().args(["status", url, "--all"]), LIMIT);
     assert_no_panic(&out);
     assert!(out.status.success(), "status of the whole store failed: {}", stderr(&out));
     stdout(&out)

@@ -464,6 +464,7 @@ impl TenureStore {
             token: 0,
             deadline_ms: self.clock.wall_ms().saturating_add(left_ms),
             ttl_ms: left_ms,
+            acquired_ms: None,
             expires_in_ms: left_ms,
         };
         Busy { name, holders: vec![view], corrupt: None, version: None, failure: None }

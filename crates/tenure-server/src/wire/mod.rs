@@ -487,6 +487,8 @@ impl From<HolderViewWire> for HolderView {
             token: v.token,
             deadline_ms: v.deadline_ms,
             ttl_ms: v.ttl_ms,
+            // Not on the wire (version 2): unknown.
+            acquired_ms: None,
             expires_in_ms: v.expires_in_ms,
         }
     }

@@ -159,7 +159,11 @@ impl FileBackend {
     /// A store in directory `root` (created on first write), with fsync on.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         let root: PathBuf = root.into();
-        let url: Arc<str> = format!("file://{}", root.display()).into();
+        // Messages show the URL: a relative root as `file://d` would not parse
+        // back (a file:// URL needs an absolute path), so show it made absolute.
+        let shown =
+            if root.is_relative() { std::path::absolute(&root).unwrap_or_else(|_| root.clone()) } else { root.clone() };
+        let url: Arc<str> = format!("file://{}", shown.display()).into();
         let offload = Offload::new(url.clone(), DEFAULT_TIMEOUT);
         Self { url, root: root.into(), fsync: true, inline: false, offload }
     }
@@ -518,6 +522,16 @@ impl DirUrl {
                     return Err(invalid("a file:// URL needs an absolute path, as in file:///var/lib/locks"));
                 }
                 (path, query)
+            }
+            // A plain path takes no options: `./d?fsync=false` would otherwise
+            // become a directory with `?` in its name, options silently ignored.
+            None if url.contains('?') => {
+                let (path, query) = url.split_once('?').unwrap_or((url, ""));
+                let abs = std::path::absolute(path).unwrap_or_else(|_| PathBuf::from(path));
+                return Err(invalid(&format!(
+                    "a plain path takes no ?options: use file://{}?{query} (or --store-opt KEY=VALUE)",
+                    abs.display()
+                )));
             }
             None => (url, ""),
         };

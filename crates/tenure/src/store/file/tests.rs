@@ -120,6 +120,16 @@ fn urls_and_paths_open_with_options() {
     assert!(open("./relative/dir").expect("path").fsync);
     assert!(matches!(open("file://relative"), Err(Error::InvalidStore { .. })));
     assert!(matches!(open("file:///x?sync=1"), Err(Error::InvalidStore { .. })));
+    // A plain path takes no query: refused with the file:// URL to use instead,
+    // which parses, rather than taken as a directory with `?` in its name.
+    let Err(Error::InvalidStore { reason, .. }) = open("/tmp/d?fsync=false") else { panic!("accepted") };
+    assert!(reason.contains("use file:///tmp/d?fsync=false"), "{reason}");
+    assert!(open("file:///tmp/d?fsync=false").is_ok());
+    let Err(Error::InvalidStore { reason, .. }) = open("d?fsync=false") else { panic!("accepted") };
+    assert!(reason.contains("file:///") && reason.contains("/d?fsync=false"), "{reason}");
+    // A relative directory is shown as an absolute URL, which parses back.
+    let shown = open("relative/dir").expect("path").url.to_string();
+    assert!(shown.starts_with("file:///") && open(&shown).is_ok(), "{shown}");
 }
 
 #[test]
