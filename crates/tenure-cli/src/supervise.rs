@@ -56,7 +56,8 @@
 //! report pipe every [`HEARTBEAT`], as long as the guard's loop made a pass within
 //! [`STALL`] (so slow passes — a loaded machine, a slow `/proc` — do not silence
 //! it). If nothing comes for one renewal interval of the lease (at least
-//! [`MIN_SILENCE`], so that a loaded machine's scheduling delay is not taken for a
+//! [`MIN_SILENCE`]), and still nothing in the [`CONFIRM`] after `tenure` itself
+//! woke up (so that a loaded machine's scheduling delay is not taken for a
 //! hang), the guard is stopped or hung and enforces nothing: `tenure`
 //! takes over ([`Supervisor::take_over`]). It stops the command's processes
 //! itself on the same schedule (SIGTERM, SIGKILL within the grace and never later
@@ -102,6 +103,9 @@ pub(crate) const DRAIN_TICK: Duration = Duration::from_millis(10);
 pub(crate) const HEARTBEAT: Duration = Duration::from_millis(250);
 /// The shortest silence after which `tenure` takes over from its guard.
 pub(crate) const MIN_SILENCE: Duration = Duration::from_secs(2);
+/// After a silence, how long `tenure` listens again, once it runs itself, before
+/// it calls the guard silent: four heartbeats.
+const CONFIRM: Duration = Duration::from_secs(1);
 /// How long the guard's loop may go without a pass before its heartbeats stop:
 /// a pass that is only slow (a loaded machine, a slow `/proc`) keeps them going,
 /// a loop stuck for good does not.
@@ -247,6 +251,9 @@ pub(crate) struct Supervisor {
     leader: Option<Status>,
     silence: Duration,
     last_heard: Instant,
+    /// Set when the silence limit passed: until when we listen again before
+    /// calling the guard silent (kept here: [`Supervisor::next`] is cancel-safe).
+    confirm_until: Option<Instant>,
 }
 
 impl Supervisor {
@@ -308,6 +315,7 @@ impl Supervisor {
             leader: None,
             silence: spec.silence,
             last_heard: Instant::now(),
+            confirm_until: None,
         })
     }
 
@@ -372,6 +380,14 @@ impl Supervisor {
                 // The timer may fire before the reactor saw a line that did come
                 // (after `tenure` itself was frozen): look at the pipe first.
                 Err(_) => {
+                    if self.read_raw() || self.eof {
+                        continue;
+                    }
+                    // Silent by our clock. On a loaded machine (or a whole guest
+                    // descheduled) `tenure` and the guard were both off the CPU:
+                    // give the guard a few heartbeats now that we run again.
+                    let until = *self.confirm_until.get_or_insert_with(|| Instant::now() + CONFIRM);
+                    tokio::time::sleep_until(until).await;
                     if !self.read_raw() && !self.eof {
                         return Event::Silent(self.silence);
                     }
@@ -391,6 +407,7 @@ impl Supervisor {
     fn heard(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
         self.last_heard = Instant::now();
+        self.confirm_until = None;
     }
 
     /// Reads the report pipe directly, past tokio's readiness cache; whether

@@ -12,9 +12,11 @@ use nfs_harness::*;
 
 /// `tenure lock` with the hold script, printing `rc <status> <end time>` last.
 /// `$1` store, `$2` hold log, `$3` hold seconds, `$4` TTL, then extra lock options.
+/// What tenure says goes to stderr and to `<hold log>.err` too.
 const LOCK: &str = r#"
 store=$1 log=$2 secs=$3 ttl=$4; shift 4
-"$TENURE" lock "$store" L --ttl "$ttl" --max-skew 200ms --poll 100ms "$@" -- "${log%/*}/hold.sh" "$log" "$secs"
+"$TENURE" lock "$store" L --ttl "$ttl" --max-skew 200ms --poll 100ms "$@" -- "${log%/*}/hold.sh" "$log" "$secs" \
+  2> >(tee "$log.err" >&2)
 echo "rc $? $(date +%s.%N)"
 "#;
 
@@ -78,6 +80,14 @@ fn nfs_server_hang_stops_the_holder_before_its_deadline_and_nothing_is_granted_t
     assert!(eventually(Duration::from_secs(60), || !lines(&c.work().join("holds-a")).is_empty()), "a never held");
     // b waits (no timeout) through the hang; another waiter on b gets SIGTERM ~5 s into it.
     let waiter = c.spawn("b", Duration::from_secs(300), LOCK, &[&store, &log("holds-b0"), "0.1", "6s"]);
+    // Waiting, not still on its first contact with the store (a store that fails
+    // on first contact is misconfigured: exit 69, by design).
+    let said = c.work().join("holds-b0.err");
+    assert!(
+        eventually(Duration::from_secs(60), || std::fs::read_to_string(&said)
+            .is_ok_and(|s| s.contains("waiting for lease"))),
+        "b's waiter never said it was waiting"
+    );
     let term = c.spawn("b", Duration::from_secs(300), SIGNALLED, &[&store, &log("holds-b1"), "6"]);
     c.server("stop");
     let stopped_at = unix_now();

@@ -166,14 +166,15 @@ fn to_grant(
 }
 
 fn view() -> BoxedStrategy<HolderViewWire> {
-    (holder_owned(), mode(), num(), num(), num(), num())
-        .prop_map(|(holder, mode, token, deadline_ms, ttl_ms, expires_in_ms)| HolderViewWire {
+    (holder_owned(), mode(), num(), num(), num(), num(), proptest::option::of(num()))
+        .prop_map(|(holder, mode, token, deadline_ms, ttl_ms, expires_in_ms, acquired_ms)| HolderViewWire {
             holder,
             mode,
             token,
             deadline_ms,
             ttl_ms,
             expires_in_ms,
+            acquired_ms,
         })
         .boxed()
 }

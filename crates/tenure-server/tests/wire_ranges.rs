@@ -207,6 +207,7 @@ fn view(token: u64, deadline_ms: u64, ttl_ms: u64, expires_in_ms: u64) -> Holder
         deadline_ms,
         ttl_ms,
         expires_in_ms,
+        acquired_ms: Some(1),
     }
 }
 
@@ -227,6 +228,13 @@ async fn a_hostile_servers_absurd_answers_are_clear_client_errors() {
             Arc::new(|_: &Request<'_>| {
                 let holders = vec![view(7, 5, 1000, u64::MAX)];
                 Response::Acquired(AcquireReply::Busy { index: u32::MAX, holders, version: 1 })
+            }),
+        ),
+        (
+            "acquired_ms",
+            Arc::new(|_: &Request<'_>| {
+                let holders = vec![HolderViewWire { acquired_ms: Some(u64::MAX), ..view(7, 5, 1000, 1000) }];
+                Response::Acquired(AcquireReply::Busy { index: 0, holders, version: 1 })
             }),
         ),
         ("left_ms", Arc::new(|_: &Request<'_>| Response::Acquired(AcquireReply::Quarantine { left_ms: u64::MAX }))),

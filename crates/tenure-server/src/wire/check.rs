@@ -138,6 +138,9 @@ pub(crate) fn check_predecessor(
 pub(crate) fn check_view(v: &HolderViewWire) -> Result<(), String> {
     token(&"a holder's token", v.token)?;
     time(&"a holder's deadline_ms", v.deadline_ms)?;
+    if let Some(a) = v.acquired_ms {
+        time(&"a holder's acquired_ms", a)?;
+    }
     within(&"a holder's ttl_ms", v.ttl_ms, 0, millis(MAX_TTL), " (up to 30 days)")?;
     within(&"a holder's expires_in_ms", v.expires_in_ms, 0, millis(MAX_TTL), " (up to 30 days)")
 }

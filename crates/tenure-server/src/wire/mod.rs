@@ -15,7 +15,7 @@
 //! response carries its request's `id`; responses may come in any order.
 //!
 //! Version 2 (this one) added the cursor of `List` and the `more` flag of its
-//! answer, the predecessor's `acquired_ms`, and `AcquireReply::Exhausted`; a
+//! answer, the predecessor's and each holder's `acquired_ms`, and `AcquireReply::Exhausted`; a
 //! version 1 peer is refused at the hello.
 //!
 //! # Numbers from outside
@@ -464,6 +464,8 @@ pub struct HolderViewWire {
     pub ttl_ms: u64,
     /// Time left, by the server's clock.
     pub expires_in_ms: u64,
+    /// When the grant was made (holder's wall clock, unix ms), if known.
+    pub acquired_ms: Option<u64>,
 }
 
 impl From<&HolderView> for HolderViewWire {
@@ -475,6 +477,7 @@ impl From<&HolderView> for HolderViewWire {
             deadline_ms: v.deadline_ms,
             ttl_ms: v.ttl_ms,
             expires_in_ms: v.expires_in_ms,
+            acquired_ms: v.acquired_ms,
         }
     }
 }
@@ -487,8 +490,7 @@ impl From<HolderViewWire> for HolderView {
             token: v.token,
             deadline_ms: v.deadline_ms,
             ttl_ms: v.ttl_ms,
-            // Not on the wire (version 2): unknown.
-            acquired_ms: None,
+            acquired_ms: v.acquired_ms,
             expires_in_ms: v.expires_in_ms,
         }
     }
