@@ -82,7 +82,7 @@ async fn collect(store: &dyn LeaseStore, name: Option<&str>) -> Result<Vec<Found
 }
 
 pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
-    refuse_non_store(&args.store.url)?;
+    refuse_non_store(&args.store.url, args.store.op_timeout()).await?;
     let store = args.store.open_read_only().await?;
     let found = collect(&*store, args.name.as_deref()).await?;
     // Asked about one lease: exit 0 if it is busy (held, or blocked by an
@@ -143,7 +143,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
             return Ok(code);
         }
         let line = match found.len() {
-            0 => format!("no leases in {url}{}", not_a_store_note(&args.store.url)),
+            0 => format!("no leases in {url}{}", not_a_store_note(&args.store.url, args.store.op_timeout()).await),
             n => format!("no held leases in {url} ({n} not held; --all shows them)"),
         };
         ignore_broken_pipe(writeln!(out, "{line}"))?;
@@ -182,15 +182,26 @@ const NOT_HELD: u8 = 1;
 
 /// Refuses a directory store that is a regular file (or anything but a
 /// directory): it holds no leases, and the user most likely swapped arguments.
-fn refuse_non_store(url: &str) -> Result<()> {
+async fn refuse_non_store(url: &str, limit: Duration) -> Result<()> {
     let Some(root) = dir_store(url) else { return Ok(()) };
-    match root.root().metadata() {
-        Ok(m) if !m.is_dir() => bail!(Fail::usage(format!(
+    match look(limit, move || root.root().metadata()).await {
+        Some(Ok(m)) if !m.is_dir() => bail!(Fail::usage(format!(
             "{url} is not a tenure store: it is a file, and a directory store is a directory \
              (tenure status STORE [NAME])"
         ))),
         _ => Ok(()),
     }
+}
+
+/// Runs `f`, a look at a directory store outside the store's own operations, on
+/// a thread of its own that is abandoned after `limit`: the store may be a hung
+/// mount, and `status` must still end at the store's deadline.
+async fn look<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    tokio::time::timeout(limit, rx).await.ok()?.ok()
 }
 
 /// The directory store `url` names, if it names one.
@@ -201,12 +212,13 @@ fn dir_store(url: &str) -> Option<tenure::store::file::FileBackend> {
 
 /// Why a directory store shows no leases, if it can tell: it does not exist, or
 /// it holds other things and none of them a lease (the wrong directory?).
-fn not_a_store_note(url: &str) -> String {
+async fn not_a_store_note(url: &str, limit: Duration) -> String {
     let Some(b) = dir_store(url) else { return String::new() };
-    match std::fs::read_dir(b.root()) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => " (the directory does not exist)".into(),
-        Err(_) => String::new(),
-        Ok(entries) => match entries.take(1000).count() {
+    let counted = look(limit, move || std::fs::read_dir(b.root()).map(|entries| entries.take(1000).count())).await;
+    match counted {
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => " (the directory does not exist)".into(),
+        None | Some(Err(_)) => String::new(),
+        Some(Ok(n)) => match n {
             0 => String::new(),
             n => {
                 let count = if n == 1000 { "1000 or more entries".to_string() } else { format!("{n} entries") };
