@@ -183,10 +183,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         }
     };
     let auth_token = match &args.auth_token_file {
-        Some(p) => Some(
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?.trim().as_bytes().to_vec(),
-        )
-        .filter(|t| !t.is_empty()),
+        Some(p) => Some(read_small(p).with_context(|| format!("reading {}", p.display()))?.trim().as_bytes().to_vec())
+            .filter(|t| !t.is_empty()),
         None => None,
     };
     let mut core_opts = CoreOptions::new(args.max_lease);
@@ -278,9 +276,27 @@ async fn wait_for_signal() {
     }
 }
 
+/// The largest secret file `serve` reads (a token or a key is far smaller).
+const MAX_SECRET_FILE: u64 = 64 * 1024;
+
+/// Reads a small text file whole, refusing one over [`MAX_SECRET_FILE`] (a
+/// mistaken `/dev/zero` or log file must not fill memory).
+fn read_small(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?.take(MAX_SECRET_FILE + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_SECRET_FILE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("longer than {MAX_SECRET_FILE} bytes: not a token or key file"),
+        ));
+    }
+    Ok(text)
+}
+
 /// Reads a 64-hex-digit ed25519 seed, or creates one (mode 0600) if the file is absent.
 fn load_or_create_key(path: &Path) -> Result<Signer> {
-    match std::fs::read_to_string(path) {
+    match read_small(path) {
         Ok(text) => Signer::from_hex_seed(&text)
             .map_err(|_| anyhow::anyhow!("{}: not a key (64 hex digits expected)", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -279,3 +279,15 @@ fn a_ttl_whose_milliseconds_overflow_is_refused_and_creates_nothing() {
     assert_refused(&store, &["lock", &url, "x", "--ttl", "18446744073709552s", "--", "true"]);
     assert!(!Path::new(&url).join("x").exists(), "the lease directory was created");
 }
+
+#[test]
+fn serve_refuses_a_secret_file_that_never_ends_instead_of_reading_it_all() {
+    // `--auth-token-file /dev/zero` (or a log file given by mistake) must be a
+    // clear error at once, not a read until memory runs out.
+    for flag in ["--auth-token-file", "--key"] {
+        let out = run(tenure().args(["serve", "--listen", "127.0.0.1:0", flag, "/dev/zero"]), LIMIT);
+        assert_ne!(out.status.code(), Some(0), "{flag}: {}", stderr(&out));
+        assert!(stderr(&out).contains("/dev/zero") && stderr(&out).contains("longer than"), "{flag}: {}", stderr(&out));
+        assert_no_panic(&out);
+    }
+}
