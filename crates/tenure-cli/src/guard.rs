@@ -378,7 +378,7 @@ impl Guard {
         // command forks while it stops (a cleanup handler's `rm`) is part of
         // stopping gracefully, and meets SIGKILL only when the grace is over.
         let me = rustix::process::getpid();
-        tree::signal_descendants(me, None, &[Signal::TERM, Signal::CONT]);
+        tree::signal_leavers(me, pgid, &[Signal::TERM, Signal::CONT]);
         let now = boot_now_ns();
         self.stopping = Some(Stopping { kill_at: now.saturating_add(self.grace).min(self.deadline), killed: false });
         self.send(&format!("stopping {why}"));

@@ -26,6 +26,8 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stat {
     pub(crate) ppid: i32,
+    /// Its process group.
+    pub(crate) pgrp: i32,
     pub(crate) zombie: bool,
     /// A zombie's wait status (`exit_code`, Linux 3.5+), as `waitpid` gives it.
     pub(crate) wait_status: Option<i32>,
@@ -47,9 +49,10 @@ fn parse_stat(text: &str) -> Option<Stat> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let zombie = fields.first()?.starts_with('Z');
     let ppid = fields.get(1)?.parse().ok()?;
+    let pgrp = fields.get(2)?.parse().ok()?;
     // Field 52 of the line is the 50th after the command name.
     let wait_status = if zombie { fields.get(49).and_then(|f| f.parse().ok()) } else { None };
-    Some(Stat { ppid, zombie, wait_status })
+    Some(Stat { ppid, pgrp, zombie, wait_status })
 }
 
 /// Every live (not zombie) process descending from `root`, `root` excluded.
@@ -90,21 +93,37 @@ pub(crate) fn descendants(root: Pid) -> Vec<i32> {
 /// Returns how many there were.
 pub(crate) fn signal_descendants(root: Pid, except: Option<Pid>, sigs: &[Signal]) -> usize {
     let except = except.map(|p| p.as_raw_nonzero().get());
+    signal_where(root, sigs, |pid, _| Some(pid) != except)
+}
+
+/// Sends `sigs` (in order) to every live descendant of `root` outside process
+/// group `group`: what left the command's group, after the group itself was
+/// signalled (a process must not get the same SIGTERM twice: a second one
+/// means "stop now" to many programs, cutting their cleanup short). Returns how
+/// many there were.
+pub(crate) fn signal_leavers(root: Pid, group: Pid, sigs: &[Signal]) -> usize {
+    let group = group.as_raw_nonzero().get();
+    signal_where(root, sigs, |_, st| st.pgrp != group)
+}
+
+/// Signals the descendants of `root` that `keep` accepts; how many it accepted.
+fn signal_where(root: Pid, sigs: &[Signal], keep: impl Fn(i32, &Stat) -> bool) -> usize {
     let all = descendants(root);
     let members: HashSet<i32> = all.iter().copied().chain([root.as_raw_nonzero().get()]).collect();
-    let found: Vec<i32> = all.into_iter().filter(|&p| Some(p) != except).collect();
-    for &pid in &found {
+    let mut signalled = 0;
+    for pid in all {
         let Some(target) = Pid::from_raw(pid) else { continue };
         let Ok(pidfd) = rustix::process::pidfd_open(target, PidfdFlags::empty()) else { continue };
         // The pidfd names one process for good; check that it is still the one
         // the walk found (its parent in the tree), then signal through it.
-        if stat(pid).is_some_and(|st| members.contains(&st.ppid)) {
+        if stat(pid).is_some_and(|st| members.contains(&st.ppid) && keep(pid, &st)) {
+            signalled += 1;
             for &sig in sigs {
                 let _ = rustix::process::pidfd_send_signal(&pidfd, sig);
             }
         }
     }
-    found.len()
+    signalled
 }
 
 #[cfg(test)]
@@ -115,11 +134,11 @@ mod tests {
     fn stat_lines_parse_whatever_the_command_name() {
         // Fields 3 (state) to 52 (exit_code), as Linux writes them.
         let line = |state: &str, code: i32| format!("42 (a) b (c)) {state} 7 {}{code}\n", "0 ".repeat(47));
-        assert_eq!(parse_stat(&line("S", 0)), Some(Stat { ppid: 7, zombie: false, wait_status: None }));
-        assert_eq!(parse_stat(&line("Z", 256)), Some(Stat { ppid: 7, zombie: true, wait_status: Some(256) }));
+        assert_eq!(parse_stat(&line("S", 0)), Some(Stat { ppid: 7, pgrp: 0, zombie: false, wait_status: None }));
+        assert_eq!(parse_stat(&line("Z", 256)), Some(Stat { ppid: 7, pgrp: 0, zombie: true, wait_status: Some(256) }));
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_stat("1 (x) S notanumber"), None);
-        assert_eq!(parse_stat("1 (x) Z 5"), Some(Stat { ppid: 5, zombie: true, wait_status: None }));
+        assert_eq!(parse_stat("1 (x) Z 5 9"), Some(Stat { ppid: 5, pgrp: 9, zombie: true, wait_status: None }));
     }
 
     fn tree_has_live(pid: i32) -> bool {
@@ -136,6 +155,11 @@ mod tests {
         // sleep (other tests of this process may have children of their own).
         assert!(signal_descendants(me, None, &[Signal::CONT]) >= 1);
         assert!(tree_has_live(pid));
+        // In our own group, so not a leaver of it; a leaver of any other group.
+        let mine = rustix::process::getpgrp();
+        assert_eq!(stat(pid).map(|st| st.pgrp), Some(mine.as_raw_nonzero().get()));
+        let before = signal_leavers(me, mine, &[Signal::CONT]);
+        assert!(signal_leavers(me, Pid::from_raw(i32::MAX).expect("pid"), &[Signal::CONT]) > before);
         let _ = child.kill();
         let _ = child.wait();
         assert!(!descendants(me).contains(&pid));

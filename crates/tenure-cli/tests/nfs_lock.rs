@@ -34,8 +34,8 @@ done
 /// run that finds `victim-wanted` first) says so and sleeps until killed.
 const INCREMENT: &str = r#"#!/bin/bash
 work=$1 run=$2 id=$3 log=$1/holds-$3
-echo "start $(date +%s.%N) $TENURE_TOKEN $(hostname) $TENURE_DEADLINE $run" >> "$log"
-trap 'echo "term $(date +%s.%N) $TENURE_TOKEN" >> "$log"; exit 143' TERM
+echo "start $EPOCHREALTIME $TENURE_TOKEN $(hostname) $TENURE_DEADLINE $run" >> "$log"
+trap 'echo "term $EPOCHREALTIME $TENURE_TOKEN" >> "$log"; exit 143' TERM
 n=$(cat "$NFS_MNT/counter" 2>/dev/null || echo 0)
 if rm "$work/victim-wanted" 2>/dev/null; then
   echo "$TENURE_TOKEN $id $run $$" > "$work/victim.tmp" && mv "$work/victim.tmp" "$work/victim"
@@ -44,7 +44,7 @@ fi
 sleep 0.05 & wait
 echo $((n + 1)) > "$NFS_MNT/counter.$run" && mv "$NFS_MNT/counter.$run" "$NFS_MNT/counter"
 echo "$TENURE_TOKEN $((n + 1)) $run $(hostname)" >> "$NFS_MNT/log"
-echo "end $(date +%s.%N) $TENURE_TOKEN" >> "$log"
+echo "end $EPOCHREALTIME $TENURE_TOKEN" >> "$log"
 "#;
 
 /// Kills the `tenure` with PID `$1` in this guest, waits until it and its

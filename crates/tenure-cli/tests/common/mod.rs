@@ -206,7 +206,12 @@ pub fn sleepers(pids: &std::path::Path) -> String {
 /// A shell that writes its pid to `marks`, then notes each SIGTERM there
 /// (`term`) and carries on; its sleeps ignore nothing.
 pub fn stubborn(marks: &Path) -> String {
-    format!("trap 'echo term >> \"{m}\"' TERM; echo $$ >> \"{m}\"; while :; do sleep 0.05; done", m = marks.display())
+    // `sleep & wait`: a trapped signal interrupts `wait` at once, so each SIGTERM
+    // that arrives is its own `term` line (a foreground sleep would let two merge).
+    format!(
+        "trap 'echo term >> \"{m}\"' TERM; echo $$ >> \"{m}\"; while :; do sleep 0.05 & wait; done",
+        m = marks.display()
+    )
 }
 
 /// Starts `tenure lock <store> <name> <flags…> -- sh -c <script>`, its stderr piped.

@@ -303,13 +303,15 @@ pub struct Hold {
 
 /// The hold script: logs `start`, then `end` (or `term`) with times and token to
 /// `$1`, and sleeps `$2` seconds in between (a SIGTERM ends it at once, logged).
+/// Times come from bash's `$EPOCHREALTIME`, not from a `date` process that the
+/// signal stopping the group could kill half-way.
 pub const HOLD: &str = r#"#!/bin/bash
 log=$1
 echo $$ > "$log.pid"
-echo "start $(date +%s.%N) $TENURE_TOKEN $(hostname) $TENURE_DEADLINE" >> "$log"
-trap 'echo "term $(date +%s.%N) $TENURE_TOKEN" >> "$log"; exit 143' TERM
+echo "start $EPOCHREALTIME $TENURE_TOKEN $(hostname) $TENURE_DEADLINE" >> "$log"
+trap 'echo "term $EPOCHREALTIME $TENURE_TOKEN" >> "$log"; exit 143' TERM
 sleep "${2:-0.05}" & wait
-echo "end $(date +%s.%N) $TENURE_TOKEN" >> "$log"
+echo "end $EPOCHREALTIME $TENURE_TOKEN" >> "$log"
 "#;
 
 /// Reads hold logs (lines `start T token client …`, `end T token`, `term T token`),
