@@ -59,6 +59,12 @@ pub(crate) enum Command {
     Bag(crate::bag::BagArgs),
     /// Measure lease cycles per second and latency, next to raw anchors.
     Bench(crate::bench::BenchArgs),
+    /// Print a shell completion script to stdout.
+    #[command(after_help = COMPLETIONS_AFTER_HELP)]
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) to stdout, or write one page per command to a directory.
+    #[command(after_help = MAN_AFTER_HELP)]
+    Man(ManArgs),
     /// Internal: the guard process that stops a command's process group if `tenure`
     /// dies.
     #[command(hide = true, name = "__guard")]
@@ -111,6 +117,33 @@ pub(crate) struct StatusArgs {
     /// Print JSON (one array, every lease held or not) instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+const COMPLETIONS_AFTER_HELP: &str = "\
+Install:
+  bash  tenure completions bash > ~/.local/share/bash-completion/completions/tenure
+  zsh   tenure completions zsh > ~/.zfunc/_tenure   (with fpath+=~/.zfunc before compinit)
+  fish  tenure completions fish > ~/.config/fish/completions/tenure.fish";
+
+const MAN_AFTER_HELP: &str = "\
+Install:
+  tenure man > ~/.local/share/man/man1/tenure.1
+  tenure man --dir ~/.local/share/man/man1     (also tenure-lock.1, tenure-status.1, …)";
+
+/// `tenure completions`.
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell to complete in.
+    pub(crate) shell: clap_complete::Shell,
+}
+
+/// `tenure man`.
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// Write tenure.1 and a page per subcommand (tenure-lock.1, …) into this
+    /// existing directory instead of printing tenure.1.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) dir: Option<std::path::PathBuf>,
 }
 
 /// `tenure break`.

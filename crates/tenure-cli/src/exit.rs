@@ -12,6 +12,10 @@ pub(crate) const DATA: u8 = 65;
 pub(crate) const STORE: u8 = 69;
 /// A bug in tenure.
 pub(crate) const INTERNAL: u8 = 70;
+/// An output file cannot be created (`tenure man --dir`).
+pub(crate) const CANT_CREATE: u8 = 73;
+/// Writing the output failed.
+pub(crate) const IO: u8 = 74;
 /// Timed out waiting for the lease, or it was busy with `--no-wait`; also a
 /// `break` that found the lease changed since it was read, or nothing to break.
 pub(crate) const TIMEOUT: u8 = 75;

@@ -5,6 +5,7 @@ mod args;
 mod bag;
 mod bench;
 mod exit;
+mod generate;
 mod guard;
 mod lock;
 #[cfg(feature = "server")]
@@ -37,8 +38,11 @@ fn main() -> ExitCode {
     };
     init_logging(cli.verbose);
     // The guard must not start a runtime: it is a small synchronous supervisor.
-    if let Command::Guard(args) = &cli.command {
-        return guard::guard_main(args);
+    match &cli.command {
+        Command::Guard(args) => return guard::guard_main(args),
+        Command::Completions(args) => return generate::completions(args),
+        Command::Man(args) => return generate::man(args),
+        _ => {}
     }
     // The server uses every core and the benchmark as many as it is told;
     // everything else is one thread, which also keeps the child process of `lock`
@@ -85,7 +89,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         #[cfg(feature = "bag")]
         Command::Bag(args) => bag::run(args).await,
         Command::Bench(args) => bench::run(args).await,
-        Command::Guard(_) => unreachable!("handled before the runtime starts"),
+        Command::Guard(_) | Command::Completions(_) | Command::Man(_) => {
+            unreachable!("handled before the runtime starts")
+        }
     }
 }
 

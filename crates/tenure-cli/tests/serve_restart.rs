@@ -1,6 +1,7 @@
 //! `tenure serve` as a process: kill -9 and restart on the same port. No grant
 //! comes inside the restart quarantine, and every token after it is above every
-//! token handed out before the crash. Also `tenure lock` over `tenure://`.
+//! token handed out before the crash; `/readyz` says not ready until then. Also
+//! `tenure lock` over `tenure://`.
 #![cfg(feature = "server")]
 
 mod serve_common;
@@ -8,7 +9,7 @@ mod serve_common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serve_common::serve;
+use serve_common::{http_get, serve};
 use tenure::{AcquireRequest, Attempt, Error, Holder, LeaseName, LeaseStore, Mode, OpenOptions};
 
 /// `--max-lease` of the test servers; the quarantine is this plus 1 s.
@@ -84,6 +85,33 @@ async fn kill_9_and_restart_keeps_tokens_above_every_earlier_one() {
         Err(Error::Lost { .. }) => {}
         other => panic!("a grant from before the crash must be lost, got {other:?}"),
     }
+}
+
+#[test]
+fn readyz_is_503_until_the_restart_quarantine_ends_and_healthz_is_200_throughout() {
+    let started = Instant::now();
+    let server = serve(&["--listen", "127.0.0.1:0", "--max-lease", "2s", "--http", "127.0.0.1:0"]);
+    let http = server.http.clone().expect("tenure serve names its status page");
+    let mut refused = 0;
+    loop {
+        let asked = Instant::now();
+        let (code, body) = http_get(&http, "/readyz");
+        assert_eq!(http_get(&http, "/healthz"), (200, "ok\n".to_string()));
+        if code == 200 {
+            assert_eq!(body, "ok\n");
+            // The server started after `started`, so its quarantine ends after this.
+            assert!(Instant::now() >= started + QUARANTINE, "ready {:?} after start", started.elapsed());
+            break;
+        }
+        assert_eq!(code, 503, "{body}");
+        assert!(body.starts_with("not ready: restart quarantine"), "{body}");
+        if asked < started + QUARANTINE {
+            refused += 1;
+        }
+        assert!(started.elapsed() < QUARANTINE + Duration::from_secs(20), "still not ready: {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(refused > 0, "the first answers came inside the quarantine and said not ready");
 }
 
 #[tokio::test]

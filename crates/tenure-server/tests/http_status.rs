@@ -1,5 +1,5 @@
 //! The HTTP side on loopback: the status page (also in a headless Chromium),
-//! Prometheus metrics and the public key.
+//! Prometheus metrics, the public key and the health endpoints.
 
 mod common;
 
@@ -24,15 +24,23 @@ impl Drop for Site {
     }
 }
 
-/// A server holding `status/demo` for a holder whose label tries to inject markup.
-async fn site() -> Site {
-    let clock = ManualClock::new();
-    let server = common::start_open(&clock).await;
+/// Serves the HTTP side of `server` on a loopback port.
+async fn serve_http(
+    server: &tenure_server::server::RunningServer,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let http = listener.local_addr().expect("addr");
     let opts = tenure_server::http::HttpOptions::default();
     let task =
         tokio::spawn(tenure_server::http::serve(listener, server.shared().clone(), opts, std::future::pending()));
+    (http, task)
+}
+
+/// A server holding `status/demo` for a holder whose label tries to inject markup.
+async fn site() -> Site {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let (http, task) = serve_http(&server).await;
     let store = common::store(&[&server], &clock);
     let holder = Arc::new(Holder::current().with_label("<script>alert(1)</script> & co"));
     let req = AcquireRequest {
@@ -70,10 +78,24 @@ async fn metrics_are_prometheus_text_with_grant_and_contention_counters() {
     let site = site().await;
     let (head, body) = http_get(site.http, "/metrics").await;
     assert!(head.contains("text/plain"), "{head}");
-    for line in
-        ["tenure_grants_total 1", "tenure_busy_total 1", "tenure_leases_live 1", "# TYPE tenure_grants_total counter"]
-    {
+    let build_info = format!("tenure_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
+    for line in [
+        "tenure_grants_total 1",
+        "tenure_busy_total 1",
+        "tenure_leases_live 1",
+        "# TYPE tenure_grants_total counter",
+        "tenure_quarantine_remaining_seconds 0",
+        "# TYPE tenure_build_info gauge",
+        &build_info,
+    ] {
         assert!(body.lines().any(|l| l == line), "missing {line:?} in\n{body}");
+    }
+    // Prometheus naming: counters end in `_total`, nothing is in milliseconds.
+    for line in body.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let (name, kind) = line.split_once(' ').expect("# TYPE name kind");
+        assert!(name.starts_with("tenure_"), "{line}");
+        assert_eq!(kind == "counter", name.ends_with("_total"), "counters, and only they, end in _total: {line}");
+        assert!(!name.ends_with("_ms") && !name.contains("_millis"), "base units (seconds): {line}");
     }
     let (_, key) = http_get(site.http, "/pubkey").await;
     assert_eq!(key.trim().len(), 64, "{key}");
@@ -81,6 +103,44 @@ async fn metrics_are_prometheus_text_with_grant_and_contention_counters() {
     let v: serde_json::Value = serde_json::from_str(&json).expect("json");
     assert_eq!(v["leases"][0]["name"], "status/demo");
     assert_eq!(v["public_key"], key.trim());
+}
+
+#[tokio::test]
+async fn healthz_and_readyz_answer_ok_on_a_server_that_grants() {
+    let site = site().await;
+    for path in ["/healthz", "/readyz"] {
+        let (head, body) = http_get(site.http, path).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{path}: {head}");
+        assert_eq!(body, "ok\n", "{path}");
+    }
+}
+
+#[tokio::test]
+async fn readyz_is_503_during_the_restart_quarantine_and_200_after_it() {
+    let clock = ManualClock::new();
+    let server =
+        common::start(clock.shared(), tenure_server::CoreOptions::new(common::MAX_LEASE), Default::default()).await;
+    let (http, task) = serve_http(&server).await;
+    let (head, body) = http_get(http, "/readyz").await;
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    assert!(body.contains("restart quarantine") && body.contains("11s"), "the reason and the time left: {body}");
+    let (head, body) = http_get(http, "/healthz").await;
+    assert!(head.starts_with("HTTP/1.1 200") && body == "ok\n", "alive while not ready: {head}");
+    let (_, metrics) = http_get(http, "/metrics").await;
+    assert!(metrics.lines().any(|l| l == "tenure_quarantine_remaining_seconds 11"), "{metrics}");
+
+    // The server refuses grants until the quarantine is over; readyz agrees.
+    clock.advance(common::MAX_LEASE);
+    let (head, body) = http_get(http, "/readyz").await;
+    assert!(head.starts_with("HTTP/1.1 503") && body.contains("1s"), "{head}\n{body}");
+    let store = common::store(&[&server], &clock);
+    let me = std::sync::Arc::new(Holder::current());
+    assert!(matches!(store.try_acquire(&common::req("q/x", &me)).await.expect("ask"), Attempt::Busy(_)));
+    clock.advance(Duration::from_secs(1));
+    let (head, body) = http_get(http, "/readyz").await;
+    assert!(head.starts_with("HTTP/1.1 200") && body == "ok\n", "{head}\n{body}");
+    assert!(matches!(store.try_acquire(&common::req("q/x", &me)).await.expect("ask"), Attempt::Granted(_)));
+    task.abort();
 }
 
 /// The page in a real browser engine: Debian's `chromium`, headless. Skipped (with

@@ -8,6 +8,9 @@ pub(crate) struct Serve {
     child: Child,
     /// The address it listens on for lease clients.
     pub(crate) addr: String,
+    /// The address of its HTTP side (`--http`), if it has one.
+    #[allow(dead_code, reason = "not every test binary looks at the HTTP side")]
+    pub(crate) http: Option<String>,
 }
 
 impl Drop for Serve {
@@ -15,6 +18,22 @@ impl Drop for Serve {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// One HTTP GET of `path` from `addr` (host:port): the status code and the body.
+#[allow(dead_code, reason = "not every test binary looks at the HTTP side")]
+pub(crate) fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let limit = std::time::Duration::from_secs(10);
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the HTTP port");
+    s.set_read_timeout(Some(limit)).expect("timeout");
+    s.set_write_timeout(Some(limit)).expect("timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").expect("send");
+    let mut answer = String::new();
+    s.take(1 << 20).read_to_string(&mut answer).expect("an answer");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("a status code");
+    (code, body.to_string())
 }
 
 /// Starts `tenure serve <args>` and waits until it listens.
@@ -28,13 +47,19 @@ pub(crate) fn serve(args: &[&str]) -> Serve {
         .expect("start tenure serve");
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
+    let (mut addr, mut http) = (None, None);
+    // The banner ends with the public key; the status page comes before it.
+    loop {
         let line = lines.next().expect("tenure serve exited before listening").expect("read stdout");
-        if let Some(addr) = line.strip_prefix("tenure serve: listening on tenure://") {
-            break addr.to_string();
+        if let Some(a) = line.strip_prefix("tenure serve: listening on tenure://") {
+            addr = Some(a.to_string());
+        } else if let Some(h) = line.strip_prefix("tenure serve: status page on http://") {
+            http = Some(h.trim_end_matches('/').to_string());
+        } else if line.starts_with("tenure serve: witness public key") {
+            break;
         }
-    };
+    }
     // Keep reading, so the server never writes into a closed pipe.
     std::thread::spawn(move || lines.for_each(drop));
-    Serve { child, addr }
+    Serve { child, addr: addr.expect("tenure serve names its address"), http }
 }

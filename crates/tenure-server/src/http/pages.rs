@@ -7,6 +7,9 @@
 //! - `GET /status.json` — the same as JSON.
 //! - `GET /metrics` — Prometheus text format.
 //! - `GET /pubkey` — the witness public key, 64 hex digits.
+//! - `GET /healthz` — 200 `ok` while the process serves.
+//! - `GET /readyz` — 503 with the reason during the restart quarantine (the
+//!   server grants nothing then), 200 `ok` once it grants.
 //!
 //! However many leases the server holds, an answer is bounded: a page shows at
 //! most [`PAGE_LIMIT`] leases (`/status.json`: `limit`, at most [`JSON_LIMIT`]),
@@ -20,7 +23,7 @@ use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{Uri, header};
+use axum::http::{StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse};
 use axum::routing::get;
 use tenure::human_duration;
@@ -45,6 +48,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/status.json", get(json))
         .route("/metrics", get(metrics))
         .route("/pubkey", get(pubkey))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .with_state(shared)
 }
 
@@ -315,52 +320,87 @@ async fn pubkey(State(shared): State<Arc<Shared>>) -> String {
     format!("{}\n", hex::encode(shared.signer.public_key()))
 }
 
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready once the restart quarantine is over: before that every acquisition is
+/// refused, so a load balancer should not send clients here yet.
+async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, String) {
+    let left = shared.core.quarantine_left();
+    if left.is_zero() {
+        (StatusCode::OK, "ok\n".to_string())
+    } else {
+        let left = human_duration(left);
+        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: restart quarantine, no grants for another {left}\n"))
+    }
+}
+
+/// Prometheus text format being written.
+struct Metrics(String);
+
+impl Metrics {
+    /// One metric: HELP, TYPE and the sample.
+    fn add(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        let _ = writeln!(self.0, "# HELP tenure_{name} {help}\n# TYPE tenure_{name} {kind}\ntenure_{name} {value}");
+    }
+}
+
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     let core = &shared.core;
     let s = core.stats();
     let c = &shared.conns;
     let (live, retired) = core.counts();
     let mut out = String::with_capacity(4096);
-    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
-        let _ = writeln!(out, "# HELP tenure_{name} {help}\n# TYPE tenure_{name} {kind}\ntenure_{name} {value}");
-    };
+    let _ = writeln!(
+        out,
+        "# HELP tenure_build_info The running tenure version.\n# TYPE tenure_build_info gauge\n\
+         tenure_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    let mut m = Metrics(out);
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
-    metric("leases_live", "gauge", "Lease records with a live grant or reservation.", n(live));
-    metric("leases_retired", "gauge", "Released records kept for their watermark and metadata.", n(retired));
-    metric("grants_total", "counter", "Grants, upgrades included.", load(&s.grants));
-    metric("busy_total", "counter", "Acquisitions refused because the lease was held.", load(&s.busy));
-    metric("expired_takeovers_total", "counter", "Grants that took over an expired grant.", load(&s.expired_takeovers));
-    metric("renewals_total", "counter", "Successful renewals.", load(&s.renewals));
-    metric("renewals_lost_total", "counter", "Renewals of grants no longer held.", load(&s.renewals_lost));
-    metric("releases_total", "counter", "Releases that ended a grant.", load(&s.releases));
-    metric("breaks_total", "counter", "Leases broken by an administrator.", load(&s.breaks));
-    metric("tentative_total", "counter", "Tentative reservations granted.", load(&s.tentative));
-    metric("tentative_broken_total", "counter", "Reservations broken by a full request.", load(&s.tentative_broken));
-    metric("upgrades_failed_total", "counter", "Upgrades of broken or expired reservations.", load(&s.upgrades_failed));
-    metric("quarantined_total", "counter", "Requests refused during the restart quarantine.", load(&s.quarantined));
-    metric("records_dropped_total", "counter", "Retired records dropped, oldest first.", load(&s.dropped));
-    metric("quarantine_remaining_ms", "gauge", "Time left in the restart quarantine.", millis(core.quarantine_left()));
-    metric("connections_open", "gauge", "Open client connections, before and after their hello.", load(&c.open));
-    metric("connections_clients", "gauge", "Connections past their hello.", n(shared.clients_open()));
-    metric("connections_pre_hello", "gauge", "Connections that have not said hello yet.", n(shared.pre_hello_open()));
-    metric(
+    m.add("leases_live", "gauge", "Lease records with a live grant or reservation.", n(live));
+    m.add("leases_retired", "gauge", "Released records kept for their watermark and metadata.", n(retired));
+    m.add("grants_total", "counter", "Grants, upgrades included.", load(&s.grants));
+    m.add("busy_total", "counter", "Acquisitions refused because the lease was held.", load(&s.busy));
+    m.add("expired_takeovers_total", "counter", "Grants that took over an expired grant.", load(&s.expired_takeovers));
+    m.add("renewals_total", "counter", "Successful renewals.", load(&s.renewals));
+    m.add("renewals_lost_total", "counter", "Renewals of grants no longer held.", load(&s.renewals_lost));
+    m.add("releases_total", "counter", "Releases that ended a grant.", load(&s.releases));
+    m.add("breaks_total", "counter", "Leases broken by an administrator.", load(&s.breaks));
+    m.add("tentative_total", "counter", "Tentative reservations granted.", load(&s.tentative));
+    m.add("tentative_broken_total", "counter", "Reservations broken by a full request.", load(&s.tentative_broken));
+    m.add("upgrades_failed_total", "counter", "Upgrades of broken or expired reservations.", load(&s.upgrades_failed));
+    m.add("quarantined_total", "counter", "Requests refused during the restart quarantine.", load(&s.quarantined));
+    m.add("records_dropped_total", "counter", "Retired records dropped, oldest first.", load(&s.dropped));
+    m.add(
+        "quarantine_remaining_seconds",
+        "gauge",
+        "Time left in the restart quarantine.",
+        core.quarantine_left().as_secs_f64(),
+    );
+    m.add("connections_open", "gauge", "Open client connections, before and after their hello.", load(&c.open));
+    m.add("connections_clients", "gauge", "Connections past their hello.", n(shared.clients_open()));
+    m.add("connections_pre_hello", "gauge", "Connections that have not said hello yet.", n(shared.pre_hello_open()));
+    m.add(
         "connections_evicted_total",
         "counter",
         "Connections closed before their hello to make room for newer ones.",
         shared.pre_hello_evicted(),
     );
-    metric("connections_timed_out_total", "counter", "Connections closed for a deadline.", load(&c.timed_out));
-    metric("connections_accepted_total", "counter", "Accepted client connections.", load(&c.accepted));
-    metric("connections_rejected_total", "counter", "Connections refused or closed for an error.", load(&c.rejected));
-    metric("requests_total", "counter", "Requests handled.", load(&c.requests));
-    metric("signatures_total", "counter", "Witness batch signatures.", load(&c.signatures));
-    metric("witnesses_total", "counter", "Witnesses signed.", load(&c.witnesses));
-    metric(
+    m.add("connections_timed_out_total", "counter", "Connections closed for a deadline.", load(&c.timed_out));
+    m.add("connections_accepted_total", "counter", "Accepted client connections.", load(&c.accepted));
+    m.add("connections_rejected_total", "counter", "Connections refused or closed for an error.", load(&c.rejected));
+    m.add("requests_total", "counter", "Requests handled.", load(&c.requests));
+    m.add("signatures_total", "counter", "Witness batch signatures.", load(&c.signatures));
+    m.add("witnesses_total", "counter", "Witnesses signed.", load(&c.witnesses));
+    m.add(
         "start_time_seconds",
         "gauge",
         "When this incarnation started (unix seconds).",
         core.started_us() / 1_000_000,
     );
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], m.0)
 }
