@@ -279,12 +279,18 @@ async fn wait_for_signal() {
 /// The largest secret file `serve` reads (a token or a key is far smaller).
 const MAX_SECRET_FILE: u64 = 64 * 1024;
 
-/// Reads a small text file whole, refusing one over [`MAX_SECRET_FILE`] (a
-/// mistaken `/dev/zero` or log file must not fill memory).
+/// Reads a small regular file whole, refusing one over [`MAX_SECRET_FILE`] (a
+/// mistaken log file must not fill memory) and anything that is not a regular
+/// file (`/dev/zero` never ends, a FIFO would block startup for good).
 fn read_small(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
+    }
     let mut text = String::new();
-    std::fs::File::open(path)?.take(MAX_SECRET_FILE + 1).read_to_string(&mut text)?;
+    file.take(MAX_SECRET_FILE + 1).read_to_string(&mut text)?;
     if text.len() as u64 > MAX_SECRET_FILE {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,

@@ -282,12 +282,29 @@ fn a_ttl_whose_milliseconds_overflow_is_refused_and_creates_nothing() {
 
 #[test]
 fn serve_refuses_a_secret_file_that_never_ends_instead_of_reading_it_all() {
-    // `--auth-token-file /dev/zero` (or a log file given by mistake) must be a
-    // clear error at once, not a read until memory runs out.
+    // `--auth-token-file /dev/zero`, a FIFO nobody writes, or a log file given by
+    // mistake must be a clear error at once: not a read until memory runs out,
+    // not a startup blocked for good.
+    let dir = tempfile::tempdir().expect("dir");
+    let fifo = dir.path().join("fifo");
+    rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::RUSR, 0).expect("mkfifo");
+    let big = dir.path().join("big");
+    std::fs::write(&big, vec![b'a'; 65 * 1024]).expect("big file");
+    let cases = [
+        ("/dev/zero".to_string(), "not a regular file"),
+        (fifo.display().to_string(), "not a regular file"),
+        (big.display().to_string(), "longer than"),
+    ];
     for flag in ["--auth-token-file", "--key"] {
-        let out = run(tenure().args(["serve", "--listen", "127.0.0.1:0", flag, "/dev/zero"]), LIMIT);
-        assert_ne!(out.status.code(), Some(0), "{flag}: {}", stderr(&out));
-        assert!(stderr(&out).contains("/dev/zero") && stderr(&out).contains("longer than"), "{flag}: {}", stderr(&out));
-        assert_no_panic(&out);
+        for (path, why) in &cases {
+            let out = run(tenure().args(["serve", "--listen", "127.0.0.1:0", flag, path]), LIMIT);
+            assert_ne!(out.status.code(), Some(0), "{flag} {path}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains(path.as_str()) && stderr(&out).contains(why),
+                "{flag} {path}: {}",
+                stderr(&out)
+            );
+            assert_no_panic(&out);
+        }
     }
 }
