@@ -17,7 +17,7 @@ fn daemon_script(store: &FileStore) -> PathBuf {
     let path = store.path("daemon.sh");
     let body = r#"#!/bin/sh
 echo $$ >> "$1"
-if [ -n "$2" ]; then trap '"$2" status "$TENURE_STORE" "$TENURE_LEASE" --json > "$3"; exit 0' TERM; fi
+if [ -n "$2" ]; then trap '"$2" status "$TENURE_STORE" "$TENURE_LEASE" --json > "$3" 2> "$3.err"; exit 0' TERM; fi
 while :; do sleep 0.05; done
 "#;
     std::fs::write(&path, body).expect("write daemon.sh");
@@ -68,12 +68,19 @@ fn detached_and_daemonized_processes_are_stopped_before_the_lease_is_released_wh
     let pids = pids_of(&pids_file, 2);
     assert_detached(&pids, holder.id());
     let (code, err) = finish(&mut holder);
+    let status_err = std::fs::read_to_string(seen.with_extension("err")).unwrap_or_default();
+    let err = format!("{err}\n(the detached process's tenure status said: {status_err:?})");
     assert_eq!(code, Some(3), "the command's own status: {err}");
-    assert!(pids.iter().all(|&p| !running(p)), "a detached process outlived the lease: {}", survivors(&pids));
+    assert!(pids.iter().all(|&p| !running(p)), "a detached process outlived the lease: {}\n{err}", survivors(&pids));
     assert!(err.contains("left processes"), "{err}");
+    let raw =
+        std::fs::read_to_string(&seen).unwrap_or_else(|e| panic!("the setsid'd process saw no SIGTERM ({e}): {err}"));
     let seen: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&seen).expect("the setsid'd process saw SIGTERM")).expect("json");
-    assert_eq!(seen[0]["state"], "held", "the lease was released before the detached process was stopped: {seen}");
+        serde_json::from_str(&raw).unwrap_or_else(|e| panic!("its status is not JSON ({e}): {raw:?}\n{err}"));
+    assert_eq!(
+        seen[0]["state"], "held",
+        "the lease was released before the detached process was stopped: {seen}\n{err}"
+    );
     assert!(lease_is_free(&store, "detached"), "released after");
 }
 
