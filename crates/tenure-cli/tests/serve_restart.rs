@@ -128,3 +128,21 @@ async fn tenure_lock_runs_a_command_under_a_lease_from_the_server() {
     let token: u64 = stdout.trim().strip_prefix("token=").and_then(|t| t.parse().ok()).expect("a token");
     assert!(token > 1_577_836_800_000_000, "tokens embed the server time in µs: {token}");
 }
+
+#[test]
+fn a_ttl_above_the_servers_max_lease_is_refused_at_once_in_the_users_terms() {
+    // Inside the restart quarantine a valid request would wait for seconds; this
+    // one must be refused before any waiting.
+    let server = serve(&["--listen", "127.0.0.1:0", "--max-lease", "2s"]);
+    let asked = Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["lock", &format!("tenure://{}", server.addr), "jobs/long", "--ttl", "1m", "--timeout", "60s", "--"])
+        .arg("true")
+        .output()
+        .expect("run tenure lock");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(asked.elapsed() < QUARANTINE, "refused only after {:?}: {err}", asked.elapsed());
+    assert!(err.contains("a TTL of 1m is longer than the server's --max-lease of 2s"), "{err}");
+    assert!(!err.contains("..=") && !err.contains("ttl_ms"), "wire field names or range syntax: {err}");
+}

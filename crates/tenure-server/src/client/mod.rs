@@ -369,6 +369,7 @@ impl TenureStore {
         reqs: &[&AcquireRequest],
         tentative: bool,
     ) -> Result<std::result::Result<Vec<Grant>, (usize, Busy)>> {
+        self.check_ttls(server, reqs.iter().map(|r| r.ttl)).await?;
         let asks: Vec<AskWire<'_>> = reqs
             .iter()
             .map(|r| AskWire {
@@ -409,6 +410,26 @@ impl TenureStore {
                 Err(Error::TokensExhausted { store: self.url.clone(), name: reqs[index].name.to_string(), last_token })
             }
             other => Err(self.unexpected("acquiring", &other)),
+        }
+    }
+
+    /// Refuses, before anything is asked or waited for, a TTL longer than the
+    /// server's `--max-lease` (from its hello): the server would refuse it on
+    /// every attempt, and the user should hear it in their own terms.
+    async fn check_ttls(&self, server: usize, ttls: impl Iterator<Item = Duration>) -> Result<()> {
+        let max = self.server_info(server).await?.max_lease;
+        match ttls.max().filter(|&ttl| ttl > max) {
+            Some(ttl) => Err(Error::InvalidOptions {
+                reason: format!(
+                    "a TTL of {} is longer than the server's --max-lease of {} ({}): ask for {} or less, \
+                     or start the server with a longer --max-lease",
+                    tenure::human_duration(ttl),
+                    tenure::human_duration(max),
+                    self.endpoints[server].addr,
+                    tenure::human_duration(max),
+                ),
+            }),
+            None => Ok(()),
         }
     }
 

@@ -338,7 +338,7 @@ impl Core {
         let max = millis(self.opts.max_lease);
         if !(MIN_TTL_MS..=max).contains(&ttl_ms) {
             return Err(Refusal::Invalid(format!(
-                "lease duration {ttl_ms}ms is outside {MIN_TTL_MS}ms..={max}ms (the server's --max-lease)"
+                "lease duration {ttl_ms} ms is not within {MIN_TTL_MS} to {max} ms (the server's --max-lease)"
             )));
         }
         Ok(())

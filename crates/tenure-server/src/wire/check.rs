@@ -17,7 +17,7 @@ use crate::core::MAX_META;
 /// `Err` naming `what` unless `lo <= v <= hi`.
 fn within(what: &dyn std::fmt::Display, v: u64, lo: u64, hi: u64, why: &str) -> Result<(), String> {
     if v < lo || v > hi {
-        return Err(format!("{what} {v} is outside {lo}..={hi}{why}"));
+        return Err(format!("{what} {v} is not within {lo} to {hi}{why}"));
     }
     Ok(())
 }

@@ -583,7 +583,7 @@ pub fn frame_len(buf: &[u8], min: usize, max: usize) -> Result<Option<usize>, St
     let Some(head) = buf.get(..4) else { return Ok(None) };
     let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
     if len < min || len + 4 > max {
-        return Err(format!("frame length {len} is outside {min}..={} bytes", max - 4));
+        return Err(format!("frame length {len} is not within {min} to {} bytes", max - 4));
     }
     Ok((buf.len() >= 4 + len).then_some(4 + len))
 }
