@@ -481,3 +481,44 @@ fn common_mistakes_say_what_to_do() {
     assert_eq!(out.status.code(), Some(64));
     assert!(!stderr(&out).contains("put `--`") && stderr(&out).contains("--ttll"), "{}", stderr(&out));
 }
+
+#[cfg(feature = "object")]
+#[test]
+fn s3_without_credentials_says_none_were_found_not_the_metadata_request() {
+    // No keys anywhere, so the instance metadata service is the last resort; it
+    // is pointed at a closed local port so that the test needs no network.
+    let metadata = "http://127.0.0.1:1";
+    let mut cmd = tenure();
+    for var in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE"] {
+        cmd.env_remove(var);
+    }
+    cmd.env_remove("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").env_remove("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+    let store_opt = format!("aws_metadata_endpoint={metadata}");
+    let out = run(
+        cmd.args(["lock", "s3://tenure-no-such-bucket/locks", "x", "--timeout", "5s", "--store-opt", &store_opt])
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("no AWS credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"), "{err}");
+    assert!(err.contains(&format!("the instance metadata service at {metadata}")), "{err}");
+    // With keys given, the same store fails for another reason (no such server), never "no credentials".
+    let out = run(
+        tenure()
+            .env("AWS_ACCESS_KEY_ID", "k")
+            .env("AWS_SECRET_ACCESS_KEY", "s")
+            .args(["lock", "s3://tenure-no-such-bucket/locks", "x", "--timeout", "5s", "--store-opt", &store_opt])
+            .args([
+                "--store-opt",
+                "aws_endpoint=http://127.0.0.1:1",
+                "--store-opt",
+                "aws_allow_http=true",
+                "--",
+                "true",
+            ]),
+        LIMIT,
+    );
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("no AWS credentials"), "{}", stderr(&out));
+}

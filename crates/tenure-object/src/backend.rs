@@ -16,7 +16,7 @@ use object_store::{
 };
 use tenure::backend::check_key;
 use tenure::limits::MAX_RECORD_BYTES;
-use tenure::{Backend, Error, Put, PutMode, PutOptions, Result, Stored, Version};
+use tenure::{Backend, BoxError, Error, Put, PutMode, PutOptions, Result, Stored, Version};
 
 use crate::config::Provider;
 use crate::counts::{Counters, RequestCounts};
@@ -46,6 +46,10 @@ pub struct ObjectBackend {
     cache: Mutex<HashMap<String, Cached>>,
     conditional_get: AtomicBool,
     quoted_if_match: AtomicBool,
+    /// The instance metadata endpoint, when it is the only source of
+    /// credentials left (none were configured): its failures mean "no
+    /// credentials", and say so.
+    metadata_only: Option<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -85,6 +89,31 @@ impl ObjectBackend {
             cache: Mutex::default(),
             conditional_get: AtomicBool::new(true),
             quoted_if_match: AtomicBool::new(false),
+            metadata_only: None,
+        }
+    }
+
+    /// Says that no credentials were configured, so that `endpoint` (the
+    /// instance metadata service) is asked for them: a failure to reach it is
+    /// then reported as missing credentials, not as the metadata request.
+    #[must_use]
+    pub fn with_metadata_only_credentials(mut self, endpoint: impl Into<String>) -> Self {
+        self.metadata_only = Some(endpoint.into());
+        self
+    }
+
+    /// An object store error as the user should read it.
+    pub(crate) fn explain(&self, e: object_store::Error) -> BoxError {
+        let text = e.to_string();
+        match &self.metadata_only {
+            Some(endpoint) if text.contains(endpoint.trim_end_matches('/')) => format!(
+                "no AWS credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the store \
+                 options aws_access_key_id and aws_secret_access_key), a web identity (AWS_WEB_IDENTITY_TOKEN_FILE \
+                 and AWS_ROLE_ARN) or a container role; the instance metadata service at {endpoint}, asked last, \
+                 gave none ({text})"
+            )
+            .into(),
+            _ => Box::new(e),
         }
     }
 
@@ -231,7 +260,7 @@ impl ObjectBackend {
                 ),
             );
         }
-        Error::store(&self.url, format!("{op} {key:?} ({path})"), e)
+        Error::store(&self.url, format!("{op} {key:?} ({path})"), self.explain(e))
     }
 
     /// One conditional PUT, counted.
@@ -405,7 +434,7 @@ impl Backend for ObjectBackend {
             .list(Some(&under))
             .try_collect()
             .await
-            .map_err(|e| Error::store(&self.url, format!("listing leases under {under}"), e))?;
+            .map_err(|e| Error::store(&self.url, format!("listing leases under {under}"), self.explain(e)))?;
         let mut keys: Vec<String> = metas.iter().filter_map(|m| self.key_of(&m.location)).collect();
         keys.sort();
         keys.dedup();

@@ -79,6 +79,20 @@ pub(crate) struct Built {
     pub(crate) provider: Provider,
     /// The URL without its query (which may hold secrets), for messages.
     pub(crate) display: String,
+    /// The instance metadata endpoint, if no credentials were configured and
+    /// it is the only place left to get them (S3 only).
+    pub(crate) metadata_only: Option<String>,
+}
+
+impl Built {
+    /// The backend over this store.
+    pub(crate) fn backend(self) -> crate::ObjectBackend {
+        let b = crate::ObjectBackend::new(self.store, self.prefix, self.provider, self.display);
+        match self.metadata_only {
+            Some(endpoint) => b.with_metadata_only_credentials(endpoint),
+            None => b,
+        }
+    }
 }
 
 /// Opens the object store a tenure URL names and returns it with the key prefix
@@ -154,6 +168,7 @@ pub(crate) fn build(url: &str, params: &BTreeMap<String, String>) -> Result<Buil
         }
         invalid(format!("cannot configure the store: {message}"))
     };
+    let mut metadata_only = None;
     let store: Arc<dyn ObjectStore> = match provider {
         Provider::S3 => {
             let mut b = AmazonS3Builder::from_env().with_url(base).with_retry(retry);
@@ -164,6 +179,7 @@ pub(crate) fn build(url: &str, params: &BTreeMap<String, String>) -> Result<Buil
             let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint);
             let allow_http = b.get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp));
             check_http(&display, endpoint.as_deref(), allow_http.as_deref(), "aws_allow_http")?;
+            metadata_only = aws_metadata_only(&b);
             Arc::new(b.build().map_err(built)?)
         }
         Provider::Gcs => {
@@ -189,7 +205,22 @@ pub(crate) fn build(url: &str, params: &BTreeMap<String, String>) -> Result<Buil
             Arc::new(b.build().map_err(built)?)
         }
     };
-    Ok(Built { store, prefix, provider, display })
+    Ok(Built { store, prefix, provider, display, metadata_only })
+}
+
+/// The instance metadata endpoint, if `object_store` will ask it for
+/// credentials because nothing else was configured (its order: static keys,
+/// web identity, container role, EKS pod identity, then the instance).
+fn aws_metadata_only(b: &AmazonS3Builder) -> Option<String> {
+    use AmazonS3ConfigKey as K;
+    let set = |k: K| b.get_config_value(&k).is_some();
+    let configured = set(K::AccessKeyId)
+        || set(K::SecretAccessKey)
+        || (set(K::WebIdentityTokenFile) && set(K::RoleArn))
+        || set(K::ContainerCredentialsRelativeUri)
+        || (set(K::ContainerCredentialsFullUri) && set(K::ContainerAuthorizationTokenFile))
+        || b.get_config_value(&K::SkipSignature).as_deref().is_some_and(truthy);
+    (!configured).then(|| b.get_config_value(&K::MetadataEndpoint).unwrap_or_else(|| "http://169.254.169.254".into()))
 }
 
 /// `object_store`'s spelling of true.
@@ -297,5 +328,21 @@ mod tests {
         let secret = reason(build("s3://tenure/x", &params(&[("aws_skip_signature", "hunter2-not-a-bool")])));
         assert!(!secret.contains("hunter2") && secret.contains("aws_skip_signature"), "{secret}");
         assert!(r.contains("aws_allow_http"), "{r}");
+    }
+
+    #[test]
+    fn only_a_store_with_no_credentials_configured_blames_missing_credentials() {
+        use AmazonS3ConfigKey as K;
+        // A builder without the environment, which may hold keys.
+        let bare = || AmazonS3Builder::new().with_config(K::MetadataEndpoint, "http://127.0.0.1:1");
+        assert_eq!(aws_metadata_only(&bare()).as_deref(), Some("http://127.0.0.1:1"));
+        assert_eq!(aws_metadata_only(&AmazonS3Builder::new()).as_deref(), Some("http://169.254.169.254"));
+        let keys = bare().with_config(K::AccessKeyId, "k").with_config(K::SecretAccessKey, "s");
+        assert_eq!(aws_metadata_only(&keys), None);
+        assert_eq!(aws_metadata_only(&bare().with_config(K::SkipSignature, "true")), None);
+        let web = bare().with_config(K::WebIdentityTokenFile, "/t").with_config(K::RoleArn, "arn:aws:iam::1:role/r");
+        assert_eq!(aws_metadata_only(&web), None);
+        assert_eq!(aws_metadata_only(&bare().with_config(K::ContainerCredentialsRelativeUri, "/v2/c")), None);
+        assert_eq!(build("s3://b/p", &local_s3()).expect("build").metadata_only, None);
     }
 }

@@ -183,7 +183,7 @@ pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> 
 /// [`tenure::Error::Store`] if it cannot be reached.
 pub async fn open_backend(url: &str, opts: &OpenOptions) -> Result<Arc<ObjectBackend>> {
     let built = config::build(url, &opts.params)?;
-    let backend = Arc::new(ObjectBackend::new(built.store, built.prefix, built.provider, built.display));
+    let backend = Arc::new(built.backend());
     if !opts.trust_store && !opts.read_only {
         match probe(&backend).await? {
             Probe::Enforced { .. } => {}
@@ -204,5 +204,5 @@ pub async fn open_backend(url: &str, opts: &OpenOptions) -> Result<Arc<ObjectBac
 /// that ignores conditional writes.
 pub async fn check_store(url: &str, opts: &OpenOptions) -> Result<Probe> {
     let built = config::build(url, &opts.params)?;
-    probe(&ObjectBackend::new(built.store, built.prefix, built.provider, built.display)).await
+    probe(&built.backend()).await
 }

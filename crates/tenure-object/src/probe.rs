@@ -125,7 +125,7 @@ async fn run(backend: &ObjectBackend, path: &Path, created: &mut bool) -> Result
                 ),
             );
         }
-        Error::store(url, format!("probing conditional writes: {step} {path}"), e)
+        Error::store(url, format!("probing conditional writes: {step} {path}"), backend.explain(e))
     };
     let body = |n: u8| Bytes::from(format!("tenure conditional-write probe, write {n}\n"));
 
