@@ -5,44 +5,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use serde::Serialize;
-use tenure::{Clock, HolderView, LeaseName, LeaseState, LeaseStore, SystemClock, human_duration};
+use tenure::{Clock, HolderView, LeaseName, LeaseState, LeaseStore, SystemClock, human_duration, report};
 
 use crate::args::{BreakArgs, StatusArgs};
 use crate::exit::{self, Fail};
 use crate::waiting::{held_for, short_holder};
 
-#[derive(Serialize)]
-struct StatusJson<'a> {
-    name: &'a str,
-    state: &'static str,
-    holders: &'a [HolderView],
-    expired: &'a [HolderView],
-    last_token: u64,
-    watermark_ms: Option<u64>,
-    last: Option<&'a tenure::Predecessor>,
-    corrupt: Option<&'a str>,
-    modified_ms: Option<u64>,
-}
-
-/// A lease that could not be inspected, in `--json`.
-#[derive(Serialize)]
-struct ErrorJson<'a> {
-    name: &'a str,
-    state: &'static str,
-    error: &'a str,
-}
-
 fn state_word(s: &LeaseState) -> &'static str {
-    if s.corrupt.is_some() {
-        "corrupt"
-    } else if !s.holders.is_empty() {
-        "held"
-    } else if !s.expired.is_empty() {
-        "expired"
-    } else {
-        "free"
-    }
+    tenure::report::state_word(s.corrupt.is_some(), !s.holders.is_empty(), !s.expired.is_empty())
 }
 
 /// One lease as `status` shows it: its state, or why it could not be read. One
@@ -100,26 +70,24 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
     };
     let mut out = std::io::stdout().lock();
     if args.json {
+        let now = SystemClock::new().wall_ms();
         let rows: Vec<serde_json::Value> = found
             .iter()
             .map(|f| match f {
-                Found::State(s) => serde_json::to_value(StatusJson {
-                    name: s.name.as_str(),
-                    state: state_word(s),
-                    holders: &s.holders,
-                    expired: &s.expired,
-                    last_token: s.last_token,
-                    watermark_ms: s.watermark_ms,
-                    last: s.last.as_ref(),
-                    corrupt: s.corrupt.as_deref(),
-                    modified_ms: s.modified_ms,
-                }),
+                Found::State(s) => serde_json::to_value(report::LeaseJson::of(s, now)),
                 Found::Failed(name, error) => {
-                    serde_json::to_value(ErrorJson { name: name.as_str(), state: "error", error: &error.to_string() })
+                    serde_json::to_value(report::LeaseErrorJson::new(name.as_str(), &error.to_string()))
                 }
             })
             .collect::<Result<_, _>>()?;
-        ignore_broken_pipe(writeln!(out, "{}", serde_json::to_string_pretty(&rows)?))?;
+        let doc = serde_json::json!({
+            "schema_version": report::SCHEMA_VERSION,
+            "store": store.url(),
+            "now_ms": now,
+            "now_at": report::rfc3339_ms(now),
+            "leases": rows,
+        });
+        ignore_broken_pipe(writeln!(out, "{}", serde_json::to_string_pretty(&doc)?))?;
         return Ok(code);
     }
     let url = store.url();

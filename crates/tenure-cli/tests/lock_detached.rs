@@ -77,8 +77,9 @@ fn detached_and_daemonized_processes_are_stopped_before_the_lease_is_released_wh
         std::fs::read_to_string(&seen).unwrap_or_else(|e| panic!("the setsid'd process saw no SIGTERM ({e}): {err}"));
     let seen: serde_json::Value =
         serde_json::from_str(&raw).unwrap_or_else(|e| panic!("its status is not JSON ({e}): {raw:?}\n{err}"));
+    assert_eq!(seen["schema_version"], 1, "{seen}");
     assert_eq!(
-        seen[0]["state"], "held",
+        seen["leases"][0]["state"], "held",
         "the lease was released before the detached process was stopped: {seen}\n{err}"
     );
     assert!(lease_is_free(&store, "detached"), "released after");

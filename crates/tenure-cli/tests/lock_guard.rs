@@ -154,8 +154,7 @@ fn processes_the_command_leaves_in_its_group_are_stopped_before_release() {
     let pid: u32 = lines(&bg)[0].parse().expect("pid");
     assert!(!running(pid), "a process of the command outlived the lease");
     assert!(stderr(&out).contains("left processes"), "{}", stderr(&out));
-    let seen: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&seen).expect("the leftover saw SIGTERM")).expect("status --json");
+    let seen = leases(&std::fs::read(&seen).expect("the leftover saw SIGTERM"));
     assert_eq!(seen[0]["state"], "held", "the lease was released before the leftover was stopped: {seen}");
     assert!(holders(&store.url(), "leftovers").is_empty(), "released after");
 }

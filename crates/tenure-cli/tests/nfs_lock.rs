@@ -117,7 +117,7 @@ fn counter_torture(c: &Cluster, store: &str, per_client: usize, runs: usize, kil
         // bound of the real one.
         let deadline = [after, before].into_iter().find_map(|json| {
             let status: serde_json::Value = serde_json::from_str(json).expect("status JSON");
-            let holder = &status[0]["holders"][0];
+            let holder = &status["leases"][0]["holders"][0];
             (holder["token"].as_u64() == Some(token))
                 .then(|| holder["deadline_ms"].as_u64().map(|d| clocks.host_time(&client, d as f64 / 1000.0)))
                 .flatten()
@@ -348,7 +348,7 @@ fn watch(
             errors.push(out.to_string());
             continue;
         };
-        let lease = &json[0];
+        let lease = &json["leases"][0];
         let seen = lease["holders"]
             .as_array()
             .and_then(|h| h.iter().filter_map(|h| h["token"].as_u64()).max())

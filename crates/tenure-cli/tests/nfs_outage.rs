@@ -241,7 +241,10 @@ fn nfs_cut_off_holder_loses_loudly_the_other_takes_over_after_its_deadline_and_l
         // Exit 0 if held, 1 if free: both answer; anything else fails.
         let out = c.ok(g, "\"$TENURE\" status --json \"$1\" L; [ $? -le 1 ]", &[&store]);
         let v: serde_json::Value = serde_json::from_str(&out).expect("status JSON");
-        assert!(v[0]["last_token"].as_u64() >= Some(b_token), "{g} sees an older record after a came back: {out}");
+        assert!(
+            v["leases"][0]["last_token"].as_u64() >= Some(b_token),
+            "{g} sees an older record after a came back: {out}"
+        );
     }
     let next = c.ok("a", "\"$TENURE\" lock \"$1\" L --ttl 6s -- sh -c 'echo $TENURE_TOKEN'", &[&store]);
     let next: u64 = next.trim().parse().expect("token");

@@ -61,8 +61,9 @@ async fn tenure_status_lists_more_leases_than_one_frame_can_hold() {
         .output();
     let out = tokio::time::timeout(Duration::from_secs(600), out).await.expect("status finishes").expect("run");
     assert!(out.status.success(), "tenure status failed: {}", String::from_utf8_lossy(&out.stderr));
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let rows = rows.as_array().expect("an array of leases");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(doc["schema_version"], 1);
+    let rows = doc["leases"].as_array().expect("an array of leases");
     assert_eq!(rows.len(), LEASES, "every lease is listed");
     assert_eq!(rows[0]["name"], name(0));
     assert_eq!(rows[LEASES - 1]["name"], name(LEASES - 1));

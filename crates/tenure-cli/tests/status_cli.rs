@@ -37,7 +37,7 @@ fn one_unreadable_lease_does_not_hide_the_others() {
     assert!(line("c ").contains("corrupt") && line("c ").contains("FIFO"), "{table}");
 
     let out = run(tenure().args(["status", &url, "--json"]), LIMIT);
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let rows = common::leases(&out.stdout);
     let states: Vec<(&str, &str)> = rows
         .as_array()
         .expect("array")
@@ -97,7 +97,7 @@ fn status_shows_held_leases_by_default_and_all_shows_released_ones() {
 
     // JSON gives the acquisition time.
     let out = run(tenure().args(["status", &url, "busy", "--json"]), LIMIT);
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let json = common::leases(&out.stdout);
     let acquired = json[0]["holders"][0]["acquired_ms"].as_u64().expect("acquired_ms");
     assert!(acquired <= json[0]["holders"][0]["deadline_ms"].as_u64().expect("deadline"), "{json}");
 

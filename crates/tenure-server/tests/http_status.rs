@@ -103,6 +103,19 @@ async fn metrics_are_prometheus_text_with_grant_and_contention_counters() {
     let v: serde_json::Value = serde_json::from_str(&json).expect("json");
     assert_eq!(v["leases"][0]["name"], "status/demo");
     assert_eq!(v["public_key"], key.trim());
+    // The shape `tenure status --json` prints too (tenure::report), version 1.
+    assert_eq!(v["schema_version"], 1, "{v}");
+    assert!(v["now_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{v}");
+    let lease = &v["leases"][0];
+    assert_eq!(lease["state"], "held", "{lease}");
+    let holder = &lease["holders"][0];
+    for field in ["token", "ttl_ms", "acquired_ms", "held_for_ms", "deadline_ms", "expires_in_ms"] {
+        assert!(holder[field].is_u64(), "{field} in {holder}");
+    }
+    for field in ["acquired_at", "deadline_at"] {
+        assert!(holder[field].as_str().is_some_and(|t| t.len() == 24 && t.ends_with('Z')), "{field} in {holder}");
+    }
+    assert!(lease["modified_at"].is_string(), "{lease}");
 }
 
 #[tokio::test]

@@ -38,6 +38,7 @@ mod name;
 mod open;
 mod options;
 pub mod record;
+pub mod report;
 pub mod store;
 mod types;
 

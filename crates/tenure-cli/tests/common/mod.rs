@@ -175,12 +175,20 @@ pub fn status_json(store: &str, name: &str) -> serde_json::Value {
     status_json_with(store, name, &[])
 }
 
-/// `tenure status <store> <name> --json <extra…>` (e.g. `--store-opt`s), parsed.
+/// `tenure status <store> <name> --json <extra…>` (e.g. `--store-opt`s), parsed:
+/// its `leases` array.
 pub fn status_json_with(store: &str, name: &str, extra: &[String]) -> serde_json::Value {
     let out = run(tenure().args(["status", store, name, "--json"]).args(extra), Duration::from_secs(20));
     // 0: held, 1: not held; anything else is a failure.
     assert!(matches!(out.status.code(), Some(0 | 1)), "status failed: {}", stderr(&out));
-    serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
+    leases(&out.stdout)
+}
+
+/// The `leases` of a `tenure status --json` document, checking its schema version.
+pub fn leases(json: &[u8]) -> serde_json::Value {
+    let mut doc: serde_json::Value = serde_json::from_slice(json).expect("status --json prints JSON");
+    assert_eq!(doc["schema_version"], 1, "{doc}");
+    doc["leases"].take()
 }
 
 /// The live holders of `name` as `(pid, token)`.

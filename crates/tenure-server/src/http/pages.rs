@@ -26,8 +26,8 @@ use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse};
 use axum::routing::get;
-use tenure::human_duration;
 use tenure::limits::millis;
+use tenure::{human_duration, report};
 
 use crate::core::{Cursor, LeaseRow, Snapshot};
 use crate::server::Shared;
@@ -273,20 +273,28 @@ fn html_rows(row: &LeaseRow) -> String {
     h
 }
 
-fn lease_json(r: &LeaseRow) -> String {
+/// One lease in the shared JSON shape ([`tenure::report`]), with what only
+/// the server knows: all its holders counted, reservations, contention.
+fn lease_json(r: &LeaseRow, now_ms: u64) -> String {
     let shown = &r.holders[..r.holders.len().min(HOLDERS_SHOWN)];
-    serde_json::json!({
-        "name": r.name,
-        "holders": shown,
-        "holders_total": r.holders.len(),
-        "reservations": r.tentative,
-        "last_token": r.last_token,
-        "watermark_ms": r.watermark_ms,
-        "last": r.last,
-        "busy": r.busy,
-        "modified_ms": r.modified_ms,
-    })
-    .to_string()
+    let lease = report::LeaseJson::new(
+        &r.name,
+        shown,
+        &[],
+        r.last_token,
+        r.watermark_ms,
+        r.last.as_ref(),
+        None,
+        Some(r.modified_ms),
+        now_ms,
+    );
+    let mut json = serde_json::to_value(lease).unwrap_or_default();
+    if let Some(obj) = json.as_object_mut() {
+        obj.insert("holders_total".into(), r.holders.len().into());
+        obj.insert("reservations".into(), r.tentative.into());
+        obj.insert("busy".into(), r.busy.into());
+    }
+    json.to_string()
 }
 
 async fn json(State(shared): State<Arc<Shared>>, uri: Uri) -> impl IntoResponse {
@@ -294,8 +302,12 @@ async fn json(State(shared): State<Arc<Shared>>, uri: Uri) -> impl IntoResponse 
     let after = query_param(&uri, "after").and_then(|a| parse_cursor(&a));
     let limit = query_param(&uri, "limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(PAGE_LIMIT);
     let snap = snapshot(&shared, after, limit.clamp(1, JSON_LIMIT)).await;
-    let (rows, next, remaining) = fitting(&snap, MAX_PAGE_BYTES, lease_json);
+    let now_ms = core.now_us() / 1000;
+    let (rows, next, remaining) = fitting(&snap, MAX_PAGE_BYTES, |r| lease_json(r, now_ms));
     let head = serde_json::json!({
+        "schema_version": report::SCHEMA_VERSION,
+        "now_ms": now_ms,
+        "now_at": report::rfc3339_ms(now_ms),
         "server_time_us": core.now_us(),
         "started_us": core.started_us(),
         "quarantine_left_ms": millis(core.quarantine_left()),
