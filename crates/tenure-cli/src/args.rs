@@ -156,6 +156,23 @@ pub(crate) struct BreakArgs {
     /// Only break the grant with this fencing token (and only if it is still there).
     #[arg(long)]
     pub(crate) token: Option<u64>,
+    /// Why, kept in the record with who broke it (user, host, pid): `status`
+    /// and the next holder show it.
+    #[arg(long, value_parser = reason, value_name = "TEXT")]
+    pub(crate) reason: Option<String>,
+}
+
+/// A break reason: at most [`tenure::limits::MAX_REASON_BYTES`] bytes of text
+/// on one line.
+fn reason(s: &str) -> Result<String, String> {
+    let max = tenure::limits::MAX_REASON_BYTES;
+    if s.len() > max {
+        return Err(format!("{} bytes is too long for a reason (at most {max})", s.len()));
+    }
+    if s.chars().any(char::is_control) {
+        return Err("a reason is one line of text, without control characters".into());
+    }
+    Ok(s.to_string())
 }
 
 /// The message for `tenure lock STORE NAME cmd args` without `--`, which clap

@@ -212,11 +212,11 @@ fn row(s: &LeaseState, now_ms: u64) -> [String; 7] {
             let last = s.last.as_ref().map_or_else(
                 || "never held".to_string(),
                 |l| {
-                    format!(
-                        "last {} {} ago",
-                        l.how,
-                        human_duration(Duration::from_millis(now_ms.saturating_sub(l.at_ms)))
-                    )
+                    let ago = human_duration(Duration::from_millis(now_ms.saturating_sub(l.at_ms)));
+                    match &l.broken {
+                        Some(b) => format!("last {} {ago} ago {}", l.how, broken_by(b)),
+                        None => format!("last {} {ago} ago", l.how),
+                    }
                 },
             );
             [name, state, none(), s.last_token.to_string(), last, none(), none()]
@@ -256,7 +256,8 @@ pub(crate) async fn break_lease(args: BreakArgs) -> Result<ExitCode> {
         };
         bail!(Fail::new(exit::TIMEOUT, format!("{}: lease {name:?} {what}; nothing was broken", store.url())));
     }
-    store.break_lease(&seen, args.token).await?;
+    let note = tenure::BreakNote { by: std::sync::Arc::new(tenure::Holder::current()), reason: args.reason };
+    store.break_lease(&seen, args.token, Some(&note)).await?;
     let mut out = std::io::stdout().lock();
     if let Some(c) = &seen.corrupt {
         ignore_broken_pipe(writeln!(out, "replaced the unreadable record of {name} ({c})"))?;
@@ -269,6 +270,20 @@ pub(crate) async fn break_lease(args: BreakArgs) -> Result<ExitCode> {
         ))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Who broke a grant and why, for people: `by alice@ci-7 (pid 42): "stuck"`.
+pub(crate) fn broken_by(b: &tenure::BreakNote) -> String {
+    let who = format!("by {}@{} (pid {})", printable(&b.by.user), printable(&b.by.host), b.by.pid);
+    match &b.reason {
+        Some(r) => format!("{who}: {:?}", r),
+        None => who,
+    }
+}
+
+/// Text from a record, safe to print on a terminal.
+fn printable(s: &str) -> String {
+    s.chars().flat_map(char::escape_default).take(64).collect()
 }
 
 /// Writing to a closed pipe (`tenure status | head`) is not an error.

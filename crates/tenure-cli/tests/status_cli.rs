@@ -154,3 +154,36 @@ fn status_on_something_that_is_not_a_store_says_so() {
     let shown = format!("file://{}/src", dir.path().display());
     assert!(text(&out.stdout).contains(&shown), "{}", text(&out.stdout));
 }
+
+#[test]
+fn break_reason_is_kept_with_who_broke_it_and_shown_by_status_and_to_the_next_holder() {
+    let store = FileStore::new();
+    let url = store.url();
+    let release = store.path("release");
+    let mut holder = hold_until(&store, "deploy", &release);
+    let reason = "deploy hung since 09:00; see INC-42";
+    let out = run(tenure().args(["break", &url, "deploy", "--reason", reason]), LIMIT);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The broken holder's command is stopped: it lost its lease.
+    assert_eq!(common::wait_status(&mut holder, LIMIT).code(), Some(76));
+
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    let out = run(tenure().args(["status", &url, "deploy", "--all"]), LIMIT);
+    let table = text(&out.stdout);
+    assert!(table.contains("last broken") && table.contains(&format!("{reason:?}")), "{table}");
+    let json = common::leases(&run(tenure().args(["status", &url, "deploy", "--json"]), LIMIT).stdout);
+    let broken = &json[0]["last"]["broken"];
+    assert_eq!(broken["reason"], reason, "{json}");
+    assert!(broken["by"]["pid"].as_u64().is_some_and(|p| p != 0 && p != me as u64), "the breaking process: {json}");
+
+    let out = run(&mut lock(&url, "deploy", &[], &["true"]), LIMIT);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("its previous grant (token 1) was broken by") && err.contains(reason), "{err}");
+
+    // A reason is one line of bounded text.
+    for bad in ["two\nlines".to_string(), "x".repeat(1025)] {
+        let out = run(tenure().args(["break", &url, "deploy", "--reason", &bad]), LIMIT);
+        assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    }
+}

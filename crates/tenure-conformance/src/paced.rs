@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure::{
-    AcquireRequest, AllAttempt, Attempt, Backend, Busy, Clock, Grant, LeaseName, LeaseState, LeaseStore,
+    AcquireRequest, AllAttempt, Attempt, Backend, BreakNote, Busy, Clock, Grant, LeaseName, LeaseState, LeaseStore,
     ReleaseRequest, Released, Result,
 };
 
@@ -146,8 +146,8 @@ impl LeaseStore for Noting {
     async fn list(&self, prefix: &str) -> Result<Vec<LeaseName>> {
         self.inner.list(prefix).await
     }
-    async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>) -> Result<()> {
-        self.inner.break_lease(seen, only_token).await
+    async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>, note: Option<&BreakNote>) -> Result<()> {
+        self.inner.break_lease(seen, only_token, note).await
     }
     async fn try_acquire_all(&self, reqs: &[AcquireRequest]) -> Result<AllAttempt> {
         self.inner.try_acquire_all(reqs).await

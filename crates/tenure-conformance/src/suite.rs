@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tenure::{
-    AcquireRequest, Attempt, Backend, Client, EndedHow, Error, FencedRecord, Grant, Health, Holder, LeaseName,
-    LeaseOptions, LeaseStore, LossReason, MemoryBackend, Mode, ReleaseRequest, Released,
+    AcquireRequest, Attempt, Backend, BreakNote, Client, EndedHow, Error, FencedRecord, Grant, Health, Holder,
+    LeaseName, LeaseOptions, LeaseStore, LossReason, MemoryBackend, Mode, ReleaseRequest, Released,
 };
 
 use crate::{CORRUPT_TTL, Harness, MAX_SKEW, TTL, Time, advance};
@@ -235,23 +235,32 @@ pub async fn break_is_conditional_on_the_observed_version(h: &dyn Harness) {
     // Let the keep-alive renew: the record moves on.
     advance(h, LeaseOptions::default().with_ttl(TTL).renew_interval() * 2).await;
     assert!(matches!(lease.health(), Health::Held { .. }), "{:?}", lease.health());
-    match admin.break_lease(&seen, None).await {
+    match admin.break_lease(&seen, None, None).await {
         Err(Error::Changed { .. }) => {}
         other => panic!("breaking a stale view must fail with Changed, got {other:?}"),
     }
-    // An administrator re-inspects and breaks what it now sees; a renewal that was
-    // still in flight may move the record once more, and then it simply retries.
+    // An administrator re-inspects and breaks what it now sees, saying who and
+    // why; a renewal that was still in flight may move the record once more, and
+    // then it simply retries.
+    let note = BreakNote {
+        by: Arc::new(Holder::current().with_label("the on-call admin")),
+        reason: Some("deploy hung; see the incident".into()),
+    };
     let mut attempts = 0;
     loop {
         let seen = admin.inspect("brk").await.expect("inspect again");
-        match admin.break_lease(&seen, None).await {
+        match admin.break_lease(&seen, None, Some(&note)).await {
             Ok(()) => break,
             Err(Error::Changed { .. }) if attempts < 10 => attempts += 1,
             Err(e) => panic!("breaking the current view must succeed: {e}"),
         }
     }
+    // Whoever looks, and the next holder, learn who broke it and why.
+    let last = admin.inspect("brk").await.expect("inspect after the break").last.expect("a last ending");
+    assert_eq!((last.how, last.broken.as_ref()), (EndedHow::Broken, Some(&note)), "{last:?}");
     let next = client(h).await.try_acquire("brk", &opts()).await.expect("free after break");
-    assert_eq!(next.grant().predecessor.map(|p| p.how), Some(EndedHow::Broken));
+    let predecessor = next.grant().predecessor.clone().expect("a predecessor");
+    assert_eq!((predecessor.how, predecessor.broken.as_ref()), (EndedHow::Broken, Some(&note)), "{predecessor:?}");
     next.release().await.expect("release");
     drop(lease);
 }
@@ -275,7 +284,7 @@ pub async fn holder_learns_its_lease_was_stolen(h: &dyn Harness) {
     let lease = a.try_acquire("stolen", &opts()).await.expect("acquire");
     let admin = client(h).await;
     let seen = admin.inspect("stolen").await.expect("inspect");
-    admin.break_lease(&seen, None).await.expect("break");
+    admin.break_lease(&seen, None, None).await.expect("break");
     let interval = LeaseOptions::default().with_ttl(TTL).renew_interval();
     let mut waited = Duration::ZERO;
     while !lease.health().is_lost() && waited < interval * 4 {

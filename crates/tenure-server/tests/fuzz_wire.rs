@@ -27,9 +27,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
 use tenure::{AcquireRequest, EndedHow, Holder, LeaseName, LeaseStore, ManualClock, Mode, OpenOptions};
 use tenure_server::wire::{
-    self, AcquireReply, AskWire, ErrorCode, GrantWire, HolderOwned, HolderViewWire, HolderWire, MAGIC, MAX_REQUEST,
-    MAX_RESPONSE, Outcome, PROTOCOL_VERSION, PredecessorWire, RefWire, ReleaseWire, RenewWire, Request, Response,
-    StateWire,
+    self, AcquireReply, AskWire, BreakNoteWire, ErrorCode, GrantWire, HolderOwned, HolderViewWire, HolderWire, MAGIC,
+    MAX_REQUEST, MAX_RESPONSE, Outcome, PROTOCOL_VERSION, PredecessorWire, RefWire, ReleaseWire, RenewWire, Request,
+    Response, StateWire,
 };
 use tenure_server::{CoreOptions, ServerOptions, TenureStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -119,7 +119,22 @@ fn request_body() -> BoxedStrategy<Vec<u8>> {
                 match kind {
                     0 => encode_request(&Request::Inspect(&name)),
                     1 => encode_request(&Request::List { prefix: &name, limit, after: Some(&name) }),
-                    2 => encode_request(&Request::Break { name: &name, version, only_token: only }),
+                    2 => encode_request(&Request::Break {
+                        name: &name,
+                        version,
+                        only_token: only,
+                        note: (version % 2 == 0).then(|| BreakNoteWire {
+                            by: HolderWire {
+                                nonce: &name,
+                                pid: limit,
+                                host: &name,
+                                user: "u",
+                                version: "v",
+                                label: None,
+                            },
+                            reason: Some(&name),
+                        }),
+                    }),
                     _ => encode_request(&Request::Ping),
                 }
             }
@@ -142,12 +157,13 @@ fn predecessor() -> BoxedStrategy<PredecessorWire> {
     (num(), proptest::option::of(holder_owned()), how, num(), proptest::option::of(num()), proptest::option::of(s(12)))
         .prop_map(|(token, holder, how, at_ms, watermark_ms, meta)| PredecessorWire {
             token,
-            holder,
+            holder: holder.clone(),
             how,
             at_ms,
             watermark_ms,
-            meta,
             acquired_ms: at_ms.checked_sub(1),
+            broken: holder.clone().filter(|_| how == EndedHow::Broken).map(|h| (h, meta.clone())),
+            meta,
         })
         .boxed()
 }

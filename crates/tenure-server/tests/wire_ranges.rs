@@ -14,8 +14,8 @@ use common::abuse::{exchange, frame, hello};
 use tenure::limits::{MAX_TIME_MS, MAX_TOKEN};
 use tenure::{Attempt, Error, Holder, LeaseName, LeaseStore, ManualClock, Mode, OpenOptions, ReleaseRequest};
 use tenure_server::wire::{
-    self, AcquireReply, AskWire, ErrorCode, GrantWire, HolderViewWire, HolderWire, MAX_REQUEST, PROTOCOL_VERSION,
-    RefWire, ReleaseWire, RenewWire, Request, Response, StateWire,
+    self, AcquireReply, AskWire, BreakNoteWire, ErrorCode, GrantWire, HolderViewWire, HolderWire, MAX_REQUEST,
+    PROTOCOL_VERSION, RefWire, ReleaseWire, RenewWire, Request, Response, StateWire,
 };
 use tenure_server::{CoreOptions, ServerOptions, TenureStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -30,6 +30,7 @@ async fn absurd_numbers_from_a_client_are_refused_naming_the_field() {
     let ask = |ttl_ms| AskWire { name: "n", mode: Mode::Exclusive, ttl_ms, holder, retake: false, meta: None };
     let grant = |token| RefWire { name: "n", token, reservation: None, nonce: "abc" };
     let long = "x".repeat(300);
+    let reason = "r".repeat(1025);
     let cases: Vec<(Request<'_>, &str)> = vec![
         (
             Request::Acquire { tentative: false, asks: vec![ask(1000), ask(u64::MAX)] },
@@ -53,7 +54,16 @@ async fn absurd_numbers_from_a_client_are_refused_naming_the_field() {
             "items[0].watermark_ms",
         ),
         (Request::Upgrade(vec![grant(MAX_TOKEN)]), "refs[0].token"),
-        (Request::Break { name: "n", version: u64::MAX, only_token: Some(u64::MAX) }, "only_token"),
+        (Request::Break { name: "n", version: u64::MAX, only_token: Some(u64::MAX), note: None }, "only_token"),
+        (
+            Request::Break {
+                name: "n",
+                version: 1,
+                only_token: None,
+                note: Some(BreakNoteWire { by: holder, reason: Some(&reason) }),
+            },
+            "break reason is 1025 bytes",
+        ),
         (
             Request::Renew(vec![RenewWire { grant: RefWire { name: &long, ..grant(5) }, ttl_ms: 1000 }]),
             "items[0].name is 300 bytes",

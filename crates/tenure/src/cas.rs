@@ -54,7 +54,7 @@ use crate::limits::{MAX_RECORD_BYTES, millis};
 use crate::name::LeaseName;
 use crate::record::{self, Decision, Entry, Judge, LeaseRecord, Unreadable};
 use crate::store::{AcquireRequest, LeaseStore, ReleaseRequest};
-use crate::types::{Attempt, Busy, EndedHow, Grant, LeaseState, LossReason, Predecessor, Released, Version};
+use crate::types::{Attempt, BreakNote, Busy, EndedHow, Grant, LeaseState, LossReason, Predecessor, Released, Version};
 
 /// How many times one operation re-reads after losing a conditional write.
 const MAX_CONFLICTS: u32 = 16;
@@ -412,6 +412,7 @@ impl LeaseStore for CasStore {
                     acquired_ms: None,
                     watermark_ms: None,
                     meta: None,
+                    broken: None,
                 }),
                 None => predecessor,
             };
@@ -581,7 +582,7 @@ impl LeaseStore for CasStore {
         Ok(names)
     }
 
-    async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>) -> Result<()> {
+    async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>, note: Option<&BreakNote>) -> Result<()> {
         let name = seen.name.as_str();
         let changed = || Error::Changed { store: self.url().to_string(), name: name.to_string() };
         let Some(seen_version) = &seen.version else {
@@ -594,7 +595,7 @@ impl LeaseStore for CasStore {
             Read::Valid(s, _) | Read::Unreadable(s, _) if s.version != *seen_version => return Err(changed()),
             Read::Absent => return Err(changed()),
             Read::Valid(s, rec) => {
-                let broken = record::decide_break(&rec, only_token, self.clock.wall_ms())
+                let broken = record::decide_break(&rec, only_token, note, self.clock.wall_ms())
                     .map_err(|g| Error::unsupported(self.url(), format!("lease {name:?}: {}", g.detail)))?;
                 (s, broken)
             }

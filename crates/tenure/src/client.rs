@@ -13,7 +13,7 @@ use crate::keepalive::{HeldNames, Lease, LeaseSet, lock};
 use crate::name::LeaseName;
 use crate::options::LeaseOptions;
 use crate::store::{AcquireRequest, AllAttempt, LeaseStore};
-use crate::types::{Attempt, Busy, Grant, LeaseState};
+use crate::types::{Attempt, BreakNote, Busy, Grant, LeaseState};
 
 /// A holder's handle on a store: one holder identity, many leases.
 ///
@@ -256,8 +256,14 @@ impl Client {
     }
 
     /// Breaks the lease as `seen` showed it (all grants, or only `only_token`),
-    /// failing with [`Error::Changed`] if it changed since.
-    pub async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>) -> Result<()> {
-        self.store.break_lease(seen, only_token).await
+    /// failing with [`Error::Changed`] if it changed since. `note` says who broke
+    /// it and why; `status` and the next holder's predecessor show it.
+    pub async fn break_lease(
+        &self,
+        seen: &LeaseState,
+        only_token: Option<u64>,
+        note: Option<&BreakNote>,
+    ) -> Result<()> {
+        self.store.break_lease(seen, only_token, note).await
     }
 }

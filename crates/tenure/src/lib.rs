@@ -57,6 +57,6 @@ pub use store::file::FileBackend;
 pub use store::memory::MemoryBackend;
 pub use store::{AcquireRequest, AllAttempt, LeaseStore, ReleaseRequest};
 pub use types::{
-    Attempt, Busy, EndedHow, Grant, Health, HolderView, LeaseState, LossReason, Mode, Predecessor, Released, Version,
-    human_duration,
+    Attempt, BreakNote, Busy, EndedHow, Grant, Health, HolderView, LeaseState, LossReason, Mode, Predecessor, Released,
+    Version, human_duration,
 };

@@ -30,6 +30,9 @@ pub const MAX_TOKEN: u64 = u64::MAX / 2;
 /// with a later deadline or watermark was not written by a working clock.
 pub const MAX_TIME_MS: u64 = 253_402_300_799_999;
 
+/// Longest reason a `break` may record (`tenure break --reason`), in bytes.
+pub const MAX_REASON_BYTES: usize = 1024;
+
 /// Largest lease record tenure reads or writes: 1 MiB (a record holds one line
 /// per shared holder, about 300 bytes each). A larger stored value is judged
 /// corrupt without being read in full.

@@ -45,7 +45,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::holder::Holder;
-use crate::types::{EndedHow, HolderView, Mode, Predecessor};
+use crate::types::{BreakNote, EndedHow, HolderView, Mode, Predecessor};
 
 /// The record format's major version written by this tenure.
 pub const FORMAT_VERSION: u32 = 1;
@@ -121,6 +121,9 @@ pub struct Ending {
     /// Metadata it left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<String>,
+    /// Who broke it and why, if it was broken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broken: Option<BreakNote>,
 }
 
 /// Why bytes are not a usable record.
@@ -189,6 +192,10 @@ impl LeaseRecord {
         if times.into_iter().flatten().any(|t| t > MAX_TIME_MS) {
             return Err("a watermark or end time is past the year 9999".into());
         }
+        let reason = self.last.as_ref().and_then(|l| l.broken.as_ref()).and_then(|b| b.reason.as_ref());
+        if reason.is_some_and(|r| r.len() > crate::limits::MAX_REASON_BYTES) {
+            return Err(format!("a break reason is longer than {} bytes", crate::limits::MAX_REASON_BYTES));
+        }
         Ok(())
     }
 
@@ -218,6 +225,7 @@ impl LeaseRecord {
             acquired_ms: l.acquired_ms,
             watermark_ms: self.watermark_ms,
             meta: l.meta.clone(),
+            broken: l.broken.clone(),
         })
     }
 
@@ -252,6 +260,7 @@ impl LeaseRecord {
                 acquired_ms: Some(entry.acquired_ms),
                 watermark_ms: watermark,
                 meta: entry.meta.clone(),
+                broken: None,
             });
         }
     }
@@ -528,22 +537,37 @@ pub fn decide_release(
 
 /// Breaks grants in place (all, or only `token`): the administrator's hammer.
 /// Each broken grant's deadline becomes part of the watermark.
-pub fn break_grants(record: &mut LeaseRecord, only_token: Option<u64>, now_ms: u64) -> Result<(), Gone> {
+pub fn break_grants(
+    record: &mut LeaseRecord,
+    only_token: Option<u64>,
+    note: Option<&BreakNote>,
+    now_ms: u64,
+) -> Result<(), Gone> {
     let tokens: Vec<u64> =
         record.entries().map(|(e, _)| e.token).filter(|t| only_token.is_none_or(|o| o == *t)).collect();
     if tokens.is_empty() {
         return Err(Gone { detail: "no grant to break".into() });
     }
-    for t in tokens {
+    for &t in &tokens {
         record.end(t, EndedHow::Broken, now_ms, None);
+    }
+    // The last ending is the newest grant broken now, unless a newer one had
+    // ended before: the note goes with the former only.
+    if let Some(last) = record.last.as_mut().filter(|l| l.how == EndedHow::Broken && tokens.contains(&l.token)) {
+        last.broken = note.cloned();
     }
     Ok(())
 }
 
 /// [`break_grants`] on a copy.
-pub fn decide_break(current: &LeaseRecord, only_token: Option<u64>, now_ms: u64) -> Result<LeaseRecord, Gone> {
+pub fn decide_break(
+    current: &LeaseRecord,
+    only_token: Option<u64>,
+    note: Option<&BreakNote>,
+    now_ms: u64,
+) -> Result<LeaseRecord, Gone> {
     let mut record = current.clone();
-    break_grants(&mut record, only_token, now_ms)?;
+    break_grants(&mut record, only_token, note, now_ms)?;
     Ok(record)
 }
 

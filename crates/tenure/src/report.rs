@@ -15,7 +15,8 @@
 //!   for it to be taken over, clock discipline included).
 //! - `last` is how the previous grant ended: `token`, `holder`, `how`
 //!   (`released`, `dropped`, `expired`, `broken`, `retaken`, `corrupt`),
-//!   `at_ms`/`_at`, `acquired_ms`/`_at`, `watermark_ms`, `meta`.
+//!   `at_ms`/`_at`, `acquired_ms`/`_at`, `watermark_ms`, `meta`, and for a
+//!   broken grant `broken`: who broke it (`by`, a holder) and why (`reason`).
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -23,7 +24,7 @@ use serde::Serialize;
 
 use crate::holder::Holder;
 use crate::limits::MAX_TIME_MS;
-use crate::types::{EndedHow, HolderView, LeaseState, Mode, Predecessor};
+use crate::types::{BreakNote, EndedHow, HolderView, LeaseState, Mode, Predecessor};
 
 /// The version of the JSON shape described above.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -79,6 +80,8 @@ pub struct EndingJson<'a> {
     acquired_at: Option<String>,
     watermark_ms: Option<u64>,
     meta: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    broken: Option<&'a BreakNote>,
 }
 
 impl<'a> EndingJson<'a> {
@@ -94,6 +97,7 @@ impl<'a> EndingJson<'a> {
             acquired_at: p.acquired_ms.and_then(rfc3339_ms),
             watermark_ms: p.watermark_ms,
             meta: p.meta.as_deref(),
+            broken: p.broken.as_ref(),
         }
     }
 }

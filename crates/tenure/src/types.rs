@@ -88,6 +88,16 @@ impl fmt::Display for EndedHow {
     }
 }
 
+/// Who broke a grant, and why (`tenure break --reason`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BreakNote {
+    /// The process that broke it.
+    pub by: Arc<Holder>,
+    /// Why, as its user said (at most [`crate::limits::MAX_REASON_BYTES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// What a new holder learns about the grant before it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Predecessor {
@@ -109,6 +119,9 @@ pub struct Predecessor {
     pub watermark_ms: Option<u64>,
     /// Metadata the predecessor left, e.g. where it stored its updates.
     pub meta: Option<String>,
+    /// Who broke it and why, if it was broken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broken: Option<BreakNote>,
 }
 
 /// One successful acquisition.

@@ -93,6 +93,7 @@ fn ending() -> BoxedStrategy<Ending> {
             acquired_ms,
             watermark_ms,
             meta,
+            broken: None,
         })
         .boxed()
 }
@@ -166,7 +167,7 @@ fn assert_usable(r: &LeaseRecord, now_ms: u64, ttl_ms: u64) -> Result<(), TestCa
             Decision::Exhausted { last_token } => prop_assert!(last_token >= MAX_TOKEN - 1),
         }
     }
-    let _ = record::decide_break(r, None, now_ms);
+    let _ = record::decide_break(r, None, None, now_ms);
     let _ = record::views(r, &judge);
     let _ = record::expired_views(r, &judge);
     Ok(())

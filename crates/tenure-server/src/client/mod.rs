@@ -20,8 +20,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::join_all;
 use tenure::{
-    AcquireRequest, AllAttempt, Attempt, Busy, Clock, Error, Grant, Holder, HolderView, LeaseName, LeaseState,
-    LeaseStore, LossReason, Mode, Mono, OpenOptions, Predecessor, ReleaseRequest, Released, Result, Version,
+    AcquireRequest, AllAttempt, Attempt, BreakNote, Busy, Clock, Error, Grant, Holder, HolderView, LeaseName,
+    LeaseState, LeaseStore, LossReason, Mode, Mono, OpenOptions, Predecessor, ReleaseRequest, Released, Result,
+    Version,
 };
 
 use crate::conn::Conn;
@@ -31,8 +32,8 @@ mod rendezvous;
 mod two_phase;
 
 use crate::wire::{
-    self, AskWire, ErrorCode, HolderWire, MAGIC, MAX_LIST_PAGE, PROTOCOL_VERSION, RefWire, ReleaseWire, RenewWire,
-    Request, Response,
+    self, AskWire, BreakNoteWire, ErrorCode, HolderWire, MAGIC, MAX_LIST_PAGE, PROTOCOL_VERSION, RefWire, ReleaseWire,
+    RenewWire, Request, Response,
 };
 pub use rendezvous::rendezvous_score;
 use tenure::limits::{MAX_DURATION, millis};
@@ -589,6 +590,9 @@ fn predecessor(p: PredIn<'_>, asker: &Arc<Holder>) -> Predecessor {
         acquired_ms: p.acquired_ms,
         watermark_ms: p.watermark_ms,
         meta: p.meta.map(str::to_string),
+        // A note the client cannot take (oversized) is dropped, not fatal: it is
+        // for people, and the grant is valid without it.
+        broken: p.broken.and_then(|(by, reason)| BreakNoteWire { by, reason }.to_note().ok()),
     }
 }
 
@@ -665,7 +669,7 @@ impl LeaseStore for TenureStore {
         Ok(names)
     }
 
-    async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>) -> Result<()> {
+    async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>, note: Option<&BreakNote>) -> Result<()> {
         let name = seen.name.as_str();
         let Some(version) = seen.version.as_ref().and_then(|v| v.seq) else {
             return Err(Error::unsupported(
@@ -673,7 +677,7 @@ impl LeaseStore for TenureStore {
                 format!("lease {name:?} does not exist; there is nothing to break"),
             ));
         };
-        let req = Request::Break { name, version, only_token };
+        let req = Request::Break { name, version, only_token, note: note.map(BreakNoteWire::of) };
         match self.call(self.server_for(name), "breaking", &req).await {
             Ok(Response::Done) => Ok(()),
             Ok(other) => Err(self.unexpected("breaking", &other)),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 use tenure::record::{self, ClockJudge, LeaseRecord};
-use tenure::{EndedHow, Holder, HolderView, LeaseName, LeaseState, Mode, Predecessor, Version};
+use tenure::{BreakNote, EndedHow, Holder, HolderView, LeaseName, LeaseState, Mode, Predecessor, Version};
 
 use super::{Core, Refusal, Stats, bump, lock};
 
@@ -256,7 +256,13 @@ impl Core {
 
     /// Breaks the grants of `name` (all, or only `only_token`) if its version is
     /// still `seen_version`. Reservations go too.
-    pub fn break_lease(&self, name: &str, seen_version: u64, only_token: Option<u64>) -> Result<(), Refusal> {
+    pub fn break_lease(
+        &self,
+        name: &str,
+        seen_version: u64,
+        only_token: Option<u64>,
+        note: Option<&BreakNote>,
+    ) -> Result<(), Refusal> {
         let h = self.hash(name);
         let mut guard = lock(self.shard(h));
         let shard = &mut *guard;
@@ -265,7 +271,7 @@ impl Core {
         if slot.version != seen_version {
             return Err(Refusal::Changed);
         }
-        record::break_grants(&mut slot.record, only_token, now_ms).map_err(|g| Refusal::Nothing(g.detail))?;
+        record::break_grants(&mut slot.record, only_token, note, now_ms).map_err(|g| Refusal::Nothing(g.detail))?;
         slot.version += 1;
         slot.modified_ms = now_ms;
         if only_token.is_none() {

@@ -11,7 +11,7 @@ use tenure::{Holder, LeaseName};
 use super::connection::Connection;
 use crate::core::{Acquired, Ask, Granted, Refusal};
 use crate::wire::{
-    self, AcquireReply, ErrorCode, HolderViewWire, HolderWire, MAX_BATCH, MAX_LIST_BYTES, MAX_LIST_PAGE,
+    self, AcquireReply, BreakNoteWire, ErrorCode, HolderViewWire, HolderWire, MAX_BATCH, MAX_LIST_BYTES, MAX_LIST_PAGE,
     PredecessorWire, Request, Response, StateWire,
 };
 
@@ -188,8 +188,9 @@ impl Connection {
                 let (names, more) = core.list(prefix, after, limit, MAX_LIST_BYTES);
                 Response::Names { names, more }
             }
-            Request::Break { name, version, only_token } => {
-                core.break_lease(name, version, only_token).map_err(refusal)?;
+            Request::Break { name, version, only_token, note } => {
+                let note = note.map(BreakNoteWire::to_note).transpose().map_err(|m| (ErrorCode::Invalid, m))?;
+                core.break_lease(name, version, only_token, note.as_ref()).map_err(refusal)?;
                 Response::Done
             }
             Request::Ping => Response::Pong,

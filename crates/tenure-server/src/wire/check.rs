@@ -90,10 +90,14 @@ pub fn check_request(req: &Request<'_>, max_lease_ms: u64) -> Result<(), String>
             len(&"list prefix", prefix, MAX_NAME_LEN)?;
             len(&"list cursor (after)", after.unwrap_or(""), MAX_NAME_LEN)?;
         }
-        Request::Break { name, only_token, .. } => {
+        Request::Break { name, only_token, note, .. } => {
             len(&"break name", name, MAX_NAME_LEN)?;
             if let Some(t) = only_token {
                 token(&"break only_token", *t)?;
+            }
+            if let Some(n) = note {
+                len(&"break reason", n.reason.unwrap_or(""), tenure::limits::MAX_REASON_BYTES)?;
+                n.by.to_holder()?;
             }
         }
     }

@@ -63,4 +63,6 @@ pub(crate) struct PredIn<'a> {
     #[serde(borrow)]
     pub(crate) meta: Option<&'a str>,
     pub(crate) acquired_ms: Option<u64>,
+    #[serde(borrow)]
+    pub(crate) broken: Option<(HolderWire<'a>, Option<&'a str>)>,
 }

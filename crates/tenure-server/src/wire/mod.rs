@@ -31,8 +31,8 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tenure::limits::{MAX_TIME_MS, MAX_TOKEN, MAX_TTL, millis};
-use tenure::{EndedHow, Holder, HolderView, MAX_NAME_LEN, Mode, Predecessor};
+use tenure::limits::{MAX_REASON_BYTES, MAX_TIME_MS, MAX_TOKEN, MAX_TTL, millis};
+use tenure::{BreakNote, EndedHow, Holder, HolderView, MAX_NAME_LEN, Mode, Predecessor};
 
 mod check;
 
@@ -109,9 +109,39 @@ pub enum Request<'a> {
         version: u64,
         /// Only this grant.
         only_token: Option<u64>,
+        /// Who breaks it and why (version 2).
+        #[serde(borrow)]
+        note: Option<BreakNoteWire<'a>>,
     },
     /// Liveness and clock check.
     Ping,
+}
+
+/// [`BreakNote`] on the wire, borrowed (version 2).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct BreakNoteWire<'a> {
+    /// Who broke it.
+    #[serde(borrow)]
+    pub by: HolderWire<'a>,
+    /// Why.
+    #[serde(borrow)]
+    pub reason: Option<&'a str>,
+}
+
+impl<'a> BreakNoteWire<'a> {
+    /// Borrows a note.
+    pub fn of(n: &'a BreakNote) -> Self {
+        Self { by: HolderWire::of(&n.by), reason: n.reason.as_deref() }
+    }
+
+    /// The note it carries, refusing oversized fields.
+    pub fn to_note(self) -> Result<BreakNote, String> {
+        let reason = self.reason.map(str::to_string);
+        if let Some(r) = reason.as_ref().filter(|r| r.len() > MAX_REASON_BYTES) {
+            return Err(format!("a break reason is {} bytes long (at most {MAX_REASON_BYTES})", r.len()));
+        }
+        Ok(BreakNote { by: Arc::new(self.by.to_holder()?), reason })
+    }
 }
 
 /// A holder identity on the wire.
@@ -419,6 +449,8 @@ pub struct PredecessorWire {
     pub meta: Option<String>,
     /// When its grant began, on its holder's clock (version 2).
     pub acquired_ms: Option<u64>,
+    /// Who broke it and why (version 2).
+    pub broken: Option<(HolderOwned, Option<String>)>,
 }
 
 impl From<&Predecessor> for PredecessorWire {
@@ -431,6 +463,7 @@ impl From<&Predecessor> for PredecessorWire {
             watermark_ms: p.watermark_ms,
             meta: p.meta.clone(),
             acquired_ms: p.acquired_ms,
+            broken: p.broken.as_ref().map(|b| (HolderOwned::from(&*b.by), b.reason.clone())),
         }
     }
 }
@@ -445,6 +478,7 @@ impl From<PredecessorWire> for Predecessor {
             acquired_ms: p.acquired_ms,
             watermark_ms: p.watermark_ms,
             meta: p.meta,
+            broken: p.broken.map(|(by, reason)| BreakNote { by: Arc::from(by), reason }),
         }
     }
 }

@@ -97,7 +97,8 @@ impl Serialize for Pred<'_> {
         let p = self.0;
         // `HolderWire` borrows and encodes exactly as `HolderOwned`.
         let holder = p.holder.as_deref().map(HolderWire::of);
-        let mut st = s.serialize_struct("PredecessorWire", 7)?;
+        let broken = p.broken.as_ref().map(|b| (HolderWire::of(&b.by), b.reason.as_deref()));
+        let mut st = s.serialize_struct("PredecessorWire", 8)?;
         st.serialize_field("token", &p.token)?;
         st.serialize_field("holder", &holder)?;
         st.serialize_field("how", &p.how)?;
@@ -105,6 +106,7 @@ impl Serialize for Pred<'_> {
         st.serialize_field("watermark_ms", &p.watermark_ms)?;
         st.serialize_field("meta", &p.meta.as_deref())?;
         st.serialize_field("acquired_ms", &p.acquired_ms)?;
+        st.serialize_field("broken", &broken)?;
         st.end()
     }
 }

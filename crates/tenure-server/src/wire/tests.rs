@@ -33,12 +33,13 @@ fn the_servers_borrowed_answers_encode_exactly_as_the_owned_responses() {
     });
     let pred = |meta: Option<&str>, holder: Option<Arc<Holder>>| Predecessor {
         token: 41,
-        holder,
+        holder: holder.clone(),
         how: EndedHow::Expired,
         at_ms: 1_767_225_599_500,
         acquired_ms: Some(1_767_225_598_000),
         watermark_ms: Some(1_767_225_599_000),
         meta: meta.map(str::to_string),
+        broken: holder.clone().map(|by| tenure::BreakNote { by, reason: meta.map(str::to_string) }),
     };
     let grants = vec![
         Granted { token: 42, deadline_ms: 9, version: 3, predecessor: None, witness: vec![1, 2, 3] },
@@ -96,6 +97,7 @@ fn the_clients_borrowed_view_decodes_the_owned_responses() {
         watermark_ms: None,
         meta: Some("where".into()),
         acquired_ms: Some(3),
+        broken: Some((holder.clone(), Some("hung".into()))),
     };
     let grant = |p: Option<PredecessorWire>| GrantWire {
         token: 42,
@@ -114,6 +116,8 @@ fn the_clients_borrowed_view_decodes_the_owned_responses() {
                 (p.token, p.how, p.at_ms, p.watermark_ms, p.meta, p.acquired_ms),
                 (41, EndedHow::Broken, 5, None, Some("where"), Some(3))
             );
+            let (by, reason) = p.broken.expect("who broke it");
+            assert_eq!((by.nonce, by.pid, reason), ("9f2c4e1ab3d07c55", 4242, Some("hung")));
             let h = p.holder.expect("holder");
             assert_eq!(
                 (h.nonce, h.pid, h.host, h.user, h.version, h.label),

@@ -130,13 +130,23 @@ fn break_ends_every_grant_and_raises_the_watermark() {
     let (a, b) = (holder("a"), holder("b"));
     let (rec, _, _) = grant(None, &ask(&a, Mode::Shared, 0), 0);
     let (rec, t2, _) = grant(Some(&rec), &ask(&b, Mode::Shared, 100), 100);
-    let broken = decide_break(&rec, None, 200).expect("break");
+    let note = BreakNote { by: holder("admin"), reason: Some("stuck since Friday".into()) };
+    let broken = decide_break(&rec, None, Some(&note), 200).expect("break");
     assert!(broken.exclusive.is_none() && broken.shared.is_empty());
     assert_eq!(broken.watermark_ms, Some(1_100));
     assert_eq!(broken.last.as_ref().map(|l| (l.token, l.how)), Some((t2, EndedHow::Broken)));
-    let only = decide_break(&rec, Some(t2), 200).expect("break one");
+    // Who broke it and why survive a write and a read, and reach the next holder.
+    let read = LeaseRecord::parse(&broken.to_bytes()).expect("parse");
+    assert_eq!(read.last.as_ref().and_then(|l| l.broken.as_ref()), Some(&note));
+    assert_eq!(read.predecessor().and_then(|p| p.broken), Some(note.clone()));
+    let only = decide_break(&rec, Some(t2), None, 200).expect("break one");
     assert_eq!(only.shared.len(), 1);
-    assert!(decide_break(&broken, None, 300).is_err());
+    assert_eq!(only.last.as_ref().and_then(|l| l.broken.as_ref()), None);
+    assert!(decide_break(&broken, None, None, 300).is_err());
+    // A reason longer than a break may give is not a record tenure wrote.
+    let mut long = broken.clone();
+    long.last.as_mut().expect("last").broken.as_mut().expect("note").reason = Some("x".repeat(1025));
+    assert!(LeaseRecord::parse(&long.to_bytes()).is_err());
 }
 
 #[test]
@@ -304,7 +314,7 @@ mod properties {
                         if let Ok(r) = out { rec = Some(r) }
                     }
                     Op::Break => {
-                        if let Some(r) = rec.as_ref().and_then(|c| decide_break(c, None, now).ok()) { rec = Some(r) }
+                        if let Some(r) = rec.as_ref().and_then(|c| decide_break(c, None, None, now).ok()) { rec = Some(r) }
                     }
                 }
                 if let Some(r) = &rec {

@@ -21,7 +21,7 @@ use crate::clock::{Clock, ClockExt};
 use crate::error::Result;
 use crate::holder::Holder;
 use crate::name::LeaseName;
-use crate::types::{Attempt, Busy, Grant, LeaseState, Mode, Released};
+use crate::types::{Attempt, BreakNote, Busy, Grant, LeaseState, Mode, Released};
 
 /// A request to acquire one lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,8 +89,9 @@ pub trait LeaseStore: Send + Sync + Debug + 'static {
     async fn list(&self, prefix: &str) -> Result<Vec<LeaseName>>;
 
     /// Breaks the grants of `seen` (all, or only `only_token`), conditionally on the
-    /// record not having changed since it was inspected.
-    async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>) -> Result<()>;
+    /// record not having changed since it was inspected; `note` (who, why) is
+    /// kept as the last ending's, for `status` and the next holder.
+    async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>, note: Option<&BreakNote>) -> Result<()>;
 
     /// All-or-nothing acquisition of several leases, in the order given (callers
     /// pass them in canonical order). The default tries them one by one and, if one
