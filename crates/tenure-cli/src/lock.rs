@@ -194,7 +194,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         // The one handing-over people must hear of: someone ended the last
         // holder's grant by hand, and the work it did may be half done.
         let by = p.broken.as_ref().map(crate::status::broken_by).unwrap_or_default();
-        say(&format!("acquired {name}; its previous grant (token {}) was broken {by}", p.token).trim_end());
+        say(format!("acquired {name}; its previous grant (token {}) was broken {by}", p.token).trim_end());
     }
 
     let clock = store.clock().clone();
