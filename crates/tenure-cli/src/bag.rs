@@ -38,6 +38,12 @@ enum BagCmd {
     /// Append messages; say for each batch whether it was accepted.
     Append(AppendArgs),
     /// Read messages in (timestamp, writer, sequence) order (never writes).
+    ///
+    /// Each message is printed as `<time> <writer>#<seq> <body>` on standard
+    /// output (the body as written, last on the line), then a summary on standard
+    /// error that says whether the answer is final and, if buckets are still
+    /// open, which command seals them or keeps reading. `--json` prints one object
+    /// per message, then a summary object.
     Read(ReadArgs),
     /// Close buckets past their grace (once, or continuously with --loop).
     Close(CloseArgs),
@@ -74,7 +80,10 @@ struct LogArgs {
     /// Buckets per snapshot, if this command creates the log.
     #[arg(long, default_value_t = 3600)]
     chunk_buckets: u64,
-    /// Print JSON lines.
+    /// Print one JSON object a line, each with `"schema_version": 1` and every
+    /// time twice: `<name>_ms` (unix ms) and `<name>_at` (RFC 3339, UTC).
+    /// Without it, output is for people: outcomes in words, times as UTC dates
+    /// with milliseconds (`2026-11-24T10:32:05.123Z`).
     #[arg(long)]
     json: bool,
     /// Skip the check that an object store enforces conditional writes before the
@@ -98,8 +107,7 @@ const WHEN_FORMS: &str = "a date-time (2026-11-24T10:00:00Z), a date (2026-11-24
 
 /// `--from`/`--to` as clap parses them: [`parse_when`] against the wall clock.
 fn when(s: &str) -> Result<u64, String> {
-    let now = std::time::SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| millis(d));
-    parse_when(s, now)
+    parse_when(s, now_ms())
 }
 
 /// Parses a point in time (unix ms) given as an RFC 3339 date-time (UTC unless it
@@ -191,7 +199,7 @@ fn parse_date(t: &str) -> Result<u64, &'static str> {
         humantime::TimestampError::OutOfRange => "is not a valid date or is past the year 9999",
         _ => "is not a date-time",
     })?;
-    let ms = time.duration_since(UNIX_EPOCH).map_or(0, |d| millis(d));
+    let ms = time.duration_since(UNIX_EPOCH).map_or(0, millis);
     // An offset moves the time to UTC: local time minus the offset.
     let utc = i128::from(ms) - i128::from(offset_ms);
     match u64::try_from(utc) {
@@ -272,10 +280,6 @@ struct AppendArgs {
     read_only_hint: bool,
 }
 
-/// Reads print each message as `<time> <writer>#<seq> <body>` on standard output
-/// (times in UTC, RFC 3339 with milliseconds: `2026-11-24T10:32:05.123Z`) and a
-/// summary on standard error; `--json` prints one object per message, then a
-/// summary object.
 #[derive(Debug, Args)]
 #[command(after_help = WHEN_HELP)]
 struct ReadArgs {

@@ -133,11 +133,13 @@ fn every_json_line_has_schema_version_1_and_both_time_forms() {
         }
     }
     assert!(times >= 12, "times were checked ({times})");
-    let outcome = |r: &Run| serde_json::from_str::<serde_json::Value>(r.stdout.lines().next().expect("line")).expect("json");
+    let outcome =
+        |r: &Run| serde_json::from_str::<serde_json::Value>(r.stdout.lines().next().expect("line")).expect("json");
     assert_eq!(outcome(&runs[0])["outcome"], "accepted");
     assert_eq!(outcome(&runs[4])["outcome"], "rejected");
     assert_eq!(outcome(&runs[4])["decision"], "closed_before_write");
-    let summary = serde_json::from_str::<serde_json::Value>(runs[5].stdout.lines().last().expect("summary")).expect("json");
+    let summary =
+        serde_json::from_str::<serde_json::Value>(runs[5].stdout.lines().last().expect("summary")).expect("json");
     assert!(["final", "provisional"].contains(&summary["summary"]["state"].as_str().expect("state")), "{summary}");
     let guarded = runs[5].stdout.lines().find(|l| l.contains("guarded")).expect("the journal's message");
     assert!(guarded.contains("\"deadline_at\":\"") && guarded.contains("\"ts_at\":\""), "{guarded}");
