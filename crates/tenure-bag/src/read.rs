@@ -73,6 +73,10 @@ pub struct ReadResult {
     pub skipped_total: u64,
     /// Every bucket in the range is closed: this answer is final.
     pub exact: bool,
+    /// The first bucket in the range that is not closed (open, or with nothing
+    /// stored yet): everything before it is final. `None` when `exact`. A reader
+    /// that keeps reading (`tenure bag read --follow`) starts its next read here.
+    pub first_provisional_ms: Option<u64>,
 }
 
 /// Skipped entries a read lists (it counts them all).
@@ -92,6 +96,23 @@ impl ReadResult {
 
 /// Buckets read concurrently from object stores.
 const CONCURRENCY: usize = 16;
+
+/// The first bucket of `[from, to)` that neither a snapshot (`covered`) nor a
+/// closed bucket (`closed`, ascending) makes final. Walks only what is final
+/// before the first gap, so it costs no more than the read itself.
+fn first_provisional(cfg: &LogConfig, from: u64, to: u64, covered: &[(u64, u64)], closed: &[u64]) -> Option<u64> {
+    let mut b = from;
+    while b < to {
+        if let Some(&(_, hi)) = covered.iter().find(|&&(lo, hi)| lo <= b && b < hi) {
+            b = hi;
+        } else if closed.binary_search(&b).is_ok() {
+            b = cfg.end_of(b);
+        } else {
+            return Some(b);
+        }
+    }
+    None
+}
 
 pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOptions) -> Result<ReadResult> {
     // Nothing is stored past the year 9999 (writers refuse it): a range reaching
@@ -154,12 +175,16 @@ pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOp
     let mut reads =
         futures::stream::iter(buckets.iter().map(|&b| protocol::read_bucket(s, cfg, b))).buffered(CONCURRENCY);
     let mut i = 0;
+    let mut closed_buckets = Vec::new();
     while let Some(read) = reads.next().await {
         let read = read?;
         let bucket = buckets[i];
         i += 1;
         match read.state {
-            BucketState::Closed => out.closed += 1,
+            BucketState::Closed => {
+                out.closed += 1;
+                closed_buckets.push(bucket);
+            }
             BucketState::Open => out.open.push(bucket),
             BucketState::Absent => out.absent += 1,
         }
@@ -181,5 +206,23 @@ pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOp
         }
     }
     out.exact = out.open.is_empty() && out.absent == 0;
+    out.first_provisional_ms = first_provisional(cfg, from, to, &covered, &closed_buckets);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_provisional_bucket_is_the_first_gap_in_what_is_final() {
+        let cfg = LogConfig { width_ms: 10, grace_ms: 20, max_skew_ms: 5, chunk_buckets: 3, first_bucket_ms: 0 };
+        // Buckets 0..100: a snapshot covers 0, 10, 20; 30 and 40 are closed; 50 is not.
+        assert_eq!(first_provisional(&cfg, 0, 100, &[(0, 30)], &[30, 40, 60]), Some(50));
+        assert_eq!(first_provisional(&cfg, 0, 50, &[(0, 30)], &[30, 40]), None);
+        assert_eq!(first_provisional(&cfg, 0, 50, &[], &[]), Some(0));
+        assert_eq!(first_provisional(&cfg, 40, 40, &[], &[]), None);
+        // A snapshot reaching past the range ends the walk.
+        assert_eq!(first_provisional(&cfg, 10, 20, &[(0, 30)], &[]), None);
+    }
 }
