@@ -97,6 +97,16 @@ async fn metrics_are_prometheus_text_with_grant_and_contention_counters() {
         assert_eq!(kind == "counter", name.ends_with("_total"), "counters, and only they, end in _total: {line}");
         assert!(!name.ends_with("_ms") && !name.contains("_millis"), "base units (seconds): {line}");
     }
+    // Request latency, per kind of request: the two acquisitions above were timed.
+    assert!(body.lines().any(|l| l == "# TYPE tenure_request_duration_seconds histogram"), "{body}");
+    let sample = |series: &str| -> u64 {
+        let line = body.lines().find(|l| l.starts_with(series)).unwrap_or_else(|| panic!("no {series} in\n{body}"));
+        line.rsplit_once(' ').and_then(|(_, v)| v.parse().ok()).expect("a count")
+    };
+    let acquires = sample("tenure_request_duration_seconds_count{op=\"acquire\"}");
+    assert!(acquires >= 2, "{acquires}");
+    assert_eq!(sample("tenure_request_duration_seconds_bucket{op=\"acquire\",le=\"+Inf\"}"), acquires);
+    assert_eq!(sample("tenure_request_duration_seconds_count{op=\"break\"}"), 0);
     let (_, key) = http_get(site.http, "/pubkey").await;
     assert_eq!(key.trim().len(), 64, "{key}");
     let (_, json) = http_get(site.http, "/status.json").await;

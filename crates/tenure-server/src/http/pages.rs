@@ -414,5 +414,6 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         "When this incarnation started (unix seconds).",
         core.started_us() / 1_000_000,
     );
+    c.latency.render(&mut m.0);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], m.0)
 }

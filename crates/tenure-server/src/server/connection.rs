@@ -343,10 +343,15 @@ impl Connection {
         if !self.greeted() {
             return self.hello(id, req);
         }
-        match self.dispatch(req) {
+        let (op, started) = (super::latency::op(&req), std::time::Instant::now());
+        let answer = match self.dispatch(req) {
             Ok(resp) => Answer { id, resp, close: false },
             Err((code, message)) => error(id, code, message, matches!(code, ErrorCode::Protocol)),
+        };
+        if let Some(op) = op {
+            self.shared.conns.latency.observe(op, started.elapsed());
         }
+        answer
     }
 
     /// The first frame: checks it, then moves the connection from the places

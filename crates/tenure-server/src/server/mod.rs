@@ -36,6 +36,9 @@ use crate::witness::Signer;
 
 mod connection;
 mod dispatch;
+mod latency;
+
+pub use latency::Latencies;
 
 pub(crate) use connection::serve_one;
 pub use connection::{MAX_BATCH_BYTES, MAX_FRAMES_PER_BATCH};
@@ -111,6 +114,8 @@ pub struct ConnStats {
     pub signatures: AtomicU64,
     /// Witnesses signed.
     pub witnesses: AtomicU64,
+    /// How long requests took to decide, per kind.
+    pub latency: Latencies,
 }
 
 /// What every connection shares.
