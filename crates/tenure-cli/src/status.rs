@@ -9,7 +9,7 @@ use tenure::{Clock, HolderView, LeaseName, LeaseState, LeaseStore, SystemClock, 
 
 use crate::args::{BreakArgs, StatusArgs};
 use crate::exit::{self, Fail};
-use crate::waiting::{held_for, short_holder};
+use crate::waiting::{held_for, short_holder, short_holder_without_label};
 
 fn state_word(s: &LeaseState) -> &'static str {
     tenure::report::state_word(s.corrupt.is_some(), !s.holders.is_empty(), !s.expired.is_empty())
@@ -272,18 +272,13 @@ pub(crate) async fn break_lease(args: BreakArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Who broke a grant and why, for people: `by alice@ci-7 (pid 42): "stuck"`.
+/// Who broke a grant and why, for people: `by alice@ci-7 pid 42: "stuck"`.
 pub(crate) fn broken_by(b: &tenure::BreakNote) -> String {
-    let who = format!("by {}@{} (pid {})", printable(&b.by.user), printable(&b.by.host), b.by.pid);
+    let who = format!("by {}", short_holder_without_label(&b.by, false));
     match &b.reason {
         Some(r) => format!("{who}: {:?}", r),
         None => who,
     }
-}
-
-/// Text from a record, safe to print on a terminal.
-fn printable(s: &str) -> String {
-    s.chars().flat_map(char::escape_default).take(64).collect()
 }
 
 /// Writing to a closed pipe (`tenure status | head`) is not an error.

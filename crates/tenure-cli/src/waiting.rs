@@ -211,7 +211,7 @@ pub(crate) fn held_for(h: &HolderView, now_ms: u64) -> Option<String> {
 /// `user@host pid N (label)`, the label cut short, without the nonce: enough to
 /// tell who it is in a narrow column (`--json` has everything).
 pub(crate) fn short_holder(h: &Holder) -> String {
-    let mut out = format!("{}@{} pid {}", printable(&h.user, 32), printable(&h.host, 64), h.pid);
+    let mut out = short_holder_without_label(h, false);
     if let Some(label) = &h.label {
         out.push_str(&format!(" ({})", printable(label, SHORT_LABEL)));
     }
@@ -219,16 +219,23 @@ pub(crate) fn short_holder(h: &Holder) -> String {
 }
 
 /// [`short_holder`] without the label, and with the host's domain cut if `bare_host`.
-fn short_holder_without_label(h: &Holder, bare_host: bool) -> String {
+pub(crate) fn short_holder_without_label(h: &Holder, bare_host: bool) -> String {
     let host = if bare_host { h.host.split('.').next().unwrap_or_default() } else { &h.host };
     format!("{}@{} pid {}", printable(&h.user, 32), printable(host, 64), h.pid)
 }
 
-/// Text from a record, safe for a terminal (control characters escaped) and at
-/// most `max` characters long.
-fn printable(s: &str, max: usize) -> String {
-    let escaped: String =
-        s.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect();
+/// Text from a record, safe on a terminal (control characters escaped) and at
+/// most `max` characters. Escapes only what can be shown, so a hostile label of
+/// any size costs `max`, not its length, on every poll.
+pub(crate) fn printable(s: &str, max: usize) -> String {
+    let escaped: String = s
+        .chars()
+        .flat_map(|c| {
+            let control = c.is_control();
+            control.then(|| c.escape_unicode()).into_iter().flatten().chain((!control).then_some(c))
+        })
+        .take(max.saturating_add(1))
+        .collect();
     cut(&escaped, max)
 }
 
@@ -293,6 +300,10 @@ mod tests {
         assert_eq!(held_for(&b.holders[0], 5), None);
         // A holder clock ahead of ours: held for 0 s, not a wrapped number.
         assert_eq!(held_for(&busy(None, Some(u64::MAX)).holders[0], 5).as_deref(), Some("0s"));
+        // Escapes show as such, and are cut like any text.
+        assert_eq!(printable("a\u{7}b", 20), "a\\u{7}b");
+        assert_eq!(printable(&"\u{1}".repeat(1 << 20), 10), "\\u{1}\\u{1…");
+        assert_eq!(printable("short", 5), "short");
     }
 
     #[test]
