@@ -44,6 +44,8 @@
 //! # Ok(()) }
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod audit;
 pub mod bench;
 pub mod frame;

@@ -123,6 +123,7 @@ fn heartbeat(pipe: File, progress: Arc<AtomicU64>) {
 }
 
 /// Takes ownership of a descriptor `tenure` passed down, and keeps it from the command.
+#[allow(unsafe_code)]
 fn inherited(fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: F_GETFD only inspects the descriptor table entry, open or not.
     if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
@@ -199,6 +200,7 @@ impl Guard {
         code
     }
 
+    #[allow(unsafe_code)]
     fn run_command(&mut self, args: &GuardArgs) -> u8 {
         let stdin = rustix::stdio::stdin();
         let foreground = if args.foreground { rustix::termios::tcgetpgrp(stdin).ok() } else { None };
@@ -471,6 +473,7 @@ fn nanos(d: Duration) -> u64 {
 /// tenure's pipe before the command can run, so tenure knows the group to kill
 /// even if the guard dies right after the spawn (were the guard to report it
 /// after `spawn` returned, a guard killed in between would leave tenure blind).
+#[allow(unsafe_code)]
 fn child_setup(parent: Pid, take_terminal: bool, reset: &[i32], report: RawFd) -> io::Result<()> {
     // Last resort if the guard itself is killed: its direct child dies with it.
     rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;

@@ -1,5 +1,9 @@
 //! The `tenure` command.
 
+// The guard needs a few system calls with no safe wrapper (pre_exec, signal
+// dispositions, inherited descriptors): each is allowed where it is, with its SAFETY.
+#![deny(unsafe_code)]
+
 mod args;
 #[cfg(feature = "bag")]
 mod bag;

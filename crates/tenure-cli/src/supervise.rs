@@ -122,6 +122,7 @@ pub(crate) fn boot_now_ns() -> u64 {
 }
 
 /// Whether `sig` is ignored (`SIG_IGN`) in this process.
+#[allow(unsafe_code)]
 pub(crate) fn is_ignored(sig: i32) -> bool {
     // SAFETY: an all-zero `sigaction` is a valid value, and with a null `act` the
     // call only reads the current disposition into `old`.
@@ -132,6 +133,7 @@ pub(crate) fn is_ignored(sig: i32) -> bool {
 }
 
 /// Sets `sig` to `SIG_IGN` or `SIG_DFL`. Async-signal-safe.
+#[allow(unsafe_code)]
 pub(crate) fn set_disposition(sig: i32, ignore: bool) {
     let handler = if ignore { libc::SIG_IGN } else { libc::SIG_DFL };
     // SAFETY: installs no handler code, only one of the two kernel dispositions;

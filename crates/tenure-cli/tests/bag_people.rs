@@ -269,9 +269,8 @@ fn read_follow_prints_new_messages_once_and_ends_on_sigterm_with_0() {
     std::thread::sleep(Duration::from_millis(2_500));
     let again: Vec<String> = out.try_iter().collect();
     assert!(again.is_empty(), "printed again: {again:?}");
-    let pid = i32::try_from(follower.0.id()).expect("pid");
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let pid = rustix::process::Pid::from_raw(i32::try_from(follower.0.id()).expect("pid")).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM to the follower");
     let end = Instant::now() + Duration::from_secs(10);
     let status = loop {
         if let Some(status) = follower.0.try_wait().expect("wait") {

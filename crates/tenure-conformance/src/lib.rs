@@ -6,6 +6,8 @@
 //! [`conformance_tests!`], which expands to one `#[tokio::test]` per behaviour.
 //! The functions are also public, so a store can call them with its own setup.
 
+#![forbid(unsafe_code)]
+
 mod paced;
 mod suite;
 

@@ -107,6 +107,8 @@
 //! - **Deleting a record by hand** (`etcdctl del`) is safe for tokens (the floor
 //!   is the current revision) but frees a held lease at once: don't.
 
+#![forbid(unsafe_code)]
+
 mod backend;
 mod leases;
 pub mod url;

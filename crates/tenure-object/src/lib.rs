@@ -149,6 +149,8 @@
 //! file) or `GOOGLE_SERVICE_ACCOUNT_KEY`; no emulator supports `object_store`'s
 //! GCS preconditions. Not checked: AWS S3 and Azure themselves.
 
+#![forbid(unsafe_code)]
+
 mod backend;
 mod config;
 mod counts;

@@ -102,6 +102,8 @@
 //! holders and [`core::MAX_RESERVATIONS`] reservations. See [`core`]. The HTTP
 //! port has limits of its own: see [`http`].
 
+#![forbid(unsafe_code)]
+
 mod admission;
 pub mod client;
 mod conn;

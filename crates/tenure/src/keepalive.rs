@@ -296,6 +296,7 @@ fn combine(results: Vec<Result<Released>>) -> Result<Released> {
 /// Release it with [`Lease::release`]; dropping it releases it too, as *dropped*
 /// (the next holder then treats its deadline as its watermark).
 #[derive(Debug)]
+#[must_use = "a lease is released as soon as it is dropped: keep it while the work it protects runs"]
 pub struct Lease {
     held: Held,
 }
@@ -353,6 +354,7 @@ impl Lease {
 /// Several leases held together, acquired all-or-nothing in canonical order and
 /// kept alive by one task.
 #[derive(Debug)]
+#[must_use = "the leases are released as soon as the set is dropped: keep it while the work runs"]
 pub struct LeaseSet {
     held: Held,
 }

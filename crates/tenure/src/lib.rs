@@ -25,6 +25,8 @@
 //! multi-lease) → [`LeaseStore`] (the lease API) → [`cas::CasStore`] (the lease
 //! logic, written once) → [`Backend`] (a versioned register per key).
 
+#![forbid(unsafe_code)]
+
 pub mod backend;
 pub mod cas;
 mod client;
