@@ -10,10 +10,11 @@
 //! ([`RENEWAL_WAIT`]) is over.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use parking_lot::Mutex;
 use tenure::{
     AcquireRequest, AllAttempt, Attempt, Backend, BreakNote, Busy, Clock, Grant, LeaseName, LeaseState, LeaseStore,
     ReleaseRequest, Released, Result,
@@ -85,16 +86,12 @@ struct Began {
 }
 
 impl Renewals {
-    fn lock(&self) -> MutexGuard<'_, Began> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn latest(&self) -> Option<Instant> {
-        self.lock().at.last_key_value().map(|(_, began)| *began)
+        self.0.lock().at.last_key_value().map(|(_, began)| *began)
     }
 
     fn begin(self: &Arc<Self>) -> InFlight {
-        let mut began = self.lock();
+        let mut began = self.0.lock();
         let id = began.next_id;
         began.next_id += 1;
         began.at.insert(id, Instant::now());
@@ -111,7 +108,7 @@ struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.renewals.lock().at.remove(&self.id);
+        self.renewals.0.lock().at.remove(&self.id);
     }
 }
 

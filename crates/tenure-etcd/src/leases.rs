@@ -28,7 +28,9 @@
 //! and its records disappear between `d` and `1.5 × d` after its last write.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -72,7 +74,7 @@ pub(crate) fn class_ttl_secs(d: Duration) -> u64 {
 
 impl LeasePool {
     fn slot(&self, class: u64) -> Arc<tokio::sync::Mutex<Option<Slot>>> {
-        let mut classes = self.classes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut classes = self.classes.lock();
         classes.entry(class).or_default().clone()
     }
 

@@ -3,8 +3,10 @@
 //! See the crate docs for the layout, the requests per operation and the caveats.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -50,10 +52,6 @@ pub struct ObjectBackend {
     /// credentials left (none were configured): its failures mean "no
     /// credentials", and say so.
     metadata_only: Option<String>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The ETag as a version tag: without the quotes HTTP puts around it, so that
@@ -171,7 +169,7 @@ impl ObjectBackend {
     pub(crate) fn set_conditional_get(&self, on: bool) {
         self.conditional_get.store(on, Ordering::Relaxed);
         if !on {
-            lock(&self.cache).clear();
+            self.cache.lock().clear();
         }
     }
 
@@ -320,7 +318,7 @@ impl ObjectBackend {
     }
 
     fn remember(&self, key: &str, entry: Cached) {
-        let mut cache = lock(&self.cache);
+        let mut cache = self.cache.lock();
         if cache.len() >= CACHE_LIMIT && !cache.contains_key(key) {
             cache.clear();
         }
@@ -347,7 +345,7 @@ impl Backend for ObjectBackend {
     /// `304` with no body, and the remembered value is returned.
     async fn get(&self, key: &str) -> Result<Option<Stored>> {
         let path = self.object_path(key)?;
-        let cached = if self.uses_conditional_get() { lock(&self.cache).get(key).cloned() } else { None };
+        let cached = if self.uses_conditional_get() { self.cache.lock().get(key).cloned() } else { None };
         match self.get_object(&path, cached.as_ref().map(|c| c.etag.clone())).await {
             Ok((meta, value)) => {
                 let mut stored = Stored::new(Bytes::new(), self.version_of_get(&meta)?, modified_ms(&meta));
@@ -375,7 +373,7 @@ impl Backend for ObjectBackend {
                 )),
             },
             Err(object_store::Error::NotFound { .. }) => {
-                lock(&self.cache).remove(key);
+                self.cache.lock().remove(key);
                 Ok(None)
             }
             Err(e) => Err(self.failed("reading", key, &path, e)),
@@ -397,7 +395,7 @@ impl Backend for ObjectBackend {
         // conditional GET. Any other outcome changes or clouds it.
         if !matches!(outcome, Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }))
         {
-            lock(&self.cache).remove(key);
+            self.cache.lock().remove(key);
         }
         match outcome {
             Ok(r) => {

@@ -13,8 +13,10 @@
 //! newcomer arrives.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 
 use tokio::sync::Notify;
 
@@ -47,15 +49,11 @@ impl Admission {
         Arc::new(Self { cap: cap.max(1), members: Mutex::new(Members::default()), evicted: AtomicU64::new(0) })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Members> {
-        self.members.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Admits a newcomer. If the set is full, its oldest member is told to leave
     /// ([`Ticket::evicted`] completes) and stops counting at once.
     pub(crate) fn admit(self: &Arc<Self>) -> Ticket {
         let evict = Arc::new(Notify::new());
-        let mut m = self.lock();
+        let mut m = self.members.lock();
         while m.by_age.len() >= self.cap {
             let Some((_, oldest)) = m.by_age.pop_first() else { break };
             // Stored if the member is not waiting right now: it sees it next time.
@@ -70,7 +68,7 @@ impl Admission {
 
     /// Members now.
     pub(crate) fn len(&self) -> usize {
-        self.lock().by_age.len()
+        self.members.lock().by_age.len()
     }
 
     /// Members evicted so far.
@@ -88,7 +86,7 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.admission.lock().by_age.remove(&self.id);
+        self.admission.members.lock().by_age.remove(&self.id);
     }
 }
 

@@ -23,8 +23,10 @@
 //! server's idle close, which the server never read, is sent again at once).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -94,15 +96,11 @@ struct Inner {
 }
 
 impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Marks the connection dead and fails every waiting caller.
     fn close(&self, why: String) {
         self.dead.store(true, Ordering::Release);
         let pending = {
-            let mut st = self.lock();
+            let mut st = self.state.lock();
             st.closed.get_or_insert(why.clone());
             std::mem::take(&mut st.pending)
         };
@@ -180,7 +178,7 @@ impl Conn {
     pub(crate) async fn call_raw(&self, req: &Request<'_>) -> Result<(u64, Bytes), String> {
         let (tx, rx) = oneshot::channel();
         let (lead, first) = {
-            let mut st = self.inner.lock();
+            let mut st = self.inner.state.lock();
             if let Some(why) = &st.closed {
                 return Err(why.clone());
             }
@@ -222,7 +220,7 @@ impl Conn {
         loop {
             for round in 0..=MAX_LEADER_YIELDS {
                 {
-                    let st = self.inner.lock();
+                    let st = self.inner.state.lock();
                     if st.returning == 0 || st.queued >= (st.pending.len() / CHUNKS_IN_FLIGHT).max(2) {
                         break;
                     }
@@ -230,7 +228,7 @@ impl Conn {
                 if round == MAX_LEADER_YIELDS {
                     // They are not coming (callers that stopped, or do other work
                     // between requests): stop waiting for them.
-                    self.inner.lock().returning = 0;
+                    self.inner.state.lock().returning = 0;
                     break;
                 }
                 tokio::task::yield_now().await;
@@ -264,7 +262,7 @@ impl Drop for Handover<'_> {
 /// (with `writing` still set); on an error the connection is closed.
 fn send_once(inner: &Inner) -> bool {
     let mut buf = {
-        let mut st = inner.lock();
+        let mut st = inner.state.lock();
         if st.out.is_empty() {
             st.writing = false;
             return false;
@@ -283,7 +281,7 @@ fn send_once(inner: &Inner) -> bool {
             }
         }
     }
-    let mut st = inner.lock();
+    let mut st = inner.state.lock();
     if sent < buf.len() {
         // Put the rest back in front of what others appended meanwhile.
         buf.drain(..sent);
@@ -308,7 +306,7 @@ async fn write_loop(inner: Arc<Inner>) {
         inner.wake_writer.notified().await;
         loop {
             let buf = {
-                let mut st = inner.lock();
+                let mut st = inner.state.lock();
                 if st.out.is_empty() {
                     st.writing = false;
                     break;
@@ -382,7 +380,7 @@ async fn read_loop(inner: Arc<Inner>, mut spin: Spin) {
         }
         // One lock for every answer of the read.
         let (waiting, orphan) = {
-            let mut st = inner.lock();
+            let mut st = inner.state.lock();
             let mut orphan = None;
             for (id, time, body) in frames.drain(..) {
                 match st.pending.remove(&id) {

@@ -297,9 +297,9 @@ async fn oversized_frames_are_refused_before_they_are_read() {
     // Before the hello, a frame may be only as large as a hello; after it, up
     // to MAX_REQUEST.
     for len in [u32::MAX, (MAX_HELLO as u32) + 1, MAX_REQUEST as u32] {
-        refused(srv.addr(), false, &len.to_le_bytes(), "outside").await;
+        refused(srv.addr(), false, &len.to_le_bytes(), "not within").await;
     }
-    refused(srv.addr(), true, &(MAX_REQUEST as u32).to_le_bytes(), "outside").await;
+    refused(srv.addr(), true, &(MAX_REQUEST as u32).to_le_bytes(), "not within").await;
     // A body that claims a sequence of 2^62 items is undecodable, not an allocation.
     let mut body = vec![1u8, 0]; // Request::Acquire, tentative: false
     body.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x3f]);

@@ -122,7 +122,7 @@ async fn an_oversized_frame_is_refused_before_it_is_read() {
     let (_clock, srv) = server().await;
     let mut s = TcpStream::connect(srv.addr()).await.expect("connect");
     s.write_all(&((MAX_REQUEST as u32) * 4).to_le_bytes()).await.expect("write");
-    assert_error(&answers_until_closed(&mut s).await, ErrorCode::Protocol, "outside");
+    assert_error(&answers_until_closed(&mut s).await, ErrorCode::Protocol, "not within");
     still_serves(srv.addr()).await;
 }
 

@@ -41,7 +41,9 @@
 //! refused, never overwritten.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -118,10 +120,6 @@ enum Read {
     Unreadable(Stored, String),
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl CasStore {
     /// Leases over `backend`, measured on `clock`.
     pub fn new(backend: Arc<dyn Backend>, clock: Arc<dyn Clock>, opts: CasOptions) -> Self {
@@ -179,7 +177,7 @@ impl CasStore {
             Read::Unreadable(s, _) => vec![Stamp::Unreadable(s.version.tag.clone())],
         };
         let now = self.clock.mono();
-        let mut watched = lock(&self.watched);
+        let mut watched = self.watched.lock();
         let before = watched.remove(name).unwrap_or_default();
         let seen: Vec<(Stamp, Mono)> = stamps
             .into_iter()
@@ -219,22 +217,23 @@ impl CasStore {
     }
 
     fn remember(&self, name: &str, version: Version, rec: LeaseRecord) {
-        lock(&self.written).insert(name.to_string(), (version, rec));
+        self.written.lock().insert(name.to_string(), (version, rec));
     }
 
     fn forget(&self, name: &str) {
-        lock(&self.written).remove(name);
+        self.written.lock().remove(name);
     }
 
     /// The record we last wrote, and its version.
     fn last_written(&self, name: &str) -> Option<(Version, LeaseRecord)> {
-        lock(&self.written).get(name).cloned()
+        self.written.lock().get(name).cloned()
     }
 
     /// How long each stamp of `name` has been watched, without a new observation.
     fn watched(&self, name: &str) -> HashMap<Stamp, Duration> {
         let now = self.clock.mono();
-        lock(&self.watched)
+        self.watched
+            .lock()
             .get(name)
             .map(|seen| seen.iter().map(|(s, first)| (s.clone(), now.saturating_since(*first))).collect())
             .unwrap_or_default()
@@ -242,7 +241,7 @@ impl CasStore {
 
     /// The record we last wrote, if it is still at `version` as far as we know.
     fn cached(&self, name: &str, version: &Version) -> Option<LeaseRecord> {
-        lock(&self.written).get(name).filter(|(v, _)| v == version).map(|(_, r)| r.clone())
+        self.written.lock().get(name).filter(|(v, _)| v == version).map(|(_, r)| r.clone())
     }
 
     /// Writes `rec`; a record that would be too large to read back (thousands

@@ -1,7 +1,9 @@
 //! The client: acquire (waiting with capped, jittered backoff), multi-lease
 //! acquisition, inspection and breaking, over any [`LeaseStore`].
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use rand::{RngExt, SeedableRng, rngs::SmallRng};
@@ -9,7 +11,7 @@ use rand::{RngExt, SeedableRng, rngs::SmallRng};
 use crate::clock::{Clock, ClockExt, Mono};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
-use crate::keepalive::{HeldNames, Lease, LeaseSet, lock};
+use crate::keepalive::{HeldNames, Lease, LeaseSet};
 use crate::name::LeaseName;
 use crate::options::LeaseOptions;
 use crate::store::{AcquireRequest, AllAttempt, LeaseStore};
@@ -46,7 +48,7 @@ impl Client {
 
     /// Seeds the jitter of backoffs (tests).
     pub fn with_seed(self, seed: u64) -> Self {
-        *lock(&self.rng) = SmallRng::seed_from_u64(seed);
+        *self.rng.lock() = SmallRng::seed_from_u64(seed);
         self
     }
 
@@ -70,7 +72,7 @@ impl Client {
             mode: opts.mode,
             ttl: opts.ttl,
             holder: self.holder.clone(),
-            retake: !lock(&self.held).contains_key(name.as_str()),
+            retake: !self.held.lock().contains_key(name.as_str()),
             meta: opts.meta.clone(),
         }
     }
@@ -211,7 +213,7 @@ impl Client {
     /// and no later than the moment the blocking grant could first be taken over.
     fn next_sleep(&self, busy: &Busy, backoff: Duration, deadline: Option<Mono>, now: Mono) -> Duration {
         let half = backoff / 2;
-        let jitter = Duration::from_nanos(lock(&self.rng).random_range(0..=half.as_nanos() as u64));
+        let jitter = Duration::from_nanos(self.rng.lock().random_range(0..=half.as_nanos() as u64));
         let mut sleep = half + jitter;
         if let Some(first) = busy.holders.iter().map(|h| h.expires_in_ms).min() {
             sleep = sleep.min(Duration::from_millis(first + 1));

@@ -14,7 +14,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::{Add, Sub};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
@@ -217,20 +219,20 @@ impl ManualClock {
     pub fn skewed(&self, offset_ms: i64) -> Self {
         Self {
             timeline: self.timeline.clone(),
-            wall_offset_ms: Arc::new(Mutex::new(*lock(&self.wall_offset_ms) + offset_ms)),
+            wall_offset_ms: Arc::new(Mutex::new(*self.wall_offset_ms.lock() + offset_ms)),
         }
     }
 
     /// Shifts this clock's wall time by `offset_ms` from the shared timeline (a jump).
     pub fn set_wall_offset(&self, offset_ms: i64) {
-        *lock(&self.wall_offset_ms) = offset_ms;
+        *self.wall_offset_ms.lock() = offset_ms;
     }
 
     /// Moves time forward by `d` for every clock on this timeline, waking sleepers
     /// whose deadline has come, in deadline order.
     pub fn advance(&self, d: Duration) {
         let due = {
-            let mut st = lock(&self.timeline.state);
+            let mut st = self.timeline.state.lock();
             st.now += d;
             let now = st.now;
             let later = st.sleepers.split_off(&(now, u64::MAX));
@@ -253,24 +255,20 @@ impl Default for ManualClock {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Clock for ManualClock {
     fn wall_ms(&self) -> u64 {
-        let now = lock(&self.timeline.state).now.as_millis() as i64;
-        let offset = *lock(&self.wall_offset_ms);
+        let now = self.timeline.state.lock().now.as_millis() as i64;
+        let offset = *self.wall_offset_ms.lock();
         (self.timeline.start_wall_ms as i64 + now + offset).max(0) as u64
     }
 
     fn mono(&self) -> Mono {
-        Mono(lock(&self.timeline.state).now)
+        Mono(self.timeline.state.lock().now)
     }
 
     fn sleep_until(&self, deadline: Mono) -> BoxFuture<'static, ()> {
         let rx = {
-            let mut st = lock(&self.timeline.state);
+            let mut st = self.timeline.state.lock();
             if deadline.0 <= st.now {
                 None
             } else {

@@ -14,7 +14,9 @@
 //!   the process was paused) → `Lost(Expired)`, even if a renewal is in flight.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -29,10 +31,6 @@ use crate::types::{Grant, Health, LossReason, Released};
 /// Names held by live handles of one client, with counts (shared leases may be
 /// held several times).
 pub(crate) type HeldNames = Arc<Mutex<HashMap<String, usize>>>;
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 enum Cmd {
     Release(ReleaseRequest, oneshot::Sender<Result<Released>>),
@@ -64,7 +62,7 @@ impl Held {
         let (grants_tx, grants_rx) = watch::channel(Arc::new(grants.clone()));
         let (ctl, ctl_rx) = mpsc::channel(1);
         {
-            let mut names = lock(&held);
+            let mut names = held.lock();
             for g in &grants {
                 *names.entry(g.name.to_string()).or_default() += 1;
             }
@@ -264,7 +262,7 @@ impl KeepAlive {
         if !std::mem::take(&mut self.registered) {
             return;
         }
-        let mut names = lock(&self.held);
+        let mut names = self.held.lock();
         for g in &self.grants {
             if let Some(n) = names.get_mut(g.name.as_str()) {
                 *n -= 1;

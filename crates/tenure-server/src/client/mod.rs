@@ -83,14 +83,10 @@ pub struct ServerInfo {
 
 struct Endpoint {
     addr: String,
-    slots: Vec<std::sync::Mutex<Option<Arc<Conn>>>>,
+    slots: Vec<parking_lot::Mutex<Option<Arc<Conn>>>>,
     connecting: Vec<tokio::sync::Mutex<()>>,
     next: AtomicUsize,
-    info: std::sync::Mutex<Option<ServerInfo>>,
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    info: parking_lot::Mutex<Option<ServerInfo>>,
 }
 
 /// The lease store of one or more `tenure serve` servers.
@@ -171,10 +167,10 @@ impl TenureStore {
             }
             endpoints.push(Endpoint {
                 addr: host.to_string(),
-                slots: (0..copts.connections).map(|_| std::sync::Mutex::new(None)).collect(),
+                slots: (0..copts.connections).map(|_| parking_lot::Mutex::new(None)).collect(),
                 connecting: (0..copts.connections).map(|_| tokio::sync::Mutex::new(())).collect(),
                 next: AtomicUsize::new(0),
-                info: std::sync::Mutex::new(None),
+                info: parking_lot::Mutex::new(None),
             });
         }
         Ok(Self { url: format!("tenure://{hosts}"), clock: opts.clock.clone(), endpoints, opts: copts })
@@ -204,7 +200,7 @@ impl TenureStore {
     pub async fn server_info(&self, index: usize) -> Result<ServerInfo> {
         let e = self.endpoints.get(index).ok_or_else(|| Error::unsupported(&self.url, "no such server"))?;
         self.conn(e).await?;
-        lock(&e.info).ok_or_else(|| Error::store(&self.url, "hello", "no hello answer"))
+        e.info.lock().ok_or_else(|| Error::store(&self.url, "hello", "no hello answer"))
     }
 
     /// Server time minus this store's wall clock at the last answer of server
@@ -212,7 +208,7 @@ impl TenureStore {
     /// of the answer is included).
     pub fn skew_us(&self, index: usize) -> Option<i64> {
         let e = self.endpoints.get(index)?;
-        e.slots.iter().find_map(|s| lock(s).as_ref().map(|c| c.skew_us()))
+        e.slots.iter().find_map(|s| s.lock().as_ref().map(|c| c.skew_us()))
     }
 
     async fn conn(&self, e: &Endpoint) -> Result<Arc<Conn>> {
@@ -221,11 +217,11 @@ impl TenureStore {
             1 => 0,
             n => e.next.fetch_add(1, Ordering::Relaxed) % n,
         };
-        if let Some(c) = lock(&e.slots[i]).as_ref().filter(|c| !c.is_dead()) {
+        if let Some(c) = e.slots[i].lock().as_ref().filter(|c| !c.is_dead()) {
             return Ok(c.clone());
         }
         let _connecting = e.connecting[i].lock().await;
-        if let Some(c) = lock(&e.slots[i]).as_ref().filter(|c| !c.is_dead()) {
+        if let Some(c) = e.slots[i].lock().as_ref().filter(|c| !c.is_dead()) {
             return Ok(c.clone());
         }
         let op = format!("connecting to {}", e.addr);
@@ -257,13 +253,13 @@ impl TenureStore {
                     return Err(Error::unsupported(&self.url, why));
                 }
                 wire::check_max_lease(max_lease_ms).map_err(|m| self.hostile(&op, m))?;
-                *lock(&e.info) =
+                *e.info.lock() =
                     Some(ServerInfo { public_key, max_lease: Duration::from_millis(max_lease_ms), started_us });
             }
             (_, Response::Error { code, message }) => return Err(self.server_error(&op, code, message)),
             (_, other) => return Err(Error::store(&self.url, op, format!("unexpected hello answer {other:?}"))),
         }
-        *lock(&e.slots[i]) = Some(conn.clone());
+        *e.slots[i].lock() = Some(conn.clone());
         Ok(conn)
     }
 

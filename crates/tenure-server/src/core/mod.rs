@@ -29,8 +29,10 @@
 //!   the shard remembers the highest token it dropped as a floor for new records.
 
 use std::hash::BuildHasher;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+
+use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use tenure::limits::{micros, millis};
@@ -247,10 +249,6 @@ pub struct Core {
     quarantined: AtomicU64,
 }
 
-fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Core {
     /// A fresh table on `clock`: it starts its quarantine now.
     pub fn new(clock: Arc<dyn Clock>, opts: CoreOptions) -> Self {
@@ -283,7 +281,7 @@ impl Core {
         let total = Stats::default();
         total.quarantined.store(self.quarantined.load(Ordering::Relaxed), Ordering::Relaxed);
         for shard in self.shards.iter() {
-            total.add(&lock(&shard.0).stats);
+            total.add(&shard.0.lock().stats);
         }
         total
     }
@@ -365,7 +363,7 @@ impl Core {
         // One lease (the common case): one shard, no bookkeeping.
         if let [ask] = asks {
             let h = self.hash(ask.name);
-            let mut guard = lock(self.shard(h));
+            let mut guard = self.shard(h).lock();
             let shard = &mut *guard;
             let now_us = self.now_us();
             if !tentative && let Some(done) = self.acquire_in_place(shard, h, ask, now_us)? {
@@ -384,7 +382,7 @@ impl Core {
         order.sort_unstable();
         order.dedup();
         let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
-            order.iter().map(|&i| (i, lock(&self.shards[i].0))).collect();
+            order.iter().map(|&i| (i, self.shards[i].0.lock())).collect();
         let now_us = self.now_us();
         let mut decided = Vec::with_capacity(asks.len());
         for (index, ((ask, &sid), &h)) in asks.iter().zip(&shard_ids).zip(&hashes).enumerate() {
@@ -618,7 +616,7 @@ impl Core {
     pub fn upgrade(&self, name: &str, id: u64, nonce: &str) -> Result<Result<Granted, String>, Refusal> {
         self.check_open()?;
         let h = self.hash(name);
-        let mut guard = lock(self.shard(h));
+        let mut guard = self.shard(h).lock();
         let shard = &mut *guard;
         let now_us = self.now_us();
         let now_ms = now_us / 1000;
@@ -690,7 +688,7 @@ impl Core {
     ) -> Result<Result<Granted, String>, Refusal> {
         self.check_ttl(ttl_ms)?;
         let h = self.hash(name);
-        let mut guard = lock(self.shard(h));
+        let mut guard = self.shard(h).lock();
         let shard = &mut *guard;
         let now_us = self.now_us();
         let now_ms = now_us / 1000;
@@ -748,7 +746,7 @@ impl Core {
             return Err(Refusal::Invalid(format!("metadata longer than {MAX_META} bytes")));
         }
         let h = self.hash(name);
-        let mut guard = lock(self.shard(h));
+        let mut guard = self.shard(h).lock();
         let shard = &mut *guard;
         let now_ms = self.now_us() / 1000;
         let Some(slot) = slot_mut(&mut shard.slots, h, name) else { return Ok(false) };

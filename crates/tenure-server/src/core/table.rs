@@ -8,7 +8,7 @@ use hashbrown::HashTable;
 use tenure::record::{self, ClockJudge, LeaseRecord};
 use tenure::{BreakNote, EndedHow, Holder, HolderView, LeaseName, LeaseState, Mode, Predecessor, Version};
 
-use super::{Core, Refusal, Stats, bump, lock};
+use super::{Core, Refusal, Stats, bump};
 
 #[derive(Clone, Debug)]
 pub(super) struct Reservation {
@@ -185,7 +185,7 @@ impl Core {
     /// Reads a lease's state.
     pub fn inspect(&self, name: &LeaseName) -> LeaseState {
         let h = self.hash(name.as_str());
-        let shard = lock(self.shard(h));
+        let shard = self.shard(h).lock();
         let judge = ClockJudge { now_ms: self.now_us() / 1000 };
         let mut state = LeaseState {
             name: name.clone(),
@@ -224,7 +224,7 @@ impl Core {
         // still be on the page: the others are skipped without a copy.
         let mut bound: Option<Arc<str>> = None;
         for shard in self.shards.iter() {
-            let shard = lock(&shard.0);
+            let shard = shard.0.lock();
             let wanted = |s: &&Slot| {
                 s.name.starts_with(prefix)
                     && after.is_none_or(|a| &*s.name > a)
@@ -264,7 +264,7 @@ impl Core {
         note: Option<&BreakNote>,
     ) -> Result<(), Refusal> {
         let h = self.hash(name);
-        let mut guard = lock(self.shard(h));
+        let mut guard = self.shard(h).lock();
         let shard = &mut *guard;
         let now_ms = self.now_us() / 1000;
         let slot = slot_mut(&mut shard.slots, h, name).ok_or(Refusal::Changed)?;
@@ -289,7 +289,7 @@ impl Core {
         let now_ms = self.now_us() / 1000;
         let retain = self.per_shard_retain();
         for shard in self.shards.iter() {
-            let mut guard = lock(&shard.0);
+            let mut guard = shard.0.lock();
             let shard = &mut *guard;
             let idle: Vec<(u64, Arc<str>)> = shard
                 .slots
@@ -307,7 +307,7 @@ impl Core {
     pub fn counts(&self) -> (usize, usize) {
         let (mut live, mut retired) = (0, 0);
         for shard in self.shards.iter() {
-            let shard = lock(&shard.0);
+            let shard = shard.0.lock();
             retired += shard.retired;
             live += shard.slots.len() - shard.retired;
         }
@@ -329,7 +329,7 @@ impl Core {
         let after = after.map(key_of);
         let mut bound: Option<(bool, Arc<str>)> = None;
         for shard in self.shards.iter() {
-            let shard = lock(&shard.0);
+            let shard = shard.0.lock();
             snap.retired += shard.retired;
             snap.live += shard.slots.len() - shard.retired;
             for slot in shard.slots.iter() {
@@ -354,7 +354,7 @@ impl Core {
         // Second pass: the rows, each read under its shard's lock (a lease that
         // went away meanwhile is left out).
         for (key, h) in keys {
-            let shard = lock(self.shard(h));
+            let shard = self.shard(h).lock();
             let Some(slot) = shard.slots.find(h, |s| s.name == key.name) else { continue };
             snap.leases.push(LeaseRow {
                 name: slot.name.to_string(),

@@ -7,7 +7,9 @@
 //! bare `memory://` a fresh one.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -34,10 +36,6 @@ struct State {
     slots: HashMap<String, Stored>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl MemoryBackend {
     /// A fresh, empty store whose modification times come from `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
@@ -47,7 +45,7 @@ impl MemoryBackend {
     /// The process-wide store called `name` (created on first use, on the system clock).
     pub fn named(name: &str) -> Arc<Self> {
         static NAMED: OnceLock<Mutex<HashMap<String, Arc<MemoryBackend>>>> = OnceLock::new();
-        let mut named = lock(NAMED.get_or_init(Mutex::default));
+        let mut named = (NAMED.get_or_init(Mutex::default)).lock();
         named
             .entry(name.to_string())
             .or_insert_with(|| {
@@ -61,7 +59,7 @@ impl MemoryBackend {
     /// Writes `value` unconditionally, as a foreign writer or a damaged disk would:
     /// for tests of corrupt records.
     pub fn overwrite(&self, key: &str, value: Bytes) -> Version {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         let v = Self::write(&mut st, key, value, self.clock.wall_ms());
         drop(st);
         self.changed.notify_waiters();
@@ -84,12 +82,12 @@ impl Backend for MemoryBackend {
 
     async fn get(&self, key: &str) -> Result<Option<Stored>> {
         check_key(key)?;
-        Ok(lock(&self.state).slots.get(key).cloned())
+        Ok(self.state.lock().slots.get(key).cloned())
     }
 
     async fn put(&self, key: &str, value: Bytes, opts: PutOptions) -> Result<Put> {
         check_key(key)?;
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         let current = st.slots.get(key).map(|s| &s.version);
         let ok = match &opts.mode {
             PutMode::Create => current.is_none(),
@@ -107,7 +105,7 @@ impl Backend for MemoryBackend {
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
         let under =
             |k: &str| prefix.is_empty() || k == prefix || k.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'));
-        Ok(lock(&self.state).slots.keys().filter(|k| under(k)).cloned().collect())
+        Ok(self.state.lock().slots.keys().filter(|k| under(k)).cloned().collect())
     }
 
     async fn watch(&self, key: &str, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
@@ -116,7 +114,7 @@ impl Backend for MemoryBackend {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if lock(&self.state).slots.get(key).map(|s| &s.version) != seen {
+            if self.state.lock().slots.get(key).map(|s| &s.version) != seen {
                 return Ok(true);
             }
             tokio::select! {

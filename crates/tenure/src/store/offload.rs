@@ -13,8 +13,10 @@
 //! same hung mount, so a store that hangs for hours costs a bounded number of
 //! threads. When the mount recovers, the stuck calls return and the count drops.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -79,7 +81,7 @@ impl Offload {
         let (theirs, counter) = (state.clone(), self.stuck.clone());
         let task = tokio::task::spawn_blocking(move || {
             let out = f();
-            let mut st = theirs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut st = theirs.lock();
             if *st == State::Abandoned {
                 counter.fetch_sub(1, Ordering::Relaxed);
             }
@@ -90,7 +92,7 @@ impl Offload {
             Ok(Ok(out)) => out,
             Ok(Err(join)) => Err(Error::store(&*self.url, what, format!("the file-system task failed: {join}"))),
             Err(_) => {
-                let mut st = state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut st = state.lock();
                 if *st == State::Running {
                     *st = State::Abandoned;
                     self.stuck.fetch_add(1, Ordering::Relaxed);
