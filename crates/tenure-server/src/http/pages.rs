@@ -184,16 +184,11 @@ async fn page(State(shared): State<Arc<Shared>>, uri: Uri) -> Html<String> {
         human_duration(core.options().max_lease),
         hex::encode(shared.signer.public_key())
     );
-    h.push_str("<table id=\"counters\"><tr>");
-    let counters = counters(&shared, &snap);
-    for (key, label, _) in &counters {
-        let _ = write!(h, "<th data-counter=\"{key}\">{label}</th>");
+    h.push_str("<dl id=\"counters\">");
+    for (key, label, value) in counters(&shared, &snap) {
+        let _ = write!(h, "<div><dt>{label}</dt><dd class=\"num\" id=\"counter-{key}\">{value}</dd></div>");
     }
-    h.push_str("</tr><tr>");
-    for (key, _, value) in &counters {
-        let _ = write!(h, "<td class=\"num\" id=\"counter-{key}\">{value}</td>");
-    }
-    h.push_str("</tr></table>");
+    h.push_str("</dl>");
     h.push_str(LEASES_HEAD);
     let (rows, next, remaining) = fitting(&snap, MAX_PAGE_BYTES, |r| html_rows(r, now_ms));
     rows.iter().for_each(|r| h.push_str(r));
@@ -235,24 +230,31 @@ fn counters(shared: &Shared, snap: &Snapshot) -> [(&'static str, &'static str, u
 /// cells wrap instead.
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1em;color:#222}\
 h1{font-size:1.4em;margin:.3em 0}h2{font-size:1.15em}p{overflow-wrap:anywhere}\
-table{border-collapse:collapse;width:100%;margin-bottom:1em}\
-td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}\
-th{background:#eee;font-weight:600;overflow-wrap:anywhere}\
+#counters{display:flex;flex-wrap:wrap;gap:.4em;margin:0 0 1em;padding:0}\
+#counters div{border:1px solid #ccc;padding:.2em .6em;min-width:5em}\
+#counters dt{font-size:80%;color:#555}#counters dd{margin:0;font-weight:600;text-align:left}\
+table{border-collapse:collapse;width:100%;margin-bottom:1em;font-size:90%}\
+td,th{border:1px solid #ccc;padding:.25em .4em;text-align:left;vertical-align:top}\
+th{background:#eee;font-weight:600}\
 .num{text-align:right;font-variant-numeric:tabular-nums}code{font-size:90%}\
 #leases{table-layout:fixed}#leases td{overflow:hidden;text-overflow:ellipsis;white-space:nowrap}\
 #leases td.name{white-space:normal;overflow-wrap:anywhere}\
-#leases .who,#leases .label{display:block;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}\
+#leases .who,#leases .label,#leases .contention span{display:block;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}\
 #leases .label{color:#555;font-size:90%}tr.free td{color:#666}\
 #refresh.stale{color:#a00}\
-@media (max-width:800px){body{margin:.5em}#leases{font-size:85%}\
-#leases td{white-space:normal;overflow-wrap:anywhere}th,td{padding:.2em .3em}}";
+@media (max-width:700px){body{margin:.5em}\
+#leases,#leases tbody,#leases tr{display:block}#leases colgroup,#leases thead{display:none}\
+#leases tr{border:1px solid #ccc;margin-bottom:.4em;padding:.2em}\
+#leases td{display:inline-block;border:0;padding:.1em .4em;white-space:normal;overflow-wrap:anywhere;max-width:100%;box-sizing:border-box}\
+#leases td.name{display:block;font-weight:600}#leases td.holder{display:block}#leases td:empty{display:none}\
+#leases td.token::before{content:\"token \"}#leases .contention span{display:inline;margin-right:.4em}}";
 
 /// The lease table's head: column widths (they add up to 100%) and headings.
 /// "contention" is what the server knows of the askers: it keeps no queue of
 /// waiters, only the asks it refused and the reservations it holds.
 const LEASES_HEAD: &str = "<h2>Leases</h2><table id=\"leases\"><colgroup>\
-<col style=\"width:20%\"><col style=\"width:7%\"><col style=\"width:23%\"><col style=\"width:8%\">\
-<col style=\"width:10%\"><col style=\"width:10%\"><col style=\"width:10%\"><col style=\"width:12%\"></colgroup>\
+<col style=\"width:17%\"><col style=\"width:7%\"><col style=\"width:20%\"><col style=\"width:8%\">\
+<col style=\"width:11%\"><col style=\"width:11%\"><col style=\"width:12%\"><col style=\"width:14%\"></colgroup>\
 <thead><tr><th>name</th><th>mode</th><th>holder</th><th>token</th><th>hold time</th><th>expiry</th>\
 <th title=\"Asks refused while the lease was held (busy) and live tentative reservations. \
 The server keeps no queue of waiters.\">contention</th><th>last ending</th></tr></thead><tbody id=\"lease-rows\">";
@@ -287,7 +289,7 @@ const SCRIPT: &str = r#"(function () {
     return e;
   }
   function tok(t) {
-    var s = String(t), c = el("td", null, null, "num");
+    var s = String(t), c = el("td", null, null, "num token");
     c.appendChild(s.length > 6 ? el("span", "\u2026" + s.slice(-6), s, "tok") : el("span", s, null, "tok"));
     return c;
   }
@@ -299,8 +301,11 @@ const SCRIPT: &str = r#"(function () {
     return c;
   }
   function contention(l) {
-    var t = l.busy || l.reservations ? "refused " + l.busy + " \u00b7 reserved " + l.reservations : "none";
-    return el("td", t, null, "contention");
+    var c = el("td", null, null, "contention");
+    if (l.busy) c.appendChild(el("span", l.busy + " refused asks"));
+    if (l.reservations) c.appendChild(el("span", l.reservations + " reserved"));
+    if (!l.busy && !l.reservations) c.textContent = "no contention";
+    return c;
   }
   function last(l, now) {
     var p = l.last;
@@ -315,7 +320,14 @@ const SCRIPT: &str = r#"(function () {
     return r;
   }
   function rows(l, now, out) {
-    var name = function () { return el("td", l.name, null, "name"); };
+    var name = function () {
+      var c = el("td", null, null, "name");
+      String(l.name).split("/").forEach(function (part, i) {
+        if (i) { c.appendChild(document.createTextNode("/")); c.appendChild(document.createElement("wbr")); }
+        c.appendChild(document.createTextNode(part));
+      });
+      return c;
+    };
     if (!l.holders.length) {
       var free = el("td", "free");
       free.colSpan = 2;
@@ -449,10 +461,18 @@ fn holder_html(h: &tenure::Holder) -> String {
 
 /// What the server knows of contention: refused asks and live reservations.
 fn contention_html(row: &LeaseRow) -> String {
-    if row.busy == 0 && row.tentative == 0 {
-        return "<td class=\"contention\">none</td>".into();
+    let mut h = String::from("<td class=\"contention\">");
+    if row.busy > 0 {
+        let _ = write!(h, "<span>{} refused asks</span>", row.busy);
     }
-    format!("<td class=\"contention\">refused {} · reserved {}</td>", row.busy, row.tentative)
+    if row.tentative > 0 {
+        let _ = write!(h, "<span>{} reserved</span>", row.tentative);
+    }
+    if row.busy == 0 && row.tentative == 0 {
+        h.push_str("no contention");
+    }
+    h.push_str("</td>");
+    h
 }
 
 /// How the previous grant ended, how long ago, with the details in the title.
@@ -476,13 +496,13 @@ fn last_html(row: &LeaseRow, now_ms: u64) -> String {
 /// One lease's rows: one per holder shown, or one saying it is free.
 fn html_rows(row: &LeaseRow, now_ms: u64) -> String {
     let mut h = String::new();
-    let name = text(&row.name);
+    let name = text(&row.name).replace('/', "/<wbr>");
     let contention = contention_html(row);
     let last = last_html(row, now_ms);
     if row.holders.is_empty() {
         let _ = write!(
             h,
-            "<tr class=\"free\"><td class=\"name\">{name}</td><td colspan=\"2\">free</td><td class=\"num\">{}</td>\
+            "<tr class=\"free\"><td class=\"name\">{name}</td><td colspan=\"2\">free</td><td class=\"num token\">{}</td>\
              <td></td><td></td>{contention}{last}</tr>",
             token_html(row.last_token),
         );
@@ -494,7 +514,7 @@ fn html_rows(row: &LeaseRow, now_ms: u64) -> String {
         let _ = write!(
             h,
             "<tr class=\"held\"><td class=\"name\">{name}</td><td>{}</td><td class=\"holder\">{}</td>\
-             <td class=\"num\">{}</td><td>{held}</td><td title=\"deadline {}\">expires in {}</td>{contention}{last}</tr>",
+             <td class=\"num token\">{}</td><td>{held}</td><td title=\"deadline {}\">expires in {}</td>{contention}{last}</tr>",
             v.mode,
             holder_html(&v.holder),
             token_html(v.token),
