@@ -321,7 +321,7 @@ const SCRIPT: &str = r#"(function () {
   }
   function rows(l, now, out) {
     var name = function () {
-      var c = el("td", null, null, "name");
+      var c = el("td", null, l.name, "name");
       String(l.name).split("/").forEach(function (part, i) {
         if (i) { c.appendChild(document.createTextNode("/")); c.appendChild(document.createElement("wbr")); }
         c.appendChild(document.createTextNode(part));
@@ -371,7 +371,7 @@ const SCRIPT: &str = r#"(function () {
       }
       paging.replaceChildren.apply(paging, ps);
     }
-    state.className = "";
+    state.removeAttribute("class");
     state.textContent = "refreshed " + String(doc.now_at).slice(11, 19) + " UTC, every " + EVERY / 1000 + " s";
   }
   function tick() {
@@ -496,13 +496,14 @@ fn last_html(row: &LeaseRow, now_ms: u64) -> String {
 /// One lease's rows: one per holder shown, or one saying it is free.
 fn html_rows(row: &LeaseRow, now_ms: u64) -> String {
     let mut h = String::new();
-    let name = text(&row.name).replace('/', "/<wbr>");
+    let full = text(&row.name);
+    let name = format!("<td class=\"name\" title=\"{full}\">{}</td>", full.replace('/', "/<wbr>"));
     let contention = contention_html(row);
     let last = last_html(row, now_ms);
     if row.holders.is_empty() {
         let _ = write!(
             h,
-            "<tr class=\"free\"><td class=\"name\">{name}</td><td colspan=\"2\">free</td><td class=\"num token\">{}</td>\
+            "<tr class=\"free\">{name}<td colspan=\"2\">free</td><td class=\"num token\">{}</td>\
              <td></td><td></td>{contention}{last}</tr>",
             token_html(row.last_token),
         );
@@ -513,7 +514,7 @@ fn html_rows(row: &LeaseRow, now_ms: u64) -> String {
         });
         let _ = write!(
             h,
-            "<tr class=\"held\"><td class=\"name\">{name}</td><td>{}</td><td class=\"holder\">{}</td>\
+            "<tr class=\"held\">{name}<td>{}</td><td class=\"holder\">{}</td>\
              <td class=\"num token\">{}</td><td>{held}</td><td title=\"deadline {}\">expires in {}</td>{contention}{last}</tr>",
             v.mode,
             holder_html(&v.holder),
@@ -523,10 +524,7 @@ fn html_rows(row: &LeaseRow, now_ms: u64) -> String {
         );
     }
     if let Some(more) = row.holders.len().checked_sub(HOLDERS_SHOWN).filter(|n| *n > 0) {
-        let _ = write!(
-            h,
-            "<tr class=\"held\"><td class=\"name\">{name}</td><td colspan=\"7\">and {more} more holders</td></tr>"
-        );
+        let _ = write!(h, "<tr class=\"held\">{name}<td colspan=\"7\">and {more} more holders</td></tr>");
     }
     h
 }
