@@ -674,3 +674,21 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     c.latency.render(&mut m.0);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], m.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_times_are_whole_units_and_tokens_keep_six_digits() {
+        let cases = [(0, "0s"), (41_900, "41s"), (192_000, "3m12s"), (180_000, "3m"), (7_200_000, "2h")];
+        for (ms, want) in cases {
+            assert_eq!(rel(ms), want, "{ms} ms");
+        }
+        assert_eq!(rel(7_500_000), "2h5m");
+        assert_eq!(rel(3 * 86_400_000 + 4 * 3_600_000 + 59_000), "3d4h");
+        assert_eq!(token_html(42), "<span class=\"tok\">42</span>");
+        assert_eq!(token_html(1_795_486_094_000_123), "<span class=\"tok\" title=\"1795486094000123\">…000123</span>");
+        assert_eq!(text("a<b>\u{1b}[31m"), "a&lt;b&gt;\\u{1b}[31m");
+    }
+}
