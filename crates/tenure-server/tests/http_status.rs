@@ -397,3 +397,41 @@ setTimeout(poll, 200);
         assert!(scroll > client, "the measurement sees overflow where there is some: {report}");
     }
 }
+
+/// The refresh keeps the reader's place: a page of 80 leases in a 400 px high
+/// iframe, scrolled down, is still scrolled to the same place after the script
+/// replaced the rows twice.
+#[tokio::test]
+async fn refreshing_the_rows_keeps_the_scroll_position() {
+    let Some(chromium) = chromium() else { return };
+    let site = site().await;
+    let store = common::store(&[&site._server], &site._clock);
+    let me = Arc::new(Holder::current());
+    for i in 0..80 {
+        let granted = store.try_acquire(&common::req(&format!("scroll/{i:03}"), &me)).await.expect("ask");
+        assert!(matches!(granted, Attempt::Granted(_)));
+    }
+    let wrapper = r##"<!doctype html><html><body style="margin:0">
+<iframe id="page" src="/" style="width:1200px;height:400px;border:0"></iframe>
+<pre id="report">pending</pre>
+<script>
+var f = document.getElementById("page"), count = 0, first = null, before = -1, polls = 0;
+function poll() {
+  var d = f.contentDocument, body = d && d.getElementById("lease-rows");
+  if (body && before < 0) { f.contentWindow.scrollTo(0, 900); before = f.contentWindow.scrollY; first = body.firstChild; }
+  if (body && body.firstChild !== first) { count += 1; first = body.firstChild; }
+  if (count < 2 && ++polls < 150) { setTimeout(poll, 100); return; }
+  document.getElementById("report").textContent = "before=" + before + " after=" + f.contentWindow.scrollY +
+    " rows=" + d.querySelectorAll("#lease-rows tr").length + " refreshes=" + count;
+}
+f.onload = function () { setTimeout(poll, 50); };
+</script></body></html>"##;
+    let (proxy, task) = same_origin(site.http, wrapper.to_string()).await;
+    let args = ["--virtual-time-budget=20000".into(), "--dump-dom".into(), format!("http://{proxy}/wrap")];
+    let dom = headless(chromium, &args).await;
+    task.abort();
+    let report = dom.split("<pre id=\"report\">").nth(1).and_then(|r| r.split('<').next()).expect("a report");
+    eprintln!("{report}");
+    assert!(report.contains("rows=81 refreshes=2"), "two refreshes of every row: {report}");
+    assert!(report.starts_with("before=900 after=900 "), "scrolled, and still there: {report}");
+}
