@@ -134,6 +134,8 @@ pub struct FileBackend {
     /// Why the root's mount cannot report changes by other machines, if it
     /// cannot (looked up once; see [`watch`]).
     network: Arc<std::sync::OnceLock<Option<String>>>,
+    /// The inotify instance its waiters share (see [`watch`]).
+    inotify: watch::Slot,
 }
 
 fn version_file(seq: u64) -> String {
@@ -175,7 +177,15 @@ impl FileBackend {
             if root.is_relative() { std::path::absolute(&root).unwrap_or_else(|_| root.clone()) } else { root.clone() };
         let url: Arc<str> = format!("file://{}", shown.display()).into();
         let offload = Offload::new(url.clone(), DEFAULT_TIMEOUT);
-        Self { url, root: root.into(), fsync: true, inline: false, offload, network: Arc::default() }
+        Self {
+            url,
+            root: root.into(),
+            fsync: true,
+            inline: false,
+            offload,
+            network: Arc::default(),
+            inotify: Arc::default(),
+        }
     }
 
     /// Runs file operations on the calling task instead of the blocking pool:
