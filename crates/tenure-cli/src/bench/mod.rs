@@ -361,6 +361,9 @@ async fn measure(target: Arc<dyn Target>, clients: usize, args: &BenchArgs) -> R
     })
 }
 
+/// A hand-over client: its own holder identity, and its lease while it holds it.
+type Contender = (Arc<Client>, Option<Lease>);
+
 /// A lease store: acquire+release cycles, or renewals, on one lease per worker.
 struct StoreTarget {
     /// The URL as given, options included (the store's own URL drops them).
@@ -374,7 +377,7 @@ struct StoreTarget {
     requests: std::sync::RwLock<Vec<Arc<AcquireRequest>>>,
     held: Mutex<Vec<Option<Grant>>>,
     /// Hand-overs: each worker's client (a holder of its own) and lease.
-    contenders: std::sync::Mutex<Vec<Option<(Arc<Client>, Option<Lease>)>>>,
+    contenders: std::sync::Mutex<Vec<Option<Contender>>>,
     run: String,
 }
 
@@ -398,7 +401,7 @@ impl StoreTarget {
         requests.get(w).cloned().context("bench worker without a request")
     }
 
-    fn contenders(&self) -> std::sync::MutexGuard<'_, Vec<Option<(Arc<Client>, Option<Lease>)>>> {
+    fn contenders(&self) -> std::sync::MutexGuard<'_, Vec<Option<Contender>>> {
         self.contenders.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
