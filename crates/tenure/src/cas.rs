@@ -619,7 +619,10 @@ impl LeaseStore for CasStore {
         // The wait ends on this store's clock (which tests inject), whatever
         // clock the backend's own timeout runs on.
         let until = self.clock.mono() + max;
-        if !self.cannot_watch.load(Ordering::Relaxed) {
+        // After a failed attempt the version seen is unknown (`None`), and a
+        // watch would return at once: sleep instead, or a store that keeps
+        // failing is retried in a tight loop.
+        if busy.failure.is_none() && !self.cannot_watch.load(Ordering::Relaxed) {
             let watch = self.backend.watch(busy.name.as_str(), busy.version.as_ref(), max);
             tokio::select! {
                 out = watch => match out {
