@@ -50,7 +50,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::backend::{Backend, Put, PutOptions, Stored};
-use crate::clock::{Clock, ClockExt, Mono};
+use crate::clock::{Clock, Mono};
 use crate::error::{Error, Result};
 use crate::limits::{MAX_RECORD_BYTES, millis};
 use crate::name::LeaseName;
@@ -616,13 +616,24 @@ impl LeaseStore for CasStore {
 
     async fn wait_for_change(&self, busy: &Busy, max: Duration) {
         use std::sync::atomic::Ordering;
-        if !self.cannot_watch.load(Ordering::Relaxed) {
-            match self.backend.watch(busy.name.as_str(), busy.version.as_ref(), max).await {
-                Ok(_) => return,
-                Err(Error::Unsupported { .. }) => self.cannot_watch.store(true, Ordering::Relaxed),
-                Err(e) => tracing::debug!(error = %e, "watch failed; polling instead"),
+        // The wait ends on this store's clock (which tests inject), whatever
+        // clock the backend's own timeout runs on.
+        let until = self.clock.mono() + max;
+        // After a failed attempt the version seen is unknown (`None`), and a
+        // watch would return at once: sleep instead, or a store that keeps
+        // failing is retried in a tight loop.
+        if busy.failure.is_none() && !self.cannot_watch.load(Ordering::Relaxed) {
+            let watch = self.backend.watch(busy.name.as_str(), busy.version.as_ref(), max);
+            tokio::select! {
+                out = watch => match out {
+                    Ok(true) => return,
+                    Ok(false) => {}
+                    Err(Error::Unsupported { .. }) => self.cannot_watch.store(true, Ordering::Relaxed),
+                    Err(e) => tracing::debug!(error = %e, "watch failed; polling instead"),
+                },
+                () = self.clock.sleep_until(until) => return,
             }
         }
-        self.clock.sleep(max).await;
+        self.clock.sleep_until(until).await;
     }
 }

@@ -11,6 +11,10 @@
 //!
 //! Two round trips and two Raft commits per cycle, no fencing token besides the
 //! key's revision, no holder identity, watermark or shared mode.
+//!
+//! Hand-overs (`--op handover`): every worker locks the same name; the server
+//! queues them by the revision of their keys and answers the next one's `Lock`
+//! when the holder's key is deleted (woken by watch).
 
 use std::time::{Duration, Instant};
 
@@ -28,12 +32,14 @@ pub(crate) struct EtcdLock {
     run: String,
     /// Per worker: its etcd lease and when it was last refreshed.
     sessions: std::sync::Mutex<Vec<Option<(i64, Instant)>>>,
+    /// Hand-overs: the key each worker's `Lock` returned.
+    locked: std::sync::Mutex<Vec<Option<Vec<u8>>>>,
 }
 
 impl EtcdLock {
     pub(crate) async fn connect(url: &str, op: Op, ttl: Duration) -> Result<Self> {
-        if op != Op::Cycle {
-            bail!(Fail::usage("the etcd-lock anchor measures acquire+release cycles only (--op cycle)"));
+        if op == Op::Renew {
+            bail!(Fail::usage("the etcd-lock anchor measures acquire+release cycles and hand-overs, not renewals"));
         }
         let hosts = url.trim_start_matches("etcd-lock://").trim_end_matches('/');
         if hosts.is_empty() || hosts.contains('/') {
@@ -44,12 +50,19 @@ impl EtcdLock {
             .await
             .with_context(|| format!("connecting to etcd at {hosts}: no answer within 10s"))?
             .with_context(|| format!("connecting to etcd at {hosts}"))?;
+        // The client connects lazily: ask once, so an etcd that is not there is
+        // found here (and the anchor skipped), not in the middle of a run.
+        tokio::time::timeout(Duration::from_secs(10), client.clone().status())
+            .await
+            .with_context(|| format!("asking etcd at {hosts} for its status: no answer within 10s"))?
+            .with_context(|| format!("asking etcd at {hosts} for its status"))?;
         Ok(Self {
             endpoint: hosts.to_string(),
             client,
             ttl: ttl.max(Duration::from_secs(2)),
             run: tenure::random_nonce(),
             sessions: std::sync::Mutex::new(Vec::new()),
+            locked: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -87,6 +100,32 @@ impl Target for EtcdLock {
 
     fn is_anchor(&self) -> bool {
         true
+    }
+
+    fn contends(&self) -> bool {
+        true
+    }
+
+    async fn hold(&self, w: usize) -> Result<()> {
+        let lease = self.session(w).await?;
+        let mut client = self.client.clone();
+        let name = format!("tenure-bench-lock/{}/handover", self.run);
+        let locked = client.lock(name, Some(LockOptions::new().with_lease(lease))).await?;
+        let mut keys = self.locked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if keys.len() <= w {
+            keys.resize(w + 1, None);
+        }
+        keys[w] = Some(locked.key().to_vec());
+        Ok(())
+    }
+
+    async fn unhold(&self, w: usize) -> Result<()> {
+        let key = {
+            let mut keys = self.locked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            keys.get_mut(w).and_then(Option::take).context("unlocking a lock the bench client does not hold")?
+        };
+        self.client.clone().unlock(key).await?;
+        Ok(())
     }
 
     async fn setup(&self, w: usize) -> Result<()> {

@@ -6,12 +6,19 @@
 //! anchor that does the nearest raw equivalent. A `file://` target is always
 //! followed by the raw `link(2)` + `unlink(2)` pair on the same directory (and,
 //! when the store fsyncs, the same pair with an fsync of the directory).
+//!
+//! `--op handover` measures the other case: N clients queued on *one* lease,
+//! passing it on (see [`handover`]); a `file://` target is then followed by the
+//! `flock(2)` anchor on the same directory. An anchor whose server does not
+//! answer (`redis://`, `etcd-lock://`, `etcd-raw://`) is skipped with a line
+//! saying so; the other targets still run.
 
 #[cfg(feature = "etcd")]
 mod etcd_lock;
 #[cfg(feature = "etcd")]
 mod etcd_raw;
 mod fs_raw;
+mod handover;
 mod redis;
 
 use std::io::Write;
@@ -24,7 +31,9 @@ use async_trait::async_trait;
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use tenure::{AcquireRequest, Attempt, Grant, Holder, LeaseName, LeaseStore, Mode, ReleaseRequest};
+use tenure::{
+    AcquireRequest, Attempt, Client, Grant, Holder, Lease, LeaseName, LeaseOptions, LeaseStore, Mode, ReleaseRequest,
+};
 use tokio::sync::Mutex;
 
 use crate::args::duration;
@@ -45,9 +54,15 @@ pub(crate) struct BenchArgs {
     /// Measured seconds per target and client count (after a short warm-up).
     #[arg(long, value_parser = duration, default_value = "3s", value_name = "DURATION")]
     pub(crate) seconds: Duration,
-    /// What one measured operation is.
+    /// What one measured operation is. `handover`: `--clients` clients contend
+    /// for one lease, each holding it for `--hold`; reports hand-overs per
+    /// second and the gap from one release to the next grant.
     #[arg(long, value_enum, default_value_t = Op::Cycle)]
     pub(crate) op: Op,
+    /// With `--op handover`: how long each client holds the lease before it
+    /// releases it and queues again.
+    #[arg(long, value_parser = duration, default_value = "1ms", value_name = "DURATION")]
+    pub(crate) hold: Duration,
     /// Lease TTL used by the benchmark.
     #[arg(long, value_parser = duration, default_value = "30s", value_name = "DURATION")]
     pub(crate) ttl: Duration,
@@ -74,6 +89,8 @@ pub(crate) enum Op {
     Cycle,
     /// Renew a held lease.
     Renew,
+    /// Pass one lease from client to client.
+    Handover,
 }
 
 /// The shared store flags, without the positional URL.
@@ -127,6 +144,20 @@ pub(crate) trait Target: Send + Sync {
     }
     /// One measured operation by worker `w`.
     async fn op(&self, w: usize) -> Result<()>;
+    /// Whether it can measure hand-overs ([`Target::hold`], [`Target::unhold`]).
+    fn contends(&self) -> bool {
+        false
+    }
+    /// Hand-overs: waits until worker `w` holds the one contended lease.
+    async fn hold(&self, w: usize) -> Result<()> {
+        let _ = w;
+        bail!("{} does not measure hand-overs", self.label())
+    }
+    /// Hand-overs: worker `w` lets the lease go.
+    async fn unhold(&self, w: usize) -> Result<()> {
+        let _ = w;
+        bail!("{} does not measure hand-overs", self.label())
+    }
     /// Cleans up after all workers (untimed).
     async fn teardown(&self) -> Result<()> {
         Ok(())
@@ -148,28 +179,59 @@ pub(crate) struct Figures {
     pub(crate) p50_us: f64,
     pub(crate) p99_us: f64,
     pub(crate) max_us: f64,
+    /// Hand-overs: the share of grants that went back to the client that had
+    /// just released (the p50/p99/max are then the release-to-grant gap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) to_same_client: Option<f64>,
 }
 
 pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
     let mut targets: Vec<Arc<dyn Target>> = Vec::new();
+    let mut skipped = Vec::new();
     for url in &args.targets {
-        targets.extend(make_targets(url, &args).await.with_context(|| format!("bench target {url}"))?);
+        match make_targets(url, &args).await.with_context(|| format!("bench target {url}")) {
+            Ok(made) => targets.extend(made),
+            // An anchor's server that does not answer costs its line, not the run.
+            Err(e) if is_anchor_url(url) && e.downcast_ref::<Fail>().is_none() => {
+                skipped.push(format!("skipped {url} (anchor): {e:#}"));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if args.op == Op::Handover
+        && let Some(t) = targets.iter().find(|t| !t.contends())
+    {
+        bail!(Fail::usage(format!("{} does not measure hand-overs (--op handover)", t.label())));
     }
     let mut out = std::io::stdout().lock();
+    for line in &skipped {
+        if args.json {
+            eprintln!("{line}");
+        } else {
+            writeln!(out, "{line}")?;
+        }
+    }
     if !args.json {
         let s = if args.threads == 1 { "" } else { "s" };
         writeln!(out, "load generator: {} thread{s}", args.threads)?;
-        writeln!(
-            out,
-            "{:<52} {:>7} {:>12} {:>10} {:>10} {:>10}",
-            "target", "clients", "ops/s", "p50 µs", "p99 µs", "max µs"
-        )?;
+        if args.op == Op::Handover {
+            writeln!(out, "one lease, each client holds it {}", humantime::format_duration(args.hold))?;
+        }
+        let (rate, p50, p99, max) = match args.op {
+            Op::Handover => ("hand-overs/s", "gap p50 µs", "gap p99 µs", "gap max µs"),
+            _ => ("ops/s", "p50 µs", "p99 µs", "max µs"),
+        };
+        writeln!(out, "{:<52} {:>7} {:>12} {:>10} {:>10} {:>10}", "target", "clients", rate, p50, p99, max)?;
     }
     for &clients in &args.clients {
         // A store's rate, to compare the anchors after it with.
         let mut store_rate: Option<f64> = None;
         for t in &targets {
-            let f = measure(t.clone(), clients, &args).await.with_context(|| t.label())?;
+            let f = match args.op {
+                Op::Handover => handover::measure(t.clone(), clients, &args).await,
+                _ => measure(t.clone(), clients, &args).await,
+            }
+            .with_context(|| t.label())?;
             if args.json {
                 writeln!(out, "{}", serde_json::to_string(&f)?)?;
             } else {
@@ -177,10 +239,17 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
                     (true, Some(store)) => format!("  store: {:.2}× this rate", store / f.cycles_per_sec),
                     _ => String::new(),
                 };
+                let same = f.to_same_client.map(|s| format!("  to the same client: {:.0}%", s * 100.0));
                 writeln!(
                     out,
-                    "{:<52} {:>7} {:>12.0} {:>10.1} {:>10.1} {:>10.1}{ratio}",
-                    f.target, f.clients, f.cycles_per_sec, f.p50_us, f.p99_us, f.max_us
+                    "{:<52} {:>7} {:>12.0} {:>10.1} {:>10.1} {:>10.1}{ratio}{}",
+                    f.target,
+                    f.clients,
+                    f.cycles_per_sec,
+                    f.p50_us,
+                    f.p99_us,
+                    f.max_us,
+                    same.unwrap_or_default()
                 )?;
             }
             if !f.anchor {
@@ -192,6 +261,11 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Targets that are anchors on a server of their own.
+fn is_anchor_url(url: &str) -> bool {
+    ["redis://", "etcd-lock://", "etcd-raw://"].iter().any(|s| url.starts_with(s))
+}
+
 async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>>> {
     let scheme = url.split_once("://").map_or("file", |(s, _)| s);
     Ok(match scheme {
@@ -200,14 +274,18 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
         "etcd-raw" => vec![Arc::new(etcd_raw::EtcdRaw::connect(url, args.op, args.ttl).await?)],
         #[cfg(feature = "etcd")]
         "etcd-lock" => vec![Arc::new(etcd_lock::EtcdLock::connect(url, args.op, args.ttl).await?)],
+        // An anchor is skipped (see `run`), a store is a usage error.
         #[cfg(not(feature = "etcd"))]
-        "etcd-raw" | "etcd-lock" | "etcd" => {
+        "etcd-raw" | "etcd-lock" => bail!("{scheme}:// needs a tenure built with --features etcd (which needs protoc)"),
+        #[cfg(not(feature = "etcd"))]
+        "etcd" => {
             bail!(Fail::usage(format!("{scheme}:// needs a tenure built with --features etcd (which needs protoc)")))
         }
         #[cfg(feature = "server")]
         "core" => {
             vec![Arc::new(crate::serve::CoreTarget::new(args.clients.iter().copied().max().unwrap_or(1), args.ttl))]
         }
+        "flock" => vec![Arc::new(handover::Flock::new(url.trim_start_matches("flock://")))],
         "fs-raw" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw://"), false, false)?)],
         "fs-raw+fsync" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw+fsync://"), true, false)?)],
         _ => {
@@ -216,6 +294,10 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
             if scheme == "file" && !args.no_anchor {
                 let rest = url.trim_start_matches("file://");
                 let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+                if args.op == Op::Handover {
+                    v.push(Arc::new(handover::Flock::new(path)));
+                    return Ok(v);
+                }
                 let inline = query.split('&').any(|p| p == "io=inline");
                 v.push(Arc::new(fs_raw::RawFs::new(path, false, inline)?));
                 if !query.split('&').any(|p| p == "fsync=false" || p == "fsync=0") {
@@ -275,8 +357,12 @@ async fn measure(target: Arc<dyn Target>, clients: usize, args: &BenchArgs) -> R
         p50_us: hist.value_at_quantile(0.5) as f64,
         p99_us: hist.value_at_quantile(0.99) as f64,
         max_us: hist.max() as f64,
+        to_same_client: None,
     })
 }
+
+/// A hand-over client: its own holder identity, and its lease while it holds it.
+type Contender = (Arc<Client>, Option<Lease>);
 
 /// A lease store: acquire+release cycles, or renewals, on one lease per worker.
 struct StoreTarget {
@@ -290,6 +376,8 @@ struct StoreTarget {
     /// stays out of the figures.
     requests: std::sync::RwLock<Vec<Arc<AcquireRequest>>>,
     held: Mutex<Vec<Option<Grant>>>,
+    /// Hand-overs: each worker's client (a holder of its own) and lease.
+    contenders: std::sync::Mutex<Vec<Option<Contender>>>,
     run: String,
 }
 
@@ -303,6 +391,7 @@ impl StoreTarget {
             holder: Arc::new(Holder::current()),
             requests: std::sync::RwLock::new(Vec::new()),
             held: Mutex::new(Vec::new()),
+            contenders: std::sync::Mutex::new(Vec::new()),
             run: tenure::random_nonce()[..6].to_string(),
         }
     }
@@ -310,6 +399,14 @@ impl StoreTarget {
     fn request(&self, w: usize) -> Result<Arc<AcquireRequest>> {
         let requests = self.requests.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         requests.get(w).cloned().context("bench worker without a request")
+    }
+
+    fn contenders(&self) -> std::sync::MutexGuard<'_, Vec<Option<Contender>>> {
+        self.contenders.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn handover_name(&self) -> String {
+        format!("bench-{}/handover", self.run)
     }
 
     async fn acquire(&self, w: usize) -> Result<Grant> {
@@ -323,7 +420,35 @@ impl StoreTarget {
 #[async_trait]
 impl Target for StoreTarget {
     fn label(&self) -> String {
-        format!("{} {}", self.url, if self.op == Op::Cycle { "acquire+release" } else { "renew" })
+        let what = match self.op {
+            Op::Cycle => "acquire+release",
+            Op::Renew => "renew",
+            Op::Handover => "waiting acquire, release",
+        };
+        format!("{} {what}", self.url)
+    }
+
+    fn contends(&self) -> bool {
+        true
+    }
+
+    async fn hold(&self, w: usize) -> Result<()> {
+        let client = self.contenders().get(w).and_then(|c| c.as_ref()).map(|(c, _)| c.clone());
+        let client = client.context("no bench client")?;
+        // The waiting path users take: tenure's default backoff, and the
+        // store's watch where it has one.
+        let opts = LeaseOptions::exclusive().with_ttl(self.ttl);
+        let lease = client.acquire(&self.handover_name(), &opts).await?;
+        if let Some(Some((_, held))) = self.contenders().get_mut(w) {
+            *held = Some(lease);
+        }
+        Ok(())
+    }
+
+    async fn unhold(&self, w: usize) -> Result<()> {
+        let lease = self.contenders().get_mut(w).and_then(|c| c.as_mut()).and_then(|(_, l)| l.take());
+        lease.context("releasing a lease the bench client does not hold")?.release().await?;
+        Ok(())
     }
 
     async fn setup(&self, w: usize) -> Result<()> {
@@ -340,6 +465,14 @@ impl Target for StoreTarget {
                     meta: None,
                 }));
             }
+        }
+        if self.op == Op::Handover {
+            let mut contenders = self.contenders();
+            if contenders.len() <= w {
+                contenders.resize_with(w + 1, || None);
+            }
+            contenders[w] = Some((Arc::new(Client::new(self.store.clone())), None));
+            return Ok(());
         }
         let mut held = self.held.lock().await;
         if held.len() <= w {
@@ -362,11 +495,16 @@ impl Target for StoreTarget {
                 let g = self.store.renew(&g).await?;
                 self.held.lock().await[w] = Some(g);
             }
+            Op::Handover => bail!("hand-overs are measured with hold and unhold"),
         }
         Ok(())
     }
 
     async fn teardown(&self) -> Result<()> {
+        let leases: Vec<Lease> = self.contenders().drain(..).flatten().filter_map(|(_, l)| l).collect();
+        for l in leases {
+            l.release().await?;
+        }
         let grants: Vec<Grant> = self.held.lock().await.drain(..).flatten().collect();
         for g in grants {
             self.store.release(&g, &ReleaseRequest::default()).await?;

@@ -11,7 +11,11 @@
 //! - release: the compare-and-delete script
 //!   `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`
 //!   sent as `EVALSHA` (loaded on first use);
-//! - renew (`--op renew`): the compare-and-`PEXPIRE` script.
+//! - renew (`--op renew`): the compare-and-`PEXPIRE` script;
+//! - hand-over (`--op handover`, all workers on one key): `SET NX PX` polled
+//!   with tenure's default backoff (jittered, 25 ms doubling to 1 s) until it
+//!   answers OK, then the compare-and-delete script to release — the Redis lock
+//!   as its clients use it, with no waiter woken by the release.
 //!
 //! No fencing token, no witness, no watermark: this is the floor of what a lease
 //! costs on Redis.
@@ -23,6 +27,7 @@ use async_trait::async_trait;
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 
+use super::handover::Backoff;
 use super::{Op, Target};
 
 const RELEASE: &str =
@@ -65,6 +70,18 @@ impl RedisLock {
         keys.get(w).cloned().context("bench worker without a key")
     }
 
+    fn handover_key(&self) -> String {
+        format!("tenure-bench:{}:handover", self.run)
+    }
+
+    /// `SET key holder NX PX ttl`: whether it was set.
+    async fn set_nx(&self, key: &str, holder: &str) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let ok: Option<String> =
+            redis::cmd("SET").arg(key).arg(holder).arg("NX").arg("PX").arg(self.ttl_ms).query_async(&mut conn).await?;
+        Ok(ok.is_some())
+    }
+
     async fn acquire(&self, key: &str) -> Result<()> {
         let mut conn = self.conn.clone();
         let ok: Option<String> = redis::cmd("SET")
@@ -88,12 +105,36 @@ impl Target for RedisLock {
         let what = match self.op {
             Op::Cycle => "SET NX PX + compare-and-delete",
             Op::Renew => "compare-and-pexpire",
+            Op::Handover => "SET NX PX polled + compare-and-delete",
         };
         format!("{} {what} (anchor)", self.url)
     }
 
     fn is_anchor(&self) -> bool {
         true
+    }
+
+    fn contends(&self) -> bool {
+        true
+    }
+
+    async fn hold(&self, w: usize) -> Result<()> {
+        let (key, holder) = (self.handover_key(), format!("{}-w{w}", self.holder));
+        let mut backoff = Backoff::new();
+        while !self.set_nx(&key, &holder).await? {
+            tokio::time::sleep(backoff.next()).await;
+        }
+        Ok(())
+    }
+
+    async fn unhold(&self, w: usize) -> Result<()> {
+        let (key, holder) = (self.handover_key(), format!("{}-w{w}", self.holder));
+        let mut conn = self.conn.clone();
+        let deleted: i64 = self.release.key(&key).arg(&holder).invoke_async(&mut conn).await?;
+        if deleted != 1 {
+            bail!("redis lock {key} was not client {w}'s at release");
+        }
+        Ok(())
     }
 
     async fn setup(&self, w: usize) -> Result<()> {
@@ -121,6 +162,7 @@ impl Target for RedisLock {
                     bail!("redis lock {key} was not ours at release");
                 }
             }
+            Op::Handover => bail!("hand-overs are measured with hold and unhold"),
             Op::Renew => {
                 let renewed: i64 =
                     self.renew.key(&*key).arg(&self.holder).arg(self.ttl_ms).invoke_async(&mut conn).await?;

@@ -85,6 +85,13 @@
 //! another thread costs more than the file operations themselves; `?io=inline`
 //! runs them on the calling task instead, without a deadline.
 //!
+//! # Waiters
+//!
+//! A waiter on a held lease is woken by inotify when a version file appears in
+//! the lease's directory, instead of polling (see [`watch`]); on NFS and other
+//! network file systems, where another machine's write raises no event, waiters
+//! poll as before.
+//!
 //! Deleting a key's directory by hand resets its token counter: don't.
 
 use std::collections::BTreeMap;
@@ -124,6 +131,11 @@ pub struct FileBackend {
     fsync: bool,
     inline: bool,
     offload: Offload,
+    /// Why the root's mount cannot report changes by other machines, if it
+    /// cannot (looked up once; see [`watch`]).
+    network: Arc<std::sync::OnceLock<Option<String>>>,
+    /// The inotify instance its waiters share (see [`watch`]).
+    inotify: watch::Slot,
 }
 
 fn version_file(seq: u64) -> String {
@@ -165,7 +177,15 @@ impl FileBackend {
             if root.is_relative() { std::path::absolute(&root).unwrap_or_else(|_| root.clone()) } else { root.clone() };
         let url: Arc<str> = format!("file://{}", shown.display()).into();
         let offload = Offload::new(url.clone(), DEFAULT_TIMEOUT);
-        Self { url, root: root.into(), fsync: true, inline: false, offload }
+        Self {
+            url,
+            root: root.into(),
+            fsync: true,
+            inline: false,
+            offload,
+            network: Arc::default(),
+            inotify: Arc::default(),
+        }
     }
 
     /// Runs file operations on the calling task instead of the blocking pool:
@@ -480,6 +500,12 @@ impl Backend for FileBackend {
         let prefix = prefix.to_string();
         self.run("listing leases".into(), move |b| b.list_blocking(&prefix)).await
     }
+
+    /// Woken by inotify on a local file system; `Unsupported` on network ones
+    /// (see [`watch`]).
+    async fn watch(&self, key: &str, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
+        self.watch_dir(key, seen, timeout).await
+    }
 }
 
 /// Opens `file:///dir[?fsync=false&io=inline&timeout=10s]` or a plain path.
@@ -594,3 +620,4 @@ fn check_mount(url: &str, path: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests;
+mod watch;

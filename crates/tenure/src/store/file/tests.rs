@@ -252,3 +252,95 @@ fn the_operation_deadline_is_a_store_option() {
         assert!(matches!(open(bad), Err(Error::InvalidStore { .. })), "{bad}");
     }
 }
+
+// Waiters woken by inotify (see `watch`).
+
+fn client_on(b: &FileBackend) -> crate::Client {
+    let store = crate::CasStore::new(Arc::new(b.clone()), crate::SystemClock::shared(), crate::CasOptions::default());
+    crate::Client::new(Arc::new(store))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_waiter_gets_a_released_lease_at_once_despite_a_long_backoff() {
+    let (_d, b) = store();
+    let opts = crate::LeaseOptions::exclusive().with_ttl(Duration::from_secs(60));
+    let holder = client_on(&b).acquire("deploy", &opts).await.expect("first holder");
+    // A waiter that would poll only every 5–10 s.
+    let mut opts = opts.with_timeout(Duration::from_secs(30)).with_backoff_max(Duration::from_secs(10));
+    opts.backoff_initial = Duration::from_secs(10);
+    let waiter = client_on(&b);
+    let parked = Arc::new(tokio::sync::Notify::new());
+    let told = parked.clone();
+    let wait = tokio::spawn(async move {
+        let lease = waiter.acquire_watching("deploy", &opts, |_| told.notify_one()).await.expect("waiter");
+        (std::time::Instant::now(), lease)
+    });
+    parked.notified().await;
+    // Let it get past its first attempt and into its wait.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = std::time::Instant::now();
+    holder.release().await.expect("release");
+    let (granted, lease) = tokio::time::timeout(Duration::from_secs(20), wait).await.expect("granted").expect("join");
+    let gap = granted.saturating_duration_since(released);
+    assert!(gap < Duration::from_secs(2), "the waiter took {gap:?} after the release (its backoff is 5-10 s)");
+    lease.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn a_watch_returns_at_its_timeout_when_nothing_changes() {
+    let (_d, b) = store();
+    let v = done(b.put_blocking("k", b"one", &PutMode::Create).expect("create"));
+    // A temp file, as a writer makes before it links, is not a new version.
+    let started = std::time::Instant::now();
+    let b2 = b.clone();
+    let noise = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        fs::write(b2.root().join("k/~tmp-0000000000000001"), b"x").expect("tmp");
+    });
+    let changed = b.watch("k", Some(&v), Duration::from_millis(300)).await.expect("watch works on a local directory");
+    let took = started.elapsed();
+    noise.await.expect("join");
+    assert!(!changed, "nothing changed");
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "returned after {took:?}");
+}
+
+#[tokio::test]
+async fn a_watch_wakes_on_a_new_version_and_sees_one_that_landed_before_it() {
+    let (_d, b) = store();
+    let v1 = done(b.put_blocking("k", b"one", &PutMode::Create).expect("create"));
+    let b2 = b.clone();
+    let v = v1.clone();
+    let writer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        b2.put_blocking("k", b"two", &PutMode::Update(v)).expect("update");
+    });
+    let started = std::time::Instant::now();
+    assert!(b.watch("k", Some(&v1), Duration::from_secs(20)).await.expect("watch"));
+    let took = started.elapsed();
+    writer.await.expect("join");
+    assert!(took < Duration::from_secs(5), "woken {took:?} after the start");
+    // Already moved past what the caller saw: at once.
+    let started = std::time::Instant::now();
+    assert!(b.watch("k", Some(&v1), Duration::from_secs(20)).await.expect("watch"));
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn a_watch_never_follows_a_lease_directory_that_is_a_link() {
+    let (d, b) = store();
+    let outside = tempfile::tempdir().expect("tempdir");
+    let other = FileBackend::new(outside.path()).with_fsync(false);
+    done(other.put_blocking("k", b"one", &PutMode::Create).expect("create"));
+    symlink(outside.path().join("k"), d.path().join("linked")).expect("symlink");
+    fs::create_dir(d.path().join("a")).expect("mkdir");
+    symlink(outside.path(), d.path().join("a/b")).expect("symlink");
+    for key in ["linked", "a/b/k"] {
+        let started = std::time::Instant::now();
+        match b.watch(key, Some(&Version::seq(1)), Duration::from_secs(20)).await {
+            Err(Error::Corrupt { detail, .. }) => assert!(detail.contains("not a lease directory"), "{detail}"),
+            other => panic!("{key}: a watch through a link must be refused, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{key}: refused at once");
+    }
+    assert_eq!(fs::read_dir(outside.path().join("k")).expect("list").count(), 1, "nothing written through the link");
+}

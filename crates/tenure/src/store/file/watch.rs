@@ -1,0 +1,413 @@
+//! [`Backend::watch`](crate::backend::Backend::watch) for the directory store:
+//! a waiter sleeps until the lease's directory changes, woken by inotify.
+//!
+//! A contended lease changes hands in a new version file `~N` linked into the
+//! lease's directory. A waiter that polls finds it one backoff later (tens to
+//! hundreds of ms); a waiter parked on an inotify watch of the directory is woken
+//! by the `link(2)` itself.
+//!
+//! # How one wait goes
+//!
+//! 1. **Set up**, on a blocking thread with the store's deadline (like every
+//!    file-system call, see [`super::super::offload`]): open the lease directory
+//!    the way every operation opens it — relative to the root, each segment with
+//!    `O_NOFOLLOW | O_DIRECTORY`, so a lease directory that is a symlink is
+//!    refused ([`Error::Corrupt`]), never watched through; add a watch of *that
+//!    open directory* through `/proc/self/fd/N` to the store's inotify
+//!    instance, so no path is resolved a second time (`IN_DONT_FOLLOW` would
+//!    only cover the last component of a path).
+//! 2. **Only then look again**: list the directory; if its newest version is no
+//!    longer the one the caller saw, return at once. A change between the
+//!    caller's read and the watch is never missed.
+//! 3. **Wait** on the inotify descriptor through tokio (no thread, no file-system
+//!    call) until an event names a new version file (`~N` created, linked or
+//!    moved in), the directory itself goes away, or the queue overflowed;
+//!    temp files (`~tmp-…`) do not wake the waiter. The whole call never outlasts
+//!    its `timeout`: the setup is awaited only until then (a setup stuck in a
+//!    hung mount is left to the store's deadline, and counted as stuck like any
+//!    other operation).
+//!
+//! # One inotify instance per store
+//!
+//! Closing an inotify descriptor whose watch was removed less than a grace
+//! period before (or is removed by the close) waits for an RCU grace period in
+//! the kernel: 8–16 ms measured on a 2-core VM, on the thread that closes it
+//! (37 µs once the watch has been gone for 50 ms). So a store keeps one instance (`IN_NONBLOCK | IN_CLOEXEC`), created by the
+//! first wait and closed with the store, and each wait adds a watch and removes
+//! it when it returns (`inotify_rm_watch` takes microseconds). Waits on the same
+//! directory share its watch descriptor, counted. There is no background task:
+//! every waiter awaits the descriptor's readiness, whoever is woken first reads
+//! the queued events and passes each on to the waits of its directory
+//! ([`tokio::sync::watch`] per watch descriptor). Memory is one entry per
+//! watched directory, dropped with its last waiter. If the runtime the instance
+//! was registered with has gone, the instance is replaced.
+//!
+//! # Where it does not work
+//!
+//! inotify only reports changes made through this kernel. On NFS, SMB, FUSE,
+//! Ceph, 9p and other network or cluster file systems, writes by other machines
+//! raise no event, so [`Error::Unsupported`] is returned (callers then poll as
+//! before): the store's mount is checked by its type (`/proc/self/mountinfo`,
+//! without touching the mount) and the lease directory by `fstatfs(2)`. An
+//! inotify instance that cannot be created (the per-user limit of instances or
+//! watches is reached), or a `/proc` that is not mounted, is `Unsupported` too.
+
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use rustix::io::Errno;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::time::Instant;
+
+use super::{FileBackend, parse_version};
+use crate::error::{Error, Result};
+use crate::store::fs::is_gone;
+use crate::types::Version;
+
+/// `f_type` of file systems on which another machine may change a directory
+/// without this kernel knowing (linux/magic.h and the file systems' own headers).
+const NETWORK_MAGICS: &[(u32, &str)] = &[
+    (0x0000_6969, "NFS"),
+    (0x0000_517B, "SMB"),
+    (0xFF53_4D42, "CIFS"),
+    (0xFE53_4D42, "SMB2"),
+    (0x6573_5546, "FUSE"),
+    (0x00C3_6400, "Ceph"),
+    (0x0102_1997, "9p"),
+    (0x5346_414F, "AFS"),
+    (0x6B41_4653, "AFS"),
+    (0x7375_7245, "Coda"),
+    (0x7461_636F, "OCFS2"),
+    (0x0116_1970, "GFS2"),
+    (0x0BD0_0BD0, "Lustre"),
+    (0x4750_4653, "GPFS"),
+    (0x2003_0528, "OrangeFS"),
+    (0x0000_564C, "NCP"),
+];
+
+/// Mount types (`/proc/self/mountinfo`) on which inotify misses remote changes.
+fn network_fstype(fstype: &str) -> bool {
+    matches!(
+        fstype,
+        "nfs"
+            | "nfs4"
+            | "cifs"
+            | "smb3"
+            | "smbfs"
+            | "ceph"
+            | "9p"
+            | "afs"
+            | "coda"
+            | "ocfs2"
+            | "gfs2"
+            | "lustre"
+            | "gpfs"
+            | "glusterfs"
+            | "beegfs"
+            | "virtiofs"
+    ) || fstype == "fuse"
+        || fstype.starts_with("fuse.")
+}
+
+/// The events that can mean a new newest version: a version file appearing
+/// (created, linked or moved in), and the directory itself going away. Removed
+/// versions are not watched: writers only collect versions far below the
+/// newest, one per write, and waking every waiter for each would double the
+/// wake-ups; a newest version removed by hand is found at the next timeout.
+fn mask() -> WatchFlags {
+    WatchFlags::CREATE
+        | WatchFlags::MOVED_TO
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::ONLYDIR
+        | WatchFlags::EXCL_UNLINK
+}
+
+/// What the setup found.
+pub(super) enum Setup {
+    /// The key is no longer at the version the caller saw.
+    Moved,
+    /// The key's directory does not exist, and the caller saw nothing either.
+    Absent,
+    /// Watching: told of every event of the directory.
+    Watching(Registration),
+}
+
+/// A store's inotify instance, shared by its waiters (see the module docs).
+#[derive(Debug)]
+pub(super) struct Shared {
+    fd: AsyncFd<OwnedFd>,
+    /// Per watch descriptor: how many waits use it, and their news.
+    watches: Mutex<HashMap<i32, (usize, tokio::sync::watch::Sender<u64>)>>,
+}
+
+/// The store's instance, created by the first wait.
+pub(super) type Slot = Arc<Mutex<Option<Arc<Shared>>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shared {
+    fn new() -> std::io::Result<Self> {
+        let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)?;
+        // SAFETY: `register_with_interest` needs the descriptor to stay open, and
+        // to stay the same, while the `AsyncFd` has it: an `OwnedFd` owns its
+        // descriptor and closes it only when dropped, after the deregistration.
+        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into_parts().1)?;
+        Ok(Self { fd, watches: Mutex::default() })
+    }
+
+    /// Watches `dir` (an open directory, through `/proc/self/fd`).
+    fn add(self: &Arc<Self>, dir: &impl AsFd) -> rustix::io::Result<Registration> {
+        let through = format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd());
+        let mut watches = lock(&self.watches);
+        let wd = inotify::add_watch(self.fd.get_ref(), &through, mask())?;
+        let entry = watches.entry(wd).or_insert_with(|| (0, tokio::sync::watch::Sender::new(0)));
+        entry.0 += 1;
+        let news = entry.1.subscribe();
+        Ok(Registration { shared: self.clone(), wd, news })
+    }
+
+    /// Reads every queued event and tells the waits it concerns. Returns once
+    /// the queue is empty (`EAGAIN`).
+    fn drain(&self) -> std::io::Result<()> {
+        let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+        let mut reader = inotify::Reader::new(self.fd.get_ref(), &mut buf);
+        loop {
+            match reader.next() {
+                Ok(event) if event.events().contains(ReadFlags::QUEUE_OVERFLOW) => {
+                    // Events were lost: everyone looks again.
+                    for (_, news) in lock(&self.watches).values() {
+                        news.send_modify(|n| *n += 1);
+                    }
+                }
+                Ok(event) if matters(event.events(), event.file_name().map(|n| n.to_bytes())) => {
+                    if let Some((_, news)) = lock(&self.watches).get(&event.wd()) {
+                        news.send_modify(|n| *n += 1);
+                    }
+                }
+                Ok(_) => {}
+                Err(Errno::AGAIN) => return Ok(()),
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// One wait's watch; removed (when no other wait uses it) on drop.
+pub(super) struct Registration {
+    shared: Arc<Shared>,
+    wd: i32,
+    news: tokio::sync::watch::Receiver<u64>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut watches = lock(&self.shared.watches);
+        if let Some(entry) = watches.get_mut(&self.wd) {
+            entry.0 -= 1;
+            if entry.0 == 0 {
+                watches.remove(&self.wd);
+                // Fails harmlessly if the kernel already dropped it (IN_IGNORED).
+                let _ = inotify::remove_watch(self.shared.fd.get_ref(), self.wd);
+            }
+        }
+    }
+}
+
+impl FileBackend {
+    fn unsupported(&self, why: impl std::fmt::Display) -> Error {
+        Error::unsupported(&*self.url, format!("watching lease directories: {why}; waiters poll instead"))
+    }
+
+    /// Whether the store's root is on a network mount, by the mount table's text
+    /// (looked up once per store).
+    fn root_on_network(&self) -> Option<String> {
+        self.network
+            .get_or_init(|| {
+                super::super::mounts::mount_of(&self.root)
+                    .filter(|m| network_fstype(&m.fstype))
+                    .map(|m| format!("{} is a {} mount", m.point.display(), m.fstype))
+            })
+            .clone()
+    }
+
+    /// The store's inotify instance, created on first use.
+    fn shared(&self) -> Result<Arc<Shared>> {
+        let mut slot = lock(&self.inotify);
+        if let Some(shared) = &*slot {
+            return Ok(shared.clone());
+        }
+        let shared = Arc::new(Shared::new().map_err(|e| self.unsupported(format!("inotify_init1 failed ({e})")))?);
+        *slot = Some(shared.clone());
+        Ok(shared)
+    }
+
+    /// Step 1 and 2 of a wait (see the module docs); blocking.
+    pub(super) fn watch_setup_blocking(&self, key: &str, seen: Option<u64>, shared: &Arc<Shared>) -> Result<Setup> {
+        if let Some(why) = self.root_on_network() {
+            return Err(self.unsupported(why));
+        }
+        let Some(dir) = self.key_dir(key, false)? else {
+            return Ok(if seen.is_none() { Setup::Absent } else { Setup::Moved });
+        };
+        match rustix::fs::fstatfs(&dir) {
+            Ok(st) => {
+                // The field's type differs between architectures; the magic is 32 bits.
+                #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+                let magic = i64::from(st.f_type) as u32;
+                if let Some((_, name)) = NETWORK_MAGICS.iter().find(|(m, _)| *m == magic) {
+                    return Err(self.unsupported(format!("{} is on {name}", dir.path().display())));
+                }
+            }
+            Err(e) => return Err(self.err(format!("looking at the file system of key {key:?}"), dir.path(), e.into())),
+        }
+        let registration = match shared.add(&dir) {
+            Ok(r) => r,
+            // The per-user limit of watches, or no /proc.
+            Err(e) if e == Errno::NOSPC || e == Errno::NOENT => {
+                return Err(self.unsupported(format!("inotify_add_watch failed ({e})")));
+            }
+            Err(e) => {
+                return Err(self.err(format!("watching the directory of key {key:?}"), dir.path(), e.into()));
+            }
+        };
+        // Watching: now look again, so nothing that happened since the caller's
+        // read is missed.
+        let now = match self.scan(&dir) {
+            Ok(scan) => scan.max(),
+            Err(e) if is_gone(&e) => None,
+            Err(e) => return Err(self.err(format!("listing key {key:?}"), dir.path(), e)),
+        };
+        Ok(if now == seen { Setup::Watching(registration) } else { Setup::Moved })
+    }
+
+    /// [`crate::backend::Backend::watch`].
+    pub(super) async fn watch_dir(&self, key: &str, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        let seen = match seen {
+            None => None,
+            Some(Version { seq: Some(seq), .. }) => Some(*seq),
+            // Not a version of this store: whatever is there now differs.
+            Some(_) => return Ok(true),
+        };
+        let shared = self.shared()?;
+        let setup = if self.inline {
+            self.watch_setup_blocking(key, seen, &shared)?
+        } else {
+            // Awaited only until the wait's own deadline; the task itself ends at
+            // the store's deadline at the latest (a stuck call is counted there).
+            let (this, k, sh) = (self.clone(), key.to_string(), shared.clone());
+            let task = tokio::spawn(async move {
+                let what = format!("watching key {k:?}");
+                this.run(what, move |b| b.watch_setup_blocking(&k, seen, &sh)).await
+            });
+            match tokio::time::timeout_at(deadline, task).await {
+                Ok(Ok(setup)) => setup?,
+                Ok(Err(join)) => {
+                    return Err(Error::store(&*self.url, format!("watching key {key:?}"), join.to_string()));
+                }
+                Err(_) => return Ok(false),
+            }
+        };
+        let mut registration = match setup {
+            Setup::Moved => return Ok(true),
+            Setup::Absent => {
+                // Nothing to watch yet: wait as a poller would.
+                tokio::time::sleep_until(deadline).await;
+                return Ok(false);
+            }
+            Setup::Watching(r) => r,
+        };
+        let shared = registration.shared.clone();
+        let failed = |e: std::io::Error| {
+            // The instance is unusable (its runtime has gone?): the next wait
+            // makes a new one.
+            let mut slot = lock(&self.inotify);
+            if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &shared)) {
+                *slot = None;
+            }
+            self.err(format!("watching key {key:?}"), &self.root, e)
+        };
+        loop {
+            tokio::select! {
+                changed = registration.news.changed() => return Ok(changed.is_ok()),
+                ready = shared.fd.readable() => {
+                    let mut ready = ready.map_err(failed)?;
+                    shared.drain().map_err(failed)?;
+                    ready.clear_ready();
+                }
+                () = tokio::time::sleep_until(deadline) => return Ok(false),
+            }
+        }
+    }
+}
+
+/// Whether an event may mean that the newest version changed.
+fn matters(events: ReadFlags, name: Option<&[u8]>) -> bool {
+    let lost = ReadFlags::QUEUE_OVERFLOW
+        | ReadFlags::IGNORED
+        | ReadFlags::DELETE_SELF
+        | ReadFlags::MOVE_SELF
+        | ReadFlags::UNMOUNT;
+    if events.intersects(lost) {
+        return true;
+    }
+    let name = name.map(std::os::unix::ffi::OsStrExt::from_bytes);
+    events.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO)
+        && name.is_some_and(|n: &std::ffi::OsStr| parse_version(n).is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_version_files_and_the_directory_itself_matter() {
+        assert!(matters(ReadFlags::CREATE, Some(b"~00000000000000000042")));
+        assert!(matters(ReadFlags::MOVED_TO, Some(b"~00000000000000000042")));
+        assert!(!matters(ReadFlags::DELETE, Some(b"~00000000000000000001")), "collection wakes nobody");
+        assert!(!matters(ReadFlags::CREATE, Some(b"~tmp-0123456789abcdef")));
+        assert!(!matters(ReadFlags::DELETE, Some(b"~tmp-0123456789abcdef")));
+        assert!(!matters(ReadFlags::CREATE | ReadFlags::ISDIR, Some(b"child")));
+        assert!(matters(ReadFlags::DELETE_SELF, None));
+        assert!(matters(ReadFlags::QUEUE_OVERFLOW, None));
+        assert!(matters(ReadFlags::IGNORED, None));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waits_share_one_instance_and_leave_no_watch_behind() {
+        use crate::backend::{Backend, Put, PutMode};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b = FileBackend::new(dir.path()).with_fsync(false);
+        let Put::Done(v1) = b.put_blocking("k", b"one", &PutMode::Create).expect("create") else { panic!("conflict") };
+        // A long wait and a short one on the same directory: the short one ends
+        // without taking the long one's watch with it.
+        let (b2, seen) = (b.clone(), v1.clone());
+        let long = tokio::spawn(async move { b2.watch("k", Some(&seen), Duration::from_secs(20)).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!b.watch("k", Some(&v1), Duration::from_millis(100)).await.expect("short wait"));
+        b.put_blocking("k", b"two", &PutMode::Update(v1)).expect("update");
+        let woken = tokio::time::timeout(Duration::from_secs(5), long).await.expect("woken").expect("join");
+        assert!(woken.expect("long wait"), "the long wait saw the new version");
+        let shared = lock(&b.inotify).clone().expect("one instance, kept");
+        assert!(lock(&shared.watches).is_empty(), "no watch is left once nobody waits");
+    }
+
+    #[test]
+    fn network_mounts_are_known_by_type() {
+        for t in ["nfs", "nfs4", "cifs", "fuse.sshfs", "fuse", "ceph", "9p"] {
+            assert!(network_fstype(t), "{t}");
+        }
+        for t in ["ext4", "xfs", "btrfs", "tmpfs", "overlay", "fuseblk"] {
+            assert!(!network_fstype(t), "{t}");
+        }
+    }
+}
