@@ -55,7 +55,9 @@
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
@@ -149,11 +151,8 @@ pub(super) struct Shared {
 /// The store's instance, created by the first wait.
 pub(super) type Slot = Arc<Mutex<Option<Arc<Shared>>>>;
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Shared {
+    #[allow(unsafe_code)]
     fn new() -> std::io::Result<Self> {
         let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)?;
         // SAFETY: `register_with_interest` needs the descriptor to stay open, and
@@ -166,7 +165,7 @@ impl Shared {
     /// Watches `dir` (an open directory, through `/proc/self/fd`).
     fn add(self: &Arc<Self>, dir: &impl AsFd) -> rustix::io::Result<Registration> {
         let through = format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd());
-        let mut watches = lock(&self.watches);
+        let mut watches = self.watches.lock();
         let wd = inotify::add_watch(self.fd.get_ref(), &through, mask())?;
         let entry = watches.entry(wd).or_insert_with(|| (0, tokio::sync::watch::Sender::new(0)));
         entry.0 += 1;
@@ -183,12 +182,12 @@ impl Shared {
             match reader.next() {
                 Ok(event) if event.events().contains(ReadFlags::QUEUE_OVERFLOW) => {
                     // Events were lost: everyone looks again.
-                    for (_, news) in lock(&self.watches).values() {
+                    for (_, news) in self.watches.lock().values() {
                         news.send_modify(|n| *n += 1);
                     }
                 }
                 Ok(event) if matters(event.events(), event.file_name().map(|n| n.to_bytes())) => {
-                    if let Some((_, news)) = lock(&self.watches).get(&event.wd()) {
+                    if let Some((_, news)) = self.watches.lock().get(&event.wd()) {
                         news.send_modify(|n| *n += 1);
                     }
                 }
@@ -210,7 +209,7 @@ pub(super) struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let mut watches = lock(&self.shared.watches);
+        let mut watches = self.shared.watches.lock();
         if let Some(entry) = watches.get_mut(&self.wd) {
             entry.0 -= 1;
             if entry.0 == 0 {
@@ -241,7 +240,7 @@ impl FileBackend {
 
     /// The store's inotify instance, created on first use.
     fn shared(&self) -> Result<Arc<Shared>> {
-        let mut slot = lock(&self.inotify);
+        let mut slot = self.inotify.lock();
         if let Some(shared) = &*slot {
             return Ok(shared.clone());
         }
@@ -330,7 +329,7 @@ impl FileBackend {
         let failed = |e: std::io::Error| {
             // The instance is unusable (its runtime has gone?): the next wait
             // makes a new one.
-            let mut slot = lock(&self.inotify);
+            let mut slot = self.inotify.lock();
             if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &shared)) {
                 *slot = None;
             }
@@ -397,8 +396,8 @@ mod tests {
         b.put_blocking("k", b"two", &PutMode::Update(v1)).expect("update");
         let woken = tokio::time::timeout(Duration::from_secs(5), long).await.expect("woken").expect("join");
         assert!(woken.expect("long wait"), "the long wait saw the new version");
-        let shared = lock(&b.inotify).clone().expect("one instance, kept");
-        assert!(lock(&shared.watches).is_empty(), "no watch is left once nobody waits");
+        let shared = b.inotify.lock().clone().expect("one instance, kept");
+        assert!(shared.watches.lock().is_empty(), "no watch is left once nobody waits");
     }
 
     #[test]
