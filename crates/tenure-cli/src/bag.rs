@@ -512,10 +512,7 @@ fn at(ms: u64) -> String {
 
 /// [`at`] for JSON: `null` past the year 9999.
 fn at_json(ms: u64) -> serde_json::Value {
-    if ms > MAX_TIME_MS {
-        return serde_json::Value::Null;
-    }
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string().into()
+    tenure::report::rfc3339_ms(ms).map_or(serde_json::Value::Null, Into::into)
 }
 
 /// One JSON line as tenure prints it: `"schema_version": 1` at the top, and

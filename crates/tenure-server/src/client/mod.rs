@@ -414,7 +414,13 @@ impl TenureStore {
     /// server's `--max-lease` (from its hello): the server would refuse it on
     /// every attempt, and the user should hear it in their own terms.
     async fn check_ttls(&self, server: usize, ttls: impl Iterator<Item = Duration>) -> Result<()> {
-        let max = self.server_info(server).await?.max_lease;
+        // Known since the connection's hello: no second connection lookup per
+        // acquisition, except before the first.
+        let known = self.endpoints[server].info.lock().map(|i| i.max_lease);
+        let max = match known {
+            Some(max) => max,
+            None => self.server_info(server).await?.max_lease,
+        };
         match ttls.max().filter(|&ttl| ttl > max) {
             Some(ttl) => Err(Error::InvalidOptions {
                 reason: format!(
