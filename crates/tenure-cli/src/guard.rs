@@ -203,7 +203,7 @@ impl Guard {
     #[allow(unsafe_code)]
     fn run_command(&mut self, args: &GuardArgs) -> u8 {
         let stdin = rustix::stdio::stdin();
-        let foreground = if args.foreground { rustix::termios::tcgetpgrp(stdin).ok() } else { None };
+        let foreground = if args.foreground { crate::supervise::foreground_group(stdin) } else { None };
         let Some((program, rest)) = args.command.split_first() else {
             self.send("failed 64 no command given");
             return exit::USAGE;
@@ -243,7 +243,7 @@ impl Guard {
             Err(_) => None,
         };
         if let Some(original) = foreground
-            && rustix::termios::tcgetpgrp(stdin).is_ok_and(|now| now != original)
+            && crate::supervise::foreground_group(stdin).is_some_and(|now| now != original)
         {
             // SIGTTOU is ignored, so the guard may take the terminal back from the
             // background; fails harmlessly if tenure's group is gone.

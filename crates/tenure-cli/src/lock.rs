@@ -572,7 +572,7 @@ fn owns_terminal() -> bool {
     let (stdin, stdout) = (rustix::stdio::stdin(), rustix::stdio::stdout());
     rustix::termios::isatty(stdin)
         && rustix::termios::isatty(stdout)
-        && rustix::termios::tcgetpgrp(stdin).is_ok_and(|fg| fg == rustix::process::getpgrp())
+        && crate::supervise::own_group().is_some_and(|mine| crate::supervise::foreground_group(stdin) == Some(mine))
 }
 
 /// Whether `program` can be started, as a shell decides: `Err((127, …))` if not

@@ -143,6 +143,24 @@ pub(crate) fn set_disposition(sig: i32, ignore: bool) {
     }
 }
 
+/// This process's group, or `None` when its leader lies outside our PID
+/// namespace (a container entered without a session of its own): the kernel
+/// then reports 0, which rustix's non-zero `Pid` cannot hold.
+#[allow(unsafe_code)]
+pub(crate) fn own_group() -> Option<Pid> {
+    // SAFETY: getpgrp(2) takes no arguments and cannot fail.
+    Pid::from_raw(unsafe { libc::getpgrp() })
+}
+
+/// The foreground process group of the terminal on `fd`: `None` when `fd` is
+/// not our controlling terminal, or when that group lies outside our PID
+/// namespace (reported as 0, as for [`own_group`]).
+#[allow(unsafe_code)]
+pub(crate) fn foreground_group(fd: std::os::fd::BorrowedFd<'_>) -> Option<Pid> {
+    // SAFETY: tcgetpgrp(3) reads no memory of ours; a bad descriptor is an error.
+    Pid::from_raw(unsafe { libc::tcgetpgrp(std::os::fd::AsRawFd::as_raw_fd(&fd)) })
+}
+
 pub(crate) fn kill_group(pgid: Pid, sig: Signal) {
     // ESRCH: the group is already gone, which is what we want.
     let _ = rustix::process::kill_process_group(pgid, sig);

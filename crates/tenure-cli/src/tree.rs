@@ -156,7 +156,7 @@ mod tests {
         assert!(signal_descendants(me, None, &[Signal::CONT]) >= 1);
         assert!(tree_has_live(pid));
         // In our own group, so not a leaver of it; a leaver of any other group.
-        let mine = rustix::process::getpgrp();
+        let mine = crate::supervise::own_group().expect("the test's group is in our namespace");
         assert_eq!(stat(pid).map(|st| st.pgrp), Some(mine.as_raw_nonzero().get()));
         let before = signal_leavers(me, mine, &[Signal::CONT]);
         assert!(signal_leavers(me, Pid::from_raw(i32::MAX).expect("pid"), &[Signal::CONT]) > before);

@@ -51,11 +51,23 @@ fn start_detaching(store: &FileStore, name: &str, flags: &[&str], script: &str) 
         .expect("spawn tenure lock")
 }
 
+/// The session of `pid`, as `/proc` reports it: 0 when its leader lies outside
+/// our PID namespace (CI runners may start tests so), which `getsid` wrappers
+/// that promise a non-zero pid cannot return.
+fn session(pid: u32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp session …`; comm may hold spaces and parentheses.
+    stat.rsplit_once(") ")?.1.split(' ').nth(3)?.parse().ok()
+}
+
 /// Both detached processes left the command's group and session.
 fn assert_detached(pids: &[u32], tenure: u32) {
-    let session = |pid: u32| rustix::process::getsid(rustix::process::Pid::from_raw(pid as i32)).ok();
+    let theirs = session(tenure);
+    assert!(theirs.is_some(), "no session for tenure ({tenure})");
     for &p in pids {
-        assert_ne!(session(p), session(tenure), "process {p} did not leave tenure's session");
+        let mine = session(p);
+        assert!(mine.is_some(), "no session for process {p}");
+        assert_ne!(mine, theirs, "process {p} did not leave tenure's session");
     }
 }
 
