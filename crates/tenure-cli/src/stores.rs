@@ -101,8 +101,8 @@ pub(crate) async fn open(url: &str, opts: &OpenOptions) -> tenure::Result<Arc<dy
         #[cfg(not(feature = "etcd"))]
         "etcd" => Err(tenure::Error::InvalidStore {
             url: url.into(),
-            reason: "this tenure was built without etcd: rebuild it with `--features etcd` \
-                     (e.g. `cargo install --path crates/tenure-cli --features etcd`; needs protoc)"
+            reason: "this tenure was built without etcd (its default features were turned off): \
+                     rebuild it with `--features etcd`, e.g. `cargo install --path crates/tenure-cli`"
                 .into(),
         }),
         other => Err(tenure::Error::InvalidStore {

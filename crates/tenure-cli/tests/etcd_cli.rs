@@ -40,12 +40,16 @@ impl Etcd {
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        use tenure_etcd::etcd_client::{Client, DeleteOptions};
+        use tenure_etcd::proto::etcdserverpb::DeleteRangeRequest;
+        use tenure_etcd::rpc::{Connect, Etcd, prefix_end};
         let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         let (endpoint, prefix) = (self.endpoint.clone(), format!("{}/", self.prefix));
         rt.block_on(async move {
-            if let Ok(mut c) = Client::connect([endpoint], None).await {
-                let _ = c.delete(prefix, Some(DeleteOptions::new().with_prefix())).await;
+            let how = Connect { connect_timeout: std::time::Duration::from_secs(3), ..Connect::default() };
+            if let Ok(c) = Etcd::connect(&[endpoint], &how).await {
+                let range_end = prefix_end(prefix.as_bytes());
+                let req = DeleteRangeRequest { key: prefix.into_bytes(), range_end, ..DeleteRangeRequest::default() };
+                let _ = c.kv().delete_range(req).await;
             }
         });
     }
@@ -110,8 +114,11 @@ fn an_unreachable_etcd_exits_69_naming_the_store() {
 
 #[test]
 fn a_malformed_etcd_url_exits_64_saying_what_is_wrong() {
-    for (url, why) in [("etcd://127.0.0.1:2379", "no key prefix"), ("etcd://127.0.0.1:2379/x?tls=1", "unknown option")]
-    {
+    for (url, why) in [
+        ("etcd://127.0.0.1:2379", "no key prefix"),
+        ("etcd://127.0.0.1:2379/x?tlz=1", "unknown option"),
+        ("etcd://127.0.0.1:2379/x?ca_file=/ca.pem", "add tls=true"),
+    ] {
         let out = run(&mut lock(url, "x", &[], &["true"]), LIMIT);
         assert_eq!(out.status.code(), Some(64), "{url}: {}", stderr(&out));
         assert!(stderr(&out).contains(why), "{url}: {}", stderr(&out));

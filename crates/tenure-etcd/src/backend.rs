@@ -8,11 +8,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, WatchOptions};
+use futures::StreamExt;
 use tenure::backend::check_key;
 use tenure::{Backend, Clock, ClockExt, Error, OpenOptions, Put, PutMode, PutOptions, Result, Stored, Version};
+use tonic::Status;
 
 use crate::leases::{LeasePool, LeaseRpc};
+use crate::proto::etcdserverpb::{
+    LeaseGrantRequest, RangeRequest, RangeResponse, ResponseHeader, TxnRequest, WatchCreateRequest, WatchRequest,
+    watch_request,
+};
+use crate::rpc::{self, Etcd};
 use crate::url::EtcdUrl;
 
 /// Appended to a record's etcd key to name its shadow: the persistent copy of
@@ -24,11 +30,13 @@ pub const SHADOW_SUFFIX: &str = "~~last";
 pub struct EtcdBackend {
     url: String,
     endpoints: String,
-    client: Client,
+    client: Etcd,
     /// `<prefix>/`.
     root: String,
     clock: Arc<dyn Clock>,
     timeout: Duration,
+    /// Whether the endpoints speak TLS (for the hints in errors).
+    tls: bool,
     leases: LeasePool,
 }
 
@@ -50,8 +58,7 @@ const UNAUTHENTICATED: i32 = 16;
 /// Whether etcd refused us for a reason retrying cannot fix: bad credentials,
 /// missing permissions, authentication not enabled. (Other codes, such as
 /// FailedPrecondition, also carry transient errors like "not leader".)
-fn refused(e: &etcd_client::Error) -> bool {
-    let etcd_client::Error::GRpcStatus(s) = e else { return false };
+fn refused(s: &Status) -> bool {
     let code = s.code() as i32;
     code == PERMISSION_DENIED || code == UNAUTHENTICATED || s.message().contains("authentication")
 }
@@ -70,24 +77,18 @@ impl EtcdBackend {
         let s = &parsed.settings;
         // Requests are timed by this backend (see `timed`), not by tonic, so that
         // a timeout says which request and which endpoints.
-        let mut connect = ConnectOptions::new()
-            .with_connect_timeout(s.connect_timeout)
-            // Fail fast on a member cut off from its cluster instead of hanging.
-            .with_require_leader(true)
-            // HTTP/2 pings find dead connections; etcd refuses pings more often
-            // than every 5 s, and any ping on a connection without streams.
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            .with_keep_alive_while_idle(false);
-        if let Some((user, password)) = &s.credentials {
-            connect = connect.with_user(user.clone(), password.clone()).with_auto_token_refresh(true);
-        }
+        let tls = match &s.tls {
+            Some(tls) => Some(tls.read().map_err(|reason| Error::InvalidStore { url: url.clone(), reason })?),
+            None => None,
+        };
+        let connect = rpc::Connect { connect_timeout: s.connect_timeout, tls, credentials: s.credentials.clone() };
         let endpoints = parsed.endpoints_display();
         let op = || format!("connecting to etcd at {endpoints}");
         // Only authentication talks to etcd here; the connections are made lazily.
         let limit = s.connect_timeout + s.request_timeout;
-        let client = match tokio::time::timeout(limit, Client::connect(parsed.endpoints.clone(), Some(connect))).await {
+        let client = match tokio::time::timeout(limit, Etcd::connect(&parsed.endpoints, &connect)).await {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(fail(url, op(), e)),
+            Ok(Err(e)) => return Err(failed_to_connect(url, s.tls.is_some(), op(), e)),
             Err(_) => return Err(Error::store(url, op(), format!("no answer within {}", human(limit)))),
         };
         let backend = Self {
@@ -97,9 +98,13 @@ impl EtcdBackend {
             root: format!("{}/", parsed.prefix),
             clock: opts.clock.clone(),
             timeout: s.request_timeout,
+            tls: s.tls.is_some(),
             leases: LeasePool::default(),
         };
-        backend.range(&op, &backend.root, Some(GetOptions::new().with_prefix().with_count_only())).await?;
+        let count = RangeRequest { count_only: true, ..rpc::range_prefix(&backend.root) };
+        if let Err(e) = backend.try_range(&op, count).await? {
+            return Err(failed_to_connect(url, backend.tls, op(), e));
+        }
         Ok(backend)
     }
 
@@ -109,23 +114,29 @@ impl EtcdBackend {
     }
 
     /// The etcd client, for tools that need raw access to the same cluster.
-    pub fn client(&self) -> &Client {
+    pub fn client(&self) -> &Etcd {
         &self.client
     }
 
     /// Runs one etcd request under the request timeout, keeping etcd's error.
     /// `attempt` makes the request; it is made again (within the same timeout)
-    /// after errors that `resend` allows.
-    async fn timed<T, F: Future<Output = std::result::Result<T, etcd_client::Error>>>(
+    /// after errors that `resend` allows, and once after a new authentication
+    /// when etcd says our token expired (it refused the request unapplied).
+    async fn timed<T, F: Future<Output = std::result::Result<T, Status>>>(
         &self,
         op: &(dyn Fn() -> String + Sync),
         resend: Resend,
         mut attempt: impl FnMut() -> F,
-    ) -> Result<std::result::Result<T, etcd_client::Error>> {
+    ) -> Result<std::result::Result<T, Status>> {
         let run = async {
-            let mut resent = 0;
+            let (mut resent, mut reauthenticated) = (0, false);
             loop {
                 match attempt().await {
+                    Err(e) if !reauthenticated && self.client.token_expired(&e) => {
+                        reauthenticated = true;
+                        tracing::debug!(store = %self.url, op = %op(), "our etcd token expired; authenticating again");
+                        self.client.authenticate().await?;
+                    }
                     Err(e) if resent < MAX_RESENDS && resend.allows(&e) => {
                         resent += 1;
                         tracing::debug!(store = %self.url, op = %op(), error = %e, "resending an etcd request");
@@ -146,17 +157,21 @@ impl EtcdBackend {
 
     /// One linearizable `Range`, resent on any "unavailable" error (reads are
     /// idempotent).
-    async fn range(
+    async fn range(&self, op: &(dyn Fn() -> String + Sync), req: RangeRequest) -> Result<RangeResponse> {
+        self.try_range(op, req).await?.map_err(|e| fail(&self.url, self.tls, op(), e))
+    }
+
+    /// [`range`](Self::range), keeping etcd's error.
+    async fn try_range(
         &self,
         op: &(dyn Fn() -> String + Sync),
-        key: &str,
-        opts: Option<GetOptions>,
-    ) -> Result<etcd_client::GetResponse> {
+        req: RangeRequest,
+    ) -> Result<std::result::Result<RangeResponse, Status>> {
         let attempt = || {
-            let (mut kv, opts) = (self.client.kv_client(), opts.clone());
-            async move { kv.get(key, opts).await }
+            let (mut kv, req) = (self.client.kv(), req.clone());
+            async move { kv.range(req).await.map(tonic::Response::into_inner) }
         };
-        self.timed(op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, op(), e))
+        self.timed(op, Resend::Read, attempt).await
     }
 
     fn version(&self, key: &str, rev: i64) -> Result<Version> {
@@ -178,18 +193,18 @@ impl EtcdBackend {
         })
     }
 
-    fn header_revision(&self, key: &str, header: Option<&etcd_client::ResponseHeader>) -> Result<Version> {
-        let rev = header.map_or(0, etcd_client::ResponseHeader::revision);
+    fn header_revision(&self, key: &str, header: Option<&ResponseHeader>) -> Result<Version> {
+        let rev = header.map_or(0, |h| h.revision);
         self.version(key, rev)
     }
 
     /// One `Range` of `k`: the revision up to which it is still at `seen` (its
     /// mod_revision, `None` for absent), or `None` if it has moved on.
     async fn unchanged_until(&self, k: &str, seen: Option<i64>) -> Result<Option<i64>> {
-        let opts = Some(GetOptions::new().with_keys_only());
-        let resp = self.range(&|| format!("reading key {k:?}"), k, opts).await?;
-        let now = resp.kvs().first().map(etcd_client::KeyValue::mod_revision);
-        let at = self.header_revision(k, resp.header())?.seq.unwrap_or(0);
+        let req = RangeRequest { keys_only: true, ..rpc::range(k) };
+        let resp = self.range(&|| format!("reading key {k:?}"), req).await?;
+        let now = resp.kvs.first().map(|kv| kv.mod_revision);
+        let at = self.header_revision(k, resp.header.as_ref())?.seq.unwrap_or(0);
         Ok((now == seen).then_some(i64::try_from(at).unwrap_or(i64::MAX)))
     }
 
@@ -204,14 +219,15 @@ impl EtcdBackend {
     }
 
     /// The transaction of one conditional write, and the etcd lease it attaches.
-    async fn txn(&self, k: &str, value: &Bytes, opts: &PutOptions) -> Result<(Txn, Option<i64>)> {
-        let mut when = vec![match &opts.mode {
-            PutMode::Create => Compare::create_revision(k, CompareOp::Equal, 0),
-            PutMode::Update(v) => Compare::mod_revision(k, CompareOp::Equal, self.revision_of(k, v)?),
+    async fn txn(&self, k: &str, value: &Bytes, opts: &PutOptions) -> Result<(TxnRequest, Option<i64>)> {
+        let mut compare = vec![match &opts.mode {
+            PutMode::Create => rpc::create_revision_is(k, 0),
+            PutMode::Update(v) => rpc::mod_revision_is(k, self.revision_of(k, v)?),
         }];
         let Some(d) = opts.expires_after else {
             // No expiry: the record is detached from any etcd lease and stays.
-            return Ok((Txn::new().when(when).and_then([TxnOp::put(k, value.to_vec(), None)]), None));
+            let success = vec![rpc::put_op(k, value.to_vec(), 0)];
+            return Ok((TxnRequest { compare, success, failure: Vec::new() }, None));
         };
         let shadow = format!("{k}{SHADOW_SUFFIX}");
         if opts.mode == PutMode::Create
@@ -221,12 +237,11 @@ impl EtcdBackend {
             // earlier write under this name happened at a revision below the new
             // token (see the crate docs, "Fencing tokens").
             let token = i64::try_from(token).unwrap_or(i64::MAX);
-            when.push(Compare::mod_revision(shadow.as_str(), CompareOp::Less, token));
+            compare.push(rpc::mod_revision_below(&shadow, token));
         }
         let lease = self.lease_for(k, d).await?;
-        let put = etcd_client::PutOptions::new().with_lease(lease);
-        let then = [TxnOp::put(k, value.to_vec(), Some(put)), TxnOp::put(shadow, value.to_vec(), None)];
-        Ok((Txn::new().when(when).and_then(then), Some(lease)))
+        let success = vec![rpc::put_op(k, value.to_vec(), lease), rpc::put_op(&shadow, value.to_vec(), 0)];
+        Ok((TxnRequest { compare, success, failure: Vec::new() }, Some(lease)))
     }
 }
 
@@ -236,8 +251,8 @@ fn new_token(value: &[u8]) -> Option<u64> {
 }
 
 /// Whether etcd refused a put because its lease does not exist (any more).
-fn lease_not_found(e: &etcd_client::Error) -> bool {
-    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("lease not found"))
+fn lease_not_found(s: &Status) -> bool {
+    s.message().contains("lease not found")
 }
 
 /// How many times one request is sent again after an error that allows it.
@@ -259,8 +274,7 @@ enum Resend {
 }
 
 impl Resend {
-    fn allows(self, e: &etcd_client::Error) -> bool {
-        let etcd_client::Error::GRpcStatus(s) = e else { return false };
+    fn allows(self, s: &Status) -> bool {
         if s.code() as i32 != UNAVAILABLE {
             return false;
         }
@@ -294,11 +308,67 @@ fn never_connected(message: &str, status: &(dyn std::error::Error + 'static)) ->
     false
 }
 
-fn fail(url: &str, op: String, e: etcd_client::Error) -> Error {
-    if refused(&e) {
-        Error::InvalidStore { url: url.to_string(), reason: format!("{op}: etcd refused: {e}") }
+fn fail(url: &str, tls: bool, op: String, e: Status) -> Error {
+    failure(url, op, &e, hint(tls, &e, false))
+}
+
+/// [`fail`] for the first request to the cluster, where a closed connection
+/// most likely means a TLS setting that does not match the server's.
+fn failed_to_connect(url: &str, tls: bool, op: String, e: Status) -> Error {
+    failure(url, op, &e, hint(tls, &e, true))
+}
+
+fn failure(url: &str, op: String, e: &Status, hint: Option<&str>) -> Error {
+    let text = match hint {
+        Some(hint) => format!("{}; {hint}", describe(e)),
+        None => describe(e),
+    };
+    if refused(e) {
+        Error::InvalidStore { url: url.to_string(), reason: format!("{op}: etcd refused: {text}") }
     } else {
-        Error::store(url, op, e)
+        Error::store(url, op, text)
+    }
+}
+
+/// A gRPC status as one sentence: etcd's message, then each underlying cause
+/// that adds something (tonic repeats its own "transport error").
+fn describe(s: &Status) -> String {
+    let mut text = s.message().to_string();
+    let mut cause = std::error::Error::source(s);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) && more != "transport error" {
+            text = if text.is_empty() || more.contains(&text) { more } else { format!("{text}: {more}") };
+        }
+        cause = c.source();
+    }
+    if text.is_empty() { s.code().description().to_string() } else { text }
+}
+
+/// What to do about a connection that failed the way a TLS mistake does; a
+/// closed connection counts only when `connecting` (later, a member that
+/// stopped closes connections too).
+fn hint(tls: bool, s: &Status, connecting: bool) -> Option<&'static str> {
+    let text = describe(s).to_lowercase();
+    if text.contains("certificate") || text.contains("unknownissuer") || text.contains("badsignature") {
+        Some(
+            "the server's certificate is not trusted under this name: give the CA that signed it in ca_file= \
+             (and server_name= if the certificate names another host)",
+        )
+    } else if tls && text.contains("handshake") {
+        Some("etcd did not answer the TLS handshake: if it speaks plain HTTP on this port, drop tls=true")
+    } else if !connecting
+        || !matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled)
+        || !["connection closed", "canceled", "reset", "broken pipe"].iter().any(|w| text.contains(w))
+    {
+        None
+    } else if tls {
+        Some(
+            "etcd closed the connection during TLS: if it asks for client certificates (--client-cert-auth), \
+             give cert_file= and key_file=",
+        )
+    } else {
+        Some("if etcd speaks TLS on this port, add tls=true (and ca_file= for a private CA)")
     }
 }
 
@@ -310,29 +380,27 @@ fn human(d: Duration) -> String {
 impl LeaseRpc for EtcdBackend {
     async fn keep_alive(&self, id: i64) -> Result<bool> {
         let op = || format!("refreshing our etcd lease {id:x} (LeaseKeepAlive)");
-        let attempt = || {
-            let mut leases = self.client.lease_client();
-            // One exchange is all we need: the stream is dropped at once.
-            async move { leases.keep_alive(id).await.map(drop) }
-        };
-        match self.timed(&op, Resend::Read, attempt).await? {
-            Ok(()) => Ok(true),
-            // etcd-client's way of saying etcd answered TTL 0: no such lease.
-            Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
-            Err(e) => Err(fail(&self.url, op(), e)),
-        }
+        let attempt = || self.client.keep_alive_once(id);
+        // TTL 0 (or less) is etcd's way of saying there is no such lease.
+        let ttl = self.timed(&op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, self.tls, op(), e))?;
+        Ok(ttl > 0)
     }
 
     async fn grant(&self, ttl_secs: u64) -> Result<(i64, Duration)> {
         let op = || format!("granting an etcd lease of {ttl_secs}s (LeaseGrant)");
         // A grant whose answer was lost leaves an unused lease that expires by
         // itself, so it is safe to send again.
+        let ttl = i64::try_from(ttl_secs).unwrap_or(i64::MAX);
         let attempt = || {
-            let mut leases = self.client.lease_client();
-            async move { leases.grant(i64::try_from(ttl_secs).unwrap_or(i64::MAX), None).await }
+            let mut leases = self.client.lease();
+            async move { leases.lease_grant(LeaseGrantRequest { ttl, id: 0 }).await.map(tonic::Response::into_inner) }
         };
-        let granted = self.timed(&op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, op(), e))?;
-        Ok((granted.id(), Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0))))
+        let granted = self.timed(&op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, self.tls, op(), e))?;
+        if !granted.error.is_empty() || granted.id == 0 {
+            let why = format!("etcd granted no lease: {:?}", granted.error);
+            return Err(Error::store(&self.url, op(), why));
+        }
+        Ok((granted.id, Duration::from_secs(u64::try_from(granted.ttl).unwrap_or(0))))
     }
 
     fn too_slow(&self, op: &str, left: Duration, needed: Duration) -> Error {
@@ -358,11 +426,11 @@ impl Backend for EtcdBackend {
     async fn get(&self, key: &str) -> Result<Option<Stored>> {
         check_key(key)?;
         let k = self.etcd_key(key);
-        let resp = self.range(&|| format!("reading key {k:?}"), &k, None).await?;
-        let Some(found) = resp.kvs().first() else { return Ok(None) };
+        let resp = self.range(&|| format!("reading key {k:?}"), rpc::range(&k)).await?;
+        let Some(found) = resp.kvs.into_iter().next() else { return Ok(None) };
         // etcd keeps no modification time; unreadable records are judged by how
         // long a contender has watched them instead.
-        Ok(Some(Stored::new(Bytes::copy_from_slice(found.value()), self.version(&k, found.mod_revision())?, None)))
+        Ok(Some(Stored::new(Bytes::from(found.value), self.version(&k, found.mod_revision)?, None)))
     }
 
     /// One `Txn`: compare, then put (with the shadow, when it expires); plus, now
@@ -375,11 +443,11 @@ impl Backend for EtcdBackend {
         loop {
             let (txn, lease) = self.txn(&k, &value, &opts).await?;
             let attempt = || {
-                let (mut kv, txn) = (self.client.kv_client(), txn.clone());
-                async move { kv.txn(txn).await }
+                let (mut kv, txn) = (self.client.kv(), txn.clone());
+                async move { kv.txn(txn).await.map(tonic::Response::into_inner) }
             };
             match self.timed(&op, Resend::Unsent, attempt).await? {
-                Ok(resp) if resp.succeeded() => return Ok(Put::Done(self.header_revision(&k, resp.header())?)),
+                Ok(resp) if resp.succeeded => return Ok(Put::Done(self.header_revision(&k, resp.header.as_ref())?)),
                 Ok(_) => return Ok(Put::Conflict),
                 // Our etcd lease expired under us (we were cut off for longer than
                 // its TTL): get a new one and write once more.
@@ -389,7 +457,7 @@ impl Backend for EtcdBackend {
                     }
                     retried = true;
                 }
-                Err(e) => return Err(fail(&self.url, op(), e)),
+                Err(e) => return Err(fail(&self.url, self.tls, op(), e)),
             }
         }
     }
@@ -398,13 +466,13 @@ impl Backend for EtcdBackend {
     /// (written by someone else, or not UTF-8) and shadows are left out.
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
         let start = format!("{}{prefix}", self.root);
-        let opts = GetOptions::new().with_prefix().with_keys_only();
-        let resp = self.range(&|| format!("listing keys under {start:?}"), &start, Some(opts)).await?;
+        let req = RangeRequest { keys_only: true, ..rpc::range_prefix(&start) };
+        let resp = self.range(&|| format!("listing keys under {start:?}"), req).await?;
         let under =
             |k: &str| prefix.is_empty() || k == prefix || k.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'));
-        let mut keys = Vec::with_capacity(resp.kvs().len());
-        for found in resp.kvs() {
-            let Some(key) = std::str::from_utf8(found.key()).ok().and_then(|k| k.strip_prefix(self.root.as_str()))
+        let mut keys = Vec::with_capacity(resp.kvs.len());
+        for found in &resp.kvs {
+            let Some(key) = std::str::from_utf8(&found.key).ok().and_then(|k| k.strip_prefix(self.root.as_str()))
             else {
                 continue;
             };
@@ -419,9 +487,9 @@ impl Backend for EtcdBackend {
     /// revision, and so every token, the vanished record ever had.
     async fn absent_floor(&self, key: &str) -> Result<u64> {
         let k = self.etcd_key(key);
-        let count = Some(GetOptions::new().with_count_only());
-        let resp = self.range(&|| format!("reading the revision for key {k:?}"), &k, count).await?;
-        Ok(self.header_revision(&k, resp.header())?.seq.unwrap_or(0))
+        let count = RangeRequest { count_only: true, ..rpc::range(&k) };
+        let resp = self.range(&|| format!("reading the revision for key {k:?}"), count).await?;
+        Ok(self.header_revision(&k, resp.header.as_ref())?.seq.unwrap_or(0))
     }
 
     /// One `Watch` of the key from the revision after `seen` (after a count-only
@@ -444,23 +512,29 @@ impl Backend for EtcdBackend {
             };
             loop {
                 let op = || format!("watching key {k:?} from revision {from}");
-                let opts = WatchOptions::new().with_start_revision(from);
+                let create =
+                    WatchCreateRequest { key: k.as_bytes().to_vec(), start_revision: from, ..Default::default() };
+                let request = WatchRequest { request_union: Some(watch_request::RequestUnion::CreateRequest(create)) };
                 let attempt = || {
-                    let (mut watches, opts, k) = (self.client.watch_client(), opts.clone(), k.clone());
-                    async move { watches.watch(k, Some(opts)).await }
+                    let mut watches = self.client.watch();
+                    // The request stream stays open for as long as we watch:
+                    // etcd ends a watch whose requests have ended.
+                    let ask = futures::stream::iter([request.clone()]).chain(futures::stream::pending());
+                    async move { watches.watch(ask).await.map(tonic::Response::into_inner) }
                 };
-                let mut stream = self.timed(&op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, op(), e))?;
+                let mut stream =
+                    self.timed(&op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, self.tls, op(), e))?;
                 loop {
                     match stream.message().await {
-                        Ok(Some(resp)) if !resp.events().is_empty() => return Ok(true),
-                        Ok(Some(resp)) if resp.canceled() && resp.compact_revision() > 0 => break,
-                        Ok(Some(resp)) if resp.canceled() => {
-                            let why = format!("etcd cancelled the watch: {}", resp.cancel_reason());
+                        Ok(Some(resp)) if !resp.events.is_empty() => return Ok(true),
+                        Ok(Some(resp)) if resp.canceled && resp.compact_revision > 0 => break,
+                        Ok(Some(resp)) if resp.canceled => {
+                            let why = format!("etcd cancelled the watch: {}", resp.cancel_reason);
                             return Err(Error::store(&self.url, op(), why));
                         }
                         Ok(Some(_)) => {} // "created" and progress notifications
                         Ok(None) => return Err(Error::store(&self.url, op(), "etcd closed the watch stream")),
-                        Err(e) => return Err(fail(&self.url, op(), e)),
+                        Err(e) => return Err(fail(&self.url, self.tls, op(), e)),
                     }
                 }
                 // History from `from` on is gone: read the key instead, and watch

@@ -7,6 +7,10 @@
 //! of etcd primitives: compare-and-swap on `mod_revision` in transactions, etcd
 //! leases, and watches. See [`url`] for the URL and its options.
 //!
+//! The gRPC client is this crate's own ([`rpc`], over the code in [`proto`]
+//! generated from etcd's protos and committed), so building it needs no
+//! protoc.
+//!
 //! # Layout
 //!
 //! Lease `deploy/prod` in store `etcd://…/locks` is the etcd key
@@ -101,9 +105,10 @@
 //! - **Compaction** of etcd's history is harmless: a watch whose start was
 //!   compacted away costs one extra `Range` to tell whether the key moved,
 //!   then watches on from there.
-//! - **TLS is not supported** by this build (it would add a second TLS stack);
-//!   use etcd on a trusted network or through a local TLS proxy. User and
-//!   password authentication is supported (`user=`, [`url::PASSWORD_ENV`]).
+//! - **TLS and authentication**: `tls=true` (with `ca_file=`, and `cert_file=`
+//!   / `key_file=` for client certificates), user and password (`user=`,
+//!   [`url::PASSWORD_ENV`]); a password goes only over TLS or to this machine
+//!   unless allowed (see [`url`]).
 //! - **Deleting a record by hand** (`etcdctl del`) is safe for tokens (the floor
 //!   is the current revision) but frees a held lease at once: don't.
 
@@ -111,6 +116,8 @@
 
 mod backend;
 mod leases;
+pub mod proto;
+pub mod rpc;
 pub mod url;
 
 use std::sync::Arc;
@@ -118,9 +125,6 @@ use std::sync::Arc;
 use tenure::{CasStore, LeaseStore, OpenOptions, Result};
 
 pub use backend::{EtcdBackend, SHADOW_SUFFIX};
-/// The etcd client crate, re-exported so that tools (such as the `tenure bench`
-/// anchor) talk to etcd with the same version.
-pub use etcd_client;
 pub use url::EtcdUrl;
 
 /// Opens an `etcd://` store: connects, checks that the cluster answers, and

@@ -12,9 +12,16 @@
 //! Credentials are never taken from the URL itself (URLs end up in logs and
 //! process lists): `user=` names the etcd user and the password comes from
 //! `password=` or, better, the `TENURE_ETCD_PASSWORD` environment variable.
-//! TLS is not supported by this build (see the crate docs).
+//! A password is sent only over TLS, or to endpoints on this machine, unless
+//! `allow_plaintext_auth=true`.
+//!
+//! TLS: `tls=true` speaks TLS to every endpoint, trusting the platform's roots
+//! or the CA certificates in `ca_file=PATH`; `cert_file=` and `key_file=` give
+//! a client certificate (etcd's `--client-cert-auth`); `server_name=` is the
+//! name checked in the server's certificate when it is not the endpoint's host.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tenure::{Error, LeaseName, Result};
@@ -34,6 +41,55 @@ pub struct Settings {
     pub request_timeout: Duration,
     /// Longest wait for a connection to an endpoint (`connect_timeout=`, default 3s).
     pub connect_timeout: Duration,
+    /// TLS to every endpoint (`tls=true` and the files it uses).
+    pub tls: Option<Tls>,
+}
+
+/// What `tls=true` uses: file names, read when connecting.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tls {
+    /// CA certificates (PEM) to trust instead of the platform's roots.
+    pub ca_file: Option<PathBuf>,
+    /// A client certificate chain (PEM) and its key.
+    pub client: Option<(PathBuf, PathBuf)>,
+    /// The name to check in the server's certificate.
+    pub server_name: Option<String>,
+}
+
+/// The most a certificate or key file may hold.
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+impl Tls {
+    /// Reads the files, size-capped, without following a FIFO or device.
+    ///
+    /// # Errors
+    /// Which file cannot be read, and why.
+    pub fn read(&self) -> std::result::Result<crate::rpc::TlsFiles, String> {
+        let ca = self.ca_file.as_deref().map(|p| pem("ca_file", p)).transpose()?;
+        let identity = match &self.client {
+            Some((cert, key)) => Some((pem("cert_file", cert)?, pem("key_file", key)?)),
+            None => None,
+        };
+        Ok(crate::rpc::TlsFiles { ca, identity, server_name: self.server_name.clone() })
+    }
+}
+
+fn pem(key: &str, path: &Path) -> std::result::Result<Vec<u8>, String> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| format!("{key}={}: cannot read it: {e}", path.display());
+    let meta = std::fs::metadata(path).map_err(cannot)?;
+    if !meta.is_file() {
+        return Err(format!("{key}={}: not a regular file", path.display()));
+    }
+    let mut out = Vec::new();
+    std::fs::File::open(path).map_err(cannot)?.take(MAX_PEM_BYTES + 1).read_to_end(&mut out).map_err(cannot)?;
+    if out.len() as u64 > MAX_PEM_BYTES {
+        return Err(format!("{key}={}: larger than 1 MiB, which no certificate or key is", path.display()));
+    }
+    if !out.windows(11).any(|w| w == b"-----BEGIN ") {
+        return Err(format!("{key}={}: not PEM (no -----BEGIN line)", path.display()));
+    }
+    Ok(out)
 }
 
 impl std::fmt::Debug for Settings {
@@ -42,13 +98,19 @@ impl std::fmt::Debug for Settings {
             .field("user", &self.credentials.as_ref().map(|(u, _)| u))
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("tls", &self.tls)
             .finish()
     }
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { credentials: None, request_timeout: Duration::from_secs(5), connect_timeout: Duration::from_secs(3) }
+        Self {
+            credentials: None,
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(3),
+            tls: None,
+        }
     }
 }
 
@@ -63,7 +125,8 @@ pub struct EtcdUrl {
     pub settings: Settings,
 }
 
-const KNOWN: &str = "user, password, timeout, connect_timeout";
+const KNOWN: &str =
+    "user, password, timeout, connect_timeout, tls, ca_file, cert_file, key_file, server_name, allow_plaintext_auth";
 
 impl EtcdUrl {
     /// Parses `url`, with `params` (from `--store-opt`) overriding its query.
@@ -96,7 +159,7 @@ impl EtcdUrl {
         if authority.is_empty() {
             return Err(invalid("no endpoint: expected etcd://host:port[,host:port…]/prefix".into()));
         }
-        let endpoints = authority
+        let hosts = authority
             .split(',')
             .enumerate()
             .map(|(i, e)| endpoint(e).map_err(|why| invalid(format!("endpoint {} ({e:?}): {why}", i + 1))))
@@ -118,13 +181,23 @@ impl EtcdUrl {
             merged.insert(k.to_string(), v.to_string());
         }
         merged.extend(params.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let settings = settings(&merged, env).map_err(invalid)?;
+        let (settings, allow_plaintext_auth) = settings(&merged, env).map_err(invalid)?;
+        let plaintext_password = settings.credentials.is_some() && settings.tls.is_none() && !allow_plaintext_auth;
+        if plaintext_password && let Some((host, _)) = hosts.iter().find(|(host, _)| !is_loopback(host)) {
+            return Err(invalid(format!(
+                "a password would cross the network in plain text to {host}: use tls=true, \
+                 or allow_plaintext_auth=true on a network you trust"
+            )));
+        }
+        let scheme = if settings.tls.is_some() { "https" } else { "http" };
+        let endpoints = hosts.iter().map(|(host, port)| format!("{scheme}://{host}:{port}")).collect();
         Ok(Self { endpoints, prefix: prefix.to_string(), settings })
     }
 
     /// The endpoints as `host:port`, for messages.
     pub fn endpoints_display(&self) -> String {
-        self.endpoints.iter().map(|e| e.trim_start_matches("http://")).collect::<Vec<_>>().join(",")
+        let bare = |e: &str| e.split_once("://").map_or(e, |(_, rest)| rest).to_string();
+        self.endpoints.iter().map(|e| bare(e)).collect::<Vec<_>>().join(",")
     }
 }
 
@@ -145,8 +218,14 @@ pub fn redacted(url: &str) -> String {
     out
 }
 
-/// `host[:port]` → `http://host:port`.
-fn endpoint(e: &str) -> std::result::Result<String, String> {
+/// Whether `host` names this machine: `localhost`, 127.0.0.0/8 or `::1`.
+fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost" || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `host[:port]` → `(host, port)`.
+fn endpoint(e: &str) -> std::result::Result<(String, u16), String> {
     if e.is_empty() {
         return Err("is empty (a doubled or trailing ',')".into());
     }
@@ -181,16 +260,22 @@ fn endpoint(e: &str) -> std::result::Result<String, String> {
             Ok(p) => p,
         },
     };
-    Ok(format!("http://{host}:{port}"))
+    Ok((host, port))
 }
 
+/// The settings, and whether a password may travel in plain text.
 fn settings(
     params: &BTreeMap<String, String>,
     env: impl Fn(&str) -> Option<String>,
-) -> std::result::Result<Settings, String> {
+) -> std::result::Result<(Settings, bool), String> {
     let mut s = Settings::default();
-    let mut user = None;
-    let mut password = None;
+    let (mut user, mut password) = (None, None);
+    let (mut tls, mut allow_plaintext_auth) = (false, false);
+    let (mut ca_file, mut cert_file, mut key_file, mut server_name) = (None, None, None, None);
+    let file = |k: &str, v: &str| match v {
+        "" => Err(format!("{k}= is empty: give the path of a PEM file")),
+        v => Ok(Some(PathBuf::from(v))),
+    };
     for (k, v) in params {
         match k.as_str() {
             "user" if !v.is_empty() => user = Some(v.clone()),
@@ -198,9 +283,26 @@ fn settings(
             "timeout" => s.request_timeout = duration(k, v)?,
             "connect_timeout" => s.connect_timeout = duration(k, v)?,
             "user" => return Err("user= is empty".into()),
+            "tls" => tls = flag(k, v)?,
+            "allow_plaintext_auth" => allow_plaintext_auth = flag(k, v)?,
+            "ca_file" => ca_file = file(k, v)?,
+            "cert_file" => cert_file = file(k, v)?,
+            "key_file" => key_file = file(k, v)?,
+            "server_name" if !v.is_empty() => server_name = Some(v.clone()),
+            "server_name" => return Err("server_name= is empty".into()),
             other => return Err(format!("unknown option {other:?} (known: {KNOWN})")),
         }
     }
+    let client = match (cert_file, key_file) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => return Err("cert_file= and key_file= go together: give both, or neither".into()),
+    };
+    let tls_options = ca_file.is_some() || client.is_some() || server_name.is_some();
+    if tls_options && !tls {
+        return Err("ca_file, cert_file, key_file and server_name are TLS options: add tls=true".into());
+    }
+    s.tls = tls.then_some(Tls { ca_file, client, server_name });
     s.credentials = match (user, password) {
         (None, None) => None,
         (None, Some(_)) => return Err("a password is given without user=: add user=NAME".into()),
@@ -210,7 +312,15 @@ fn settings(
             None => return Err(format!("user={u} needs a password: set {PASSWORD_ENV} (or the password option)")),
         },
     };
-    Ok(s)
+    Ok((s, allow_plaintext_auth))
+}
+
+fn flag(key: &str, v: &str) -> std::result::Result<bool, String> {
+    match v {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(format!("{key}={v} is not true or false")),
+    }
 }
 
 fn duration(key: &str, v: &str) -> std::result::Result<Duration, String> {
@@ -268,7 +378,12 @@ mod tests {
             ("etcd://root:secret@127.0.0.1:2379/locks", "credentials in the URL"),
             ("etcd://h/locks?timeout=fast", "not a duration"),
             ("etcd://h/locks?timeout=0s", "more than zero"),
-            ("etcd://h/locks?tls=on", "unknown option \"tls\""),
+            ("etcd://h/locks?tls=maybe", "not true or false"),
+            ("etcd://h/locks?tlsx=1", "unknown option \"tlsx\""),
+            ("etcd://h/locks?ca_file=/ca.pem", "add tls=true"),
+            ("etcd://h/locks?tls=true&cert_file=/c.pem", "go together"),
+            ("etcd://h/locks?tls=true&ca_file=", "is empty"),
+            ("etcd://db.example:2379/locks?user=u&password=p", "plain text to db.example"),
             ("etcd://h/locks?user", "not key=value"),
             ("etcd://h/locks?password=x", "without user="),
             ("etcd://h/locks?user=alice", "TENURE_ETCD_PASSWORD"),
@@ -298,11 +413,59 @@ mod tests {
     fn store_options_override_the_query_and_the_password_comes_from_the_environment() {
         let params = BTreeMap::from([("timeout".to_string(), "250ms".to_string())]);
         let env = |v: &str| (v == PASSWORD_ENV).then(|| "s3cret".to_string());
-        let u = EtcdUrl::parse_with_env("etcd://h:1/p?timeout=9s&user=alice&connect_timeout=1s", &params, env)
-            .expect("valid");
+        let u = EtcdUrl::parse_with_env(
+            "etcd://h:1/p?timeout=9s&user=alice&connect_timeout=1s&allow_plaintext_auth=true",
+            &params,
+            env,
+        )
+        .expect("valid");
         assert_eq!(u.settings.request_timeout, Duration::from_millis(250));
         assert_eq!(u.settings.connect_timeout, Duration::from_secs(1));
         assert_eq!(u.settings.credentials, Some(("alice".into(), "s3cret".into())));
         assert!(!format!("{u:?}").contains("s3cret"), "the password never shows in debug output");
+    }
+
+    #[test]
+    fn tls_speaks_https_to_every_endpoint_with_the_files_given() {
+        let u = parse("etcd://a:1,b/p?tls=true&ca_file=/ca.pem&cert_file=/c.pem&key_file=/k.pem&server_name=etcd")
+            .expect("valid");
+        assert_eq!(u.endpoints, ["https://a:1", "https://b:2379"]);
+        assert_eq!(u.endpoints_display(), "a:1,b:2379");
+        let tls = u.settings.tls.expect("tls");
+        assert_eq!(tls.ca_file.as_deref(), Some(Path::new("/ca.pem")));
+        assert_eq!(tls.client, Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem"))));
+        assert_eq!(tls.server_name.as_deref(), Some("etcd"));
+        assert_eq!(parse("etcd://a/p?tls=false").expect("valid").settings.tls, None);
+    }
+
+    #[test]
+    fn a_password_crosses_the_network_only_over_tls_unless_allowed() {
+        let env = |v: &str| (v == PASSWORD_ENV).then(|| "pw".to_string());
+        let none = BTreeMap::new();
+        let ok = |url: &str| EtcdUrl::parse_with_env(url, &none, env).map(|u| u.settings.credentials.is_some());
+        assert_eq!(ok("etcd://127.0.0.1,localhost,[::1]/p?user=u").ok(), Some(true), "this machine");
+        assert_eq!(ok("etcd://db:2379/p?user=u&tls=true").ok(), Some(true), "over TLS");
+        assert_eq!(ok("etcd://db:2379/p?user=u&allow_plaintext_auth=true").ok(), Some(true), "allowed");
+        let refused = ok("etcd://127.0.0.1,db/p?user=u").expect_err("one endpoint elsewhere");
+        assert!(refused.to_string().contains("plain text to db"), "{refused}");
+    }
+
+    #[test]
+    fn certificate_files_are_read_capped_and_must_be_pem() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (good, text, big) = (dir.path().join("ca.pem"), dir.path().join("ca.txt"), dir.path().join("big.pem"));
+        std::fs::write(&good, "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n").expect("write");
+        std::fs::write(&text, "not a certificate").expect("write");
+        std::fs::write(&big, vec![b'-'; (MAX_PEM_BYTES + 1) as usize]).expect("write");
+        let read = |p: &Path| Tls { ca_file: Some(p.to_path_buf()), ..Tls::default() }.read().map(|f| f.ca);
+        assert!(read(&good).expect("PEM").is_some());
+        for (path, want) in
+            [(&text, "not PEM"), (&big, "larger than 1 MiB"), (&dir.path().to_path_buf(), "not a regular file")]
+        {
+            let e = read(path).expect_err("refused");
+            assert!(e.contains("ca_file=") && e.contains(want), "{e}");
+        }
+        let e = read(&dir.path().join("missing.pem")).expect_err("refused");
+        assert!(e.contains("cannot read it"), "{e}");
     }
 }

@@ -32,8 +32,7 @@ impl Harness for Etcd {
     }
     /// Overwrites the record with a plain put, as a foreign writer would.
     async fn corrupt(&self, name: &str, bytes: &[u8]) -> bool {
-        let mut raw = self.scratch.raw.clone();
-        raw.put(self.scratch.key(name), bytes, None).await.expect("raw put");
+        self.scratch.raw.put(self.scratch.key(name), bytes).await.expect("raw put");
         true
     }
 }

@@ -48,9 +48,8 @@ async fn crashed_holder(store: &Arc<dyn LeaseStore>, name: &str) -> Grant {
 
 /// The etcd lease a key is attached to (0: none), or `None` if the key is absent.
 async fn lease_of(s: &Scratch, key: &str) -> Option<i64> {
-    let mut raw = s.raw.clone();
-    let resp = raw.get(key, None).await.expect("raw get");
-    resp.kvs().first().map(|kv| kv.lease())
+    let resp = s.raw.get(key).await.expect("raw get");
+    resp.kvs.first().map(|kv| kv.lease)
 }
 
 /// A store whose clock never moves: it can only take over a lease when etcd
@@ -108,8 +107,7 @@ async fn a_create_racing_a_vanished_record_cannot_repeat_its_token() {
     assert_eq!(fast.get("r").await.expect("get"), None);
     let fast_token = fast.absent_floor("r").await.expect("floor") + 1;
     assert!(matches!(fast.put("r", record(fast_token), expiring()).await.expect("put"), Put::Done(_)));
-    let mut raw = s.raw.clone();
-    raw.delete(s.key("r"), None).await.expect("raw delete");
+    s.raw.delete(&s.key("r")).await.expect("raw delete");
 
     // The slow creator's token would not exceed the vanished one's: refused.
     assert!(slow_floor < fast_token);
@@ -152,8 +150,7 @@ async fn a_holder_whose_etcd_lease_is_revoked_learns_it_lost_and_the_store_recov
     let lease = c.try_acquire("r", &LeaseOptions::exclusive().with_ttl(TTL)).await.expect("acquire");
     let etcd_lease = lease_of(&s, &s.key("r")).await.expect("exists");
     // As if etcd had expired it while we were cut off: the record goes with it.
-    let mut raw = s.raw.clone();
-    raw.lease_revoke(etcd_lease).await.expect("revoke");
+    s.raw.lease_revoke(etcd_lease).await.expect("revoke");
     let reason = tokio::time::timeout(PATIENCE, lease.lost()).await.expect("the holder must learn it lost the lease");
     match &reason {
         tenure::LossReason::Stolen { detail } => assert!(detail.contains("disappeared"), "{detail}"),
@@ -184,7 +181,7 @@ async fn release_detaches_the_record_from_its_etcd_lease_so_its_history_stays() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_under_the_prefix_is_reported_naming_store_and_key_never_a_panic() {
     let Some(s) = scratch("garbage").await else { return };
-    let mut raw = s.raw.clone();
+    let raw = s.raw.clone();
     let junk: &[u8] = b"\xff\x00 not a record";
     for (key, value) in [
         (s.key("junk").into_bytes(), junk),
@@ -195,7 +192,7 @@ async fn garbage_under_the_prefix_is_reported_naming_store_and_key_never_a_panic
         (s.key("newer").into_bytes(), br#"{"tenure": 99, "name": "newer", "last_token": 1}"#),
         (s.key("f~fence").into_bytes(), junk),
     ] {
-        raw.put(key, value, None).await.expect("raw put");
+        raw.put(key, value).await.expect("raw put");
     }
     let store = open(&s.url, &open_options()).await;
     let c = Client::new(store.clone());
@@ -345,12 +342,12 @@ async fn a_watch_whose_history_was_compacted_away_keeps_waiting_and_still_sees_t
     let Put::Done(seen) = b.put("c", Bytes::from_static(b"v1"), PutOptions::create()).await.expect("put") else {
         panic!("a fresh key is created");
     };
-    let mut raw = s.raw.clone();
+    let raw = s.raw.clone();
     for i in 0..3 {
-        raw.put(s.key("other"), format!("{i}"), None).await.expect("put other");
+        raw.put(s.key("other"), format!("{i}")).await.expect("put other");
     }
-    let now = raw.get(s.key("other"), None).await.expect("get").header().expect("header").revision();
-    raw.compact(now, None).await.expect("compact");
+    let now = raw.get(&s.key("other")).await.expect("get").header.expect("header").revision;
+    raw.compact(now).await.expect("compact");
 
     // Watching from just after `seen` now starts in compacted history: the key
     // has not changed, so the watch must wait out its timeout, not report a change.

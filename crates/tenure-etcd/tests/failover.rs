@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tenure::{Client, Error, FencedRecord, Health, LeaseOptions};
 use tenure_conformance::{MAX_SKEW, server_from_env};
-use tenure_etcd::etcd_client::Client as Raw;
+use tenure_etcd::proto::etcdserverpb::{MemberListRequest, StatusRequest};
 use tokio::sync::{oneshot, watch};
 
-use common::{Scratch, open_options};
+use common::{Raw, Scratch, open_options};
 
 const TTL: Duration = Duration::from_secs(5);
 /// Generous real-time bound for things that take a few seconds.
@@ -59,17 +59,19 @@ impl Drop for Restart {
 /// The leader's member name, asked of every member that answers.
 async fn leader(endpoints: &[String]) -> Option<String> {
     for ep in endpoints {
-        let Ok(Ok(mut c)) = tokio::time::timeout(Duration::from_secs(3), Raw::connect([ep], None)).await else {
+        let Ok(Ok(c)) = tokio::time::timeout(Duration::from_secs(3), Raw::connect(std::slice::from_ref(ep))).await
+        else {
             continue;
         };
         let (Ok(Ok(status)), Ok(Ok(members))) = (
-            tokio::time::timeout(Duration::from_secs(3), c.status()).await,
-            tokio::time::timeout(Duration::from_secs(3), c.member_list()).await,
+            tokio::time::timeout(Duration::from_secs(3), c.0.maintenance().status(StatusRequest {})).await,
+            tokio::time::timeout(Duration::from_secs(3), c.0.cluster().member_list(MemberListRequest::default())).await,
         ) else {
             continue;
         };
-        if let Some(m) = members.members().iter().find(|m| m.id() == status.leader()) {
-            return Some(m.name().to_string());
+        let (status, members) = (status.into_inner(), members.into_inner());
+        if let Some(m) = members.members.iter().find(|m| m.id == status.leader) {
+            return Some(m.name.clone());
         }
     }
     None
@@ -252,11 +254,12 @@ async fn stopping_the_leader_while_a_lease_is_held_keeps_or_loses_it_cleanly_and
 async fn leader_after_restart(eps: &[String]) -> bool {
     let mut leaders = Vec::new();
     for ep in eps {
-        let Ok(Ok(mut c)) = tokio::time::timeout(Duration::from_secs(3), Raw::connect([ep], None)).await else {
+        let Ok(Ok(c)) = tokio::time::timeout(Duration::from_secs(3), Raw::connect(std::slice::from_ref(ep))).await
+        else {
             return false;
         };
-        match tokio::time::timeout(Duration::from_secs(3), c.status()).await {
-            Ok(Ok(status)) => leaders.push(status.leader()),
+        match tokio::time::timeout(Duration::from_secs(3), c.0.maintenance().status(StatusRequest {})).await {
+            Ok(Ok(status)) => leaders.push(status.into_inner().leader),
             _ => return false,
         }
     }

@@ -127,7 +127,7 @@ fn a_password_after_a_second_question_mark_is_not_shown() {
 async fn listing_planted_etcd_keys_returns_only_valid_keys_under_the_prefix() {
     let Some(endpoints) = server_from_env("TENURE_TEST_ETCD") else { return };
     let scratch = common::Scratch::new(&endpoints, "fuzz-list").await;
-    let mut raw = scratch.raw.clone();
+    let raw = scratch.raw.clone();
     let mut runner = proptest::test_runner::TestRunner::new(config(20));
     let names = proptest::collection::vec("[a-z0-9._~/-]{1,12}|\\.\\.|~lease|a~~b|[^/]{1,4}", 1..10);
     let mut cases = Vec::new();
@@ -138,12 +138,12 @@ async fn listing_planted_etcd_keys_returns_only_valid_keys_under_the_prefix() {
     let backend = scratch.backend().await;
     let root = format!("{}/", scratch.prefix);
     for (i, planted) in cases.iter().enumerate() {
-        let _ = raw.delete(root.clone(), Some(tenure_etcd::etcd_client::DeleteOptions::new().with_prefix())).await;
+        let _ = raw.delete_prefix(&root).await;
         for name in planted {
-            raw.put(format!("{root}{name}"), "{}", None).await.expect("plant a key");
+            raw.put(format!("{root}{name}"), "{}").await.expect("plant a key");
         }
         // A sibling prefix (`<prefix>x/...`) must never be listed.
-        raw.put(format!("{}x/a", scratch.prefix), "{}", None).await.expect("plant a sibling");
+        raw.put(format!("{}x/a", scratch.prefix), "{}").await.expect("plant a sibling");
         for prefix in ["", "a", "a/b"] {
             let keys = backend.list(prefix).await.expect("list");
             let expected: BTreeMap<&str, ()> = planted
@@ -155,6 +155,6 @@ async fn listing_planted_etcd_keys_returns_only_valid_keys_under_the_prefix() {
             let got: BTreeMap<&str, ()> = keys.iter().map(|k| (k.as_str(), ())).collect();
             assert_eq!(got, expected, "case {i}, prefix {prefix:?}, planted {planted:?}");
         }
-        let _ = raw.delete(format!("{}x/a", scratch.prefix), None).await;
+        let _ = raw.delete(&format!("{}x/a", scratch.prefix)).await;
     }
 }

@@ -20,14 +20,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
-use tenure_etcd::etcd_client::{Client, LockOptions};
+use tenure_etcd::proto::etcdserverpb::{LeaseGrantRequest, LeaseRevokeRequest, StatusRequest};
+use tenure_etcd::proto::v3lockpb::{LockRequest, UnlockRequest};
+use tenure_etcd::rpc::{Connect, Etcd};
 
 use super::{Op, Target};
 use crate::exit::Fail;
 
 pub(crate) struct EtcdLock {
     endpoint: String,
-    client: Client,
+    client: Etcd,
     ttl: Duration,
     run: String,
     /// Per worker: its etcd lease and when it was last refreshed.
@@ -46,13 +48,11 @@ impl EtcdLock {
             bail!(Fail::usage(format!("expected etcd-lock://host:port[,host:port…], got {url}")));
         }
         let endpoints: Vec<String> = hosts.split(',').map(|h| format!("http://{h}")).collect();
-        let client = tokio::time::timeout(Duration::from_secs(10), Client::connect(&endpoints, None))
-            .await
-            .with_context(|| format!("connecting to etcd at {hosts}: no answer within 10s"))?
-            .with_context(|| format!("connecting to etcd at {hosts}"))?;
+        let how = Connect { connect_timeout: Duration::from_secs(10), ..Connect::default() };
+        let client = Etcd::connect(&endpoints, &how).await.with_context(|| format!("connecting to etcd at {hosts}"))?;
         // The client connects lazily: ask once, so an etcd that is not there is
         // found here (and the anchor skipped), not in the middle of a run.
-        tokio::time::timeout(Duration::from_secs(10), client.clone().status())
+        tokio::time::timeout(Duration::from_secs(10), client.maintenance().status(StatusRequest {}))
             .await
             .with_context(|| format!("asking etcd at {hosts} for its status: no answer within 10s"))?
             .with_context(|| format!("asking etcd at {hosts} for its status"))?;
@@ -73,15 +73,19 @@ impl EtcdLock {
     /// Worker `w`'s etcd lease, refreshed when half its TTL has passed.
     async fn session(&self, w: usize) -> Result<i64> {
         let current = self.sessions().get(w).copied().flatten();
-        let mut client = self.client.clone();
         let since = Instant::now();
         let lease = match current {
             Some((lease, since)) if since.elapsed() < self.ttl / 2 => return Ok(lease),
             Some((lease, _)) => {
-                client.lease_keep_alive(lease).await.context("refreshing the bench's etcd lease")?;
+                self.client.keep_alive_once(lease).await.context("refreshing the bench's etcd lease")?;
                 lease
             }
-            None => client.lease_grant(self.ttl.as_secs() as i64, None).await.context("granting an etcd lease")?.id(),
+            None => {
+                let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
+                let mut leases = self.client.lease();
+                let grant = leases.lease_grant(LeaseGrantRequest { ttl, id: 0 }).await;
+                grant.context("granting an etcd lease")?.into_inner().id
+            }
         };
         let mut sessions = self.sessions();
         if sessions.len() <= w {
@@ -108,14 +112,13 @@ impl Target for EtcdLock {
 
     async fn hold(&self, w: usize) -> Result<()> {
         let lease = self.session(w).await?;
-        let mut client = self.client.clone();
-        let name = format!("tenure-bench-lock/{}/handover", self.run);
-        let locked = client.lock(name, Some(LockOptions::new().with_lease(lease))).await?;
+        let name = format!("tenure-bench-lock/{}/handover", self.run).into_bytes();
+        let locked = self.client.lock().lock(LockRequest { name, lease }).await?.into_inner();
         let mut keys = self.locked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if keys.len() <= w {
             keys.resize(w + 1, None);
         }
-        keys[w] = Some(locked.key().to_vec());
+        keys[w] = Some(locked.key);
         Ok(())
     }
 
@@ -124,7 +127,7 @@ impl Target for EtcdLock {
             let mut keys = self.locked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             keys.get_mut(w).and_then(Option::take).context("unlocking a lock the bench client does not hold")?
         };
-        self.client.clone().unlock(key).await?;
+        self.client.lock().unlock(UnlockRequest { key }).await?;
         Ok(())
     }
 
@@ -134,18 +137,20 @@ impl Target for EtcdLock {
 
     async fn op(&self, w: usize) -> Result<()> {
         let lease = self.session(w).await?;
-        let mut client = self.client.clone();
-        let name = format!("tenure-bench-lock/{}/w{w}", self.run);
-        let locked = client.lock(name, Some(LockOptions::new().with_lease(lease))).await?;
-        client.unlock(locked.key()).await?;
+        let name = format!("tenure-bench-lock/{}/w{w}", self.run).into_bytes();
+        let locked = self.client.lock().lock(LockRequest { name, lease }).await?.into_inner();
+        self.client.lock().unlock(UnlockRequest { key: locked.key }).await?;
         Ok(())
     }
 
     async fn teardown(&self) -> Result<()> {
         let leases: Vec<i64> = self.sessions().drain(..).flatten().map(|(l, _)| l).collect();
-        let mut client = self.client.clone();
-        for lease in leases {
-            client.lease_revoke(lease).await.context("revoking the bench's etcd lease")?;
+        for id in leases {
+            self.client
+                .lease()
+                .lease_revoke(LeaseRevokeRequest { id })
+                .await
+                .context("revoking the bench's etcd lease")?;
         }
         Ok(())
     }

@@ -12,14 +12,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use tenure_etcd::proto::etcdserverpb::{LeaseGrantRequest, LeaseRevokeRequest, TxnRequest};
+use tenure_etcd::rpc::{self, Connect, Etcd};
 
 use super::{Op, Target};
 use crate::exit::Fail;
 
 pub(crate) struct EtcdRaw {
     endpoint: String,
-    client: Client,
+    client: Etcd,
     ttl_secs: i64,
     run: String,
 }
@@ -30,8 +31,10 @@ impl EtcdRaw {
             bail!(Fail::usage("the etcd-raw anchor measures acquire+release cycles only (--op cycle)"));
         }
         let endpoint = format!("http://{}", url.trim_start_matches("etcd-raw://").trim_end_matches('/'));
-        let client =
-            Client::connect([endpoint.as_str()], None).await.with_context(|| format!("connecting to {endpoint}"))?;
+        let how = Connect { connect_timeout: Duration::from_secs(10), ..Connect::default() };
+        let client = Etcd::connect(std::slice::from_ref(&endpoint), &how)
+            .await
+            .with_context(|| format!("connecting to {endpoint}"))?;
         Ok(Self { endpoint, client, ttl_secs: ttl.as_secs().max(1) as i64, run: tenure::random_nonce() })
     }
 }
@@ -47,16 +50,18 @@ impl Target for EtcdRaw {
     }
 
     async fn op(&self, w: usize) -> Result<()> {
-        let mut client = self.client.clone();
         let key = format!("tenure-bench/{}/w{w}", self.run);
-        let lease = client.lease_grant(self.ttl_secs, None).await?.id();
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.as_str(), self.run.as_str(), Some(PutOptions::new().with_lease(lease)))]);
-        if !client.txn(txn).await?.succeeded() {
+        let id =
+            self.client.lease().lease_grant(LeaseGrantRequest { ttl: self.ttl_secs, id: 0 }).await?.into_inner().id;
+        let txn = TxnRequest {
+            compare: vec![rpc::create_revision_is(&key, 0)],
+            success: vec![rpc::put_op(&key, self.run.clone().into_bytes(), id)],
+            failure: Vec::new(),
+        };
+        if !self.client.kv().txn(txn).await?.into_inner().succeeded {
             bail!("etcd key {key} unexpectedly exists");
         }
-        client.lease_revoke(lease).await?;
+        self.client.lease().lease_revoke(LeaseRevokeRequest { id }).await?;
         Ok(())
     }
 }

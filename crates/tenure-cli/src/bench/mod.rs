@@ -276,10 +276,10 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
         "etcd-lock" => vec![Arc::new(etcd_lock::EtcdLock::connect(url, args.op, args.ttl).await?)],
         // An anchor is skipped (see `run`), a store is a usage error.
         #[cfg(not(feature = "etcd"))]
-        "etcd-raw" | "etcd-lock" => bail!("{scheme}:// needs a tenure built with --features etcd (which needs protoc)"),
+        "etcd-raw" | "etcd-lock" => bail!("{scheme}:// needs a tenure built with the etcd feature (on by default)"),
         #[cfg(not(feature = "etcd"))]
         "etcd" => {
-            bail!(Fail::usage(format!("{scheme}:// needs a tenure built with --features etcd (which needs protoc)")))
+            bail!(Fail::usage(format!("{scheme}:// needs a tenure built with the etcd feature (on by default)")))
         }
         #[cfg(feature = "server")]
         "core" => {

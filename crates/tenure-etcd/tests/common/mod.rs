@@ -4,11 +4,54 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tenure::{Backend, OpenOptions};
 use tenure_conformance::cas_options;
 use tenure_etcd::EtcdBackend;
-use tenure_etcd::etcd_client::{Client, DeleteOptions};
+use tenure_etcd::proto::etcdserverpb::{
+    CompactionRequest, DeleteRangeRequest, LeaseRevokeRequest, PutRequest, RangeResponse,
+};
+use tenure_etcd::rpc::{self, Etcd};
+
+/// Plain etcd requests, for setting up and inspecting what tests need.
+#[derive(Clone, Debug)]
+pub struct Raw(pub Etcd);
+
+impl Raw {
+    pub async fn connect(endpoints: &[String]) -> Result<Self, tonic::Status> {
+        let how = rpc::Connect { connect_timeout: Duration::from_secs(3), ..rpc::Connect::default() };
+        Etcd::connect(endpoints, &how).await.map(Self)
+    }
+
+    pub async fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<(), tonic::Status> {
+        let req = PutRequest { key: key.into(), value: value.into(), ..PutRequest::default() };
+        self.0.kv().put(req).await.map(drop)
+    }
+
+    pub async fn get(&self, key: &str) -> Result<RangeResponse, tonic::Status> {
+        self.0.kv().range(rpc::range(key)).await.map(tonic::Response::into_inner)
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<(), tonic::Status> {
+        let req = DeleteRangeRequest { key: key.as_bytes().to_vec(), ..DeleteRangeRequest::default() };
+        self.0.kv().delete_range(req).await.map(drop)
+    }
+
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<(), tonic::Status> {
+        let range_end = rpc::prefix_end(prefix.as_bytes());
+        let req = DeleteRangeRequest { key: prefix.as_bytes().to_vec(), range_end, ..DeleteRangeRequest::default() };
+        self.0.kv().delete_range(req).await.map(drop)
+    }
+
+    pub async fn lease_revoke(&self, id: i64) -> Result<(), tonic::Status> {
+        self.0.lease().lease_revoke(LeaseRevokeRequest { id }).await.map(drop)
+    }
+
+    pub async fn compact(&self, revision: i64) -> Result<(), tonic::Status> {
+        self.0.kv().compact(CompactionRequest { revision, physical: false }).await.map(drop)
+    }
+}
 
 /// `http://a:1,http://b:2` (as the test servers' variables give it) → `a:1,b:2`.
 pub fn hosts(endpoints: &str) -> String {
@@ -26,9 +69,9 @@ pub fn open_options() -> OpenOptions {
 }
 
 /// A raw etcd client on the same servers.
-pub async fn raw(endpoints: &str) -> Client {
+pub async fn raw(endpoints: &str) -> Raw {
     let eps: Vec<String> = endpoints.split(',').map(|e| e.trim().to_string()).collect();
-    Client::connect(eps, None).await.expect("connect a raw etcd client")
+    Raw::connect(&eps).await.expect("connect a raw etcd client")
 }
 
 /// One test's piece of etcd: its store URL, and everything under its prefix
@@ -36,7 +79,7 @@ pub async fn raw(endpoints: &str) -> Client {
 pub struct Scratch {
     pub url: String,
     pub prefix: String,
-    pub raw: Client,
+    pub raw: Raw,
 }
 
 impl Scratch {
@@ -69,11 +112,11 @@ impl Drop for Scratch {
         if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
             return;
         }
-        let mut raw = self.raw.clone();
+        let raw = self.raw.clone();
         let prefix = format!("{}/", self.prefix);
         tokio::task::block_in_place(|| {
             handle.block_on(async move {
-                let _ = raw.delete(prefix, Some(DeleteOptions::new().with_prefix())).await;
+                let _ = raw.delete_prefix(&prefix).await;
             });
         });
     }
