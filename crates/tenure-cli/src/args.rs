@@ -58,7 +58,11 @@ pub(crate) enum Command {
     #[cfg(feature = "bag")]
     Bag(crate::bag::BagArgs),
     /// Measure lease cycles per second and latency, next to raw anchors.
+    #[cfg(feature = "bench")]
     Bench(crate::bench::BenchArgs),
+    /// Measure lease cycles per second and latency (needs a build with `--features bench`).
+    #[cfg(not(feature = "bench"))]
+    Bench(NoBench),
     /// Print a shell completion script to stdout.
     #[command(after_help = COMPLETIONS_AFTER_HELP)]
     Completions(CompletionsArgs),
@@ -129,6 +133,14 @@ const MAN_AFTER_HELP: &str = "\
 Install:
   tenure man > ~/.local/share/man/man1/tenure.1
   tenure man --dir ~/.local/share/man/man1     (also tenure-lock.1, tenure-status.1, …)";
+
+/// `tenure bench` in a build without benchmarks: takes any arguments, to say so.
+#[cfg(not(feature = "bench"))]
+#[derive(Debug, clap::Args)]
+pub(crate) struct NoBench {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    rest: Vec<String>,
+}
 
 /// `tenure completions`.
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@
 mod args;
 #[cfg(feature = "bag")]
 mod bag;
+#[cfg(feature = "bench")]
 mod bench;
 mod exit;
 mod generate;
@@ -52,11 +53,13 @@ fn main() -> ExitCode {
     // everything else is one thread, which also keeps the child process of `lock`
     // tied to a thread that lives as long as the process.
     let mut builder = match &cli.command {
+        #[cfg(feature = "bench")]
         Command::Bench(_) => tokio::runtime::Builder::new_multi_thread(),
         #[cfg(feature = "server")]
         Command::Serve(_) => tokio::runtime::Builder::new_multi_thread(),
         _ => tokio::runtime::Builder::new_current_thread(),
     };
+    #[cfg(feature = "bench")]
     if let Command::Bench(args) = &cli.command {
         builder.worker_threads(args.threads.into());
     }
@@ -92,7 +95,14 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve::run(args).await,
         #[cfg(feature = "bag")]
         Command::Bag(args) => bag::run(args).await,
+        #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(args).await,
+        #[cfg(not(feature = "bench"))]
+        Command::Bench(_) => Err(exit::Fail::usage(
+            "this tenure was built without benchmarks: install it with \
+             `cargo install --path crates/tenure-cli --features bench`",
+        )
+        .into()),
         Command::Guard(_) | Command::Completions(_) | Command::Man(_) => {
             unreachable!("handled before the runtime starts")
         }

@@ -13,6 +13,8 @@
 //! answer (`redis://`, `etcd-lock://`, `etcd-raw://`) is skipped with a line
 //! saying so; the other targets still run.
 
+#[cfg(feature = "server")]
+mod core;
 #[cfg(feature = "etcd")]
 mod etcd_lock;
 #[cfg(feature = "etcd")]
@@ -283,7 +285,7 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
         }
         #[cfg(feature = "server")]
         "core" => {
-            vec![Arc::new(crate::serve::CoreTarget::new(args.clients.iter().copied().max().unwrap_or(1), args.ttl))]
+            vec![Arc::new(core::CoreTarget::new(args.clients.iter().copied().max().unwrap_or(1), args.ttl))]
         }
         "flock" => vec![Arc::new(handover::Flock::new(url.trim_start_matches("flock://")))],
         "fs-raw" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw://"), false, false)?)],
