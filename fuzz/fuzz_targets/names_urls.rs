@@ -6,18 +6,18 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path};
 
 use libfuzzer_sys::fuzz_target;
-use tenure::{LeaseName, OpenOptions};
+use tenure_core::{LeaseName, OpenOptions};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    if tenure::backend::check_key(text).is_ok() || LeaseName::new(text).is_ok() {
+    if tenure_core::backend::check_key(text).is_ok() || LeaseName::new(text).is_ok() {
         let joined = Path::new("/root").join(text);
         assert!(joined.components().skip(2).all(|c| matches!(c, Component::Normal(_))), "{text:?}");
     }
     if tenure_bag::frame::is_item_name(text, ".data") {
         assert!(!text.contains('/') && !text.starts_with('.'));
     }
-    let _ = tenure::store::file::open_with(text, &BTreeMap::new());
+    let _ = tenure_core::store::file::open_with(text, &BTreeMap::new());
     let _ = tenure_bag::fs::open(text);
     if !text.contains("auth_token_file") {
         let _ = tenure_server::TenureStore::new(text, &OpenOptions::default());

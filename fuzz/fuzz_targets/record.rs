@@ -6,9 +6,9 @@
 use std::sync::{Arc, LazyLock};
 
 use libfuzzer_sys::fuzz_target;
-use tenure::limits::{MAX_TIME_MS, MAX_TOKEN, MAX_TTL, millis};
-use tenure::record::{self, Ask, ClockJudge, Decision, LeaseRecord};
-use tenure::{Holder, Mode};
+use tenure_core::limits::{MAX_TIME_MS, MAX_TOKEN, MAX_TTL, millis};
+use tenure_core::record::{self, Ask, ClockJudge, Decision, LeaseRecord};
+use tenure_core::{Holder, Mode};
 
 static ME: LazyLock<Arc<Holder>> = LazyLock::new(|| Arc::new(Holder::current().with_nonce("fuzz")));
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::executor::block_on;
 use serde::Serialize;
-use tenure::{Clock, Error, ManualClock, Result, SystemClock};
+use tenure_core::{Clock, Error, ManualClock, Result, SystemClock};
 
 use crate::fs::FsStorage;
 use crate::layout::LogConfig;

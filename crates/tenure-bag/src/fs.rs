@@ -17,7 +17,7 @@
 //!
 //! Only the operations of seed 000's list are used; **no rename**, no locks, and
 //! nothing depends on permission bits. All of them go through
-//! [`tenure::store::fs::Dir`], the directory lease store's primitives (see
+//! [`tenure_core::store::fs::Dir`], the directory lease store's primitives (see
 //! "Entries tenure did not write" below).
 //!
 //! - *Create a bucket*: `mkdir` (the server decides; `EEXIST` is fine).
@@ -72,7 +72,7 @@
 //! # Deadlines
 //!
 //! Every operation runs on a thread of tokio's blocking pool with a deadline
-//! (`timeout=`, default 10 s; see [`tenure::store::offload`]): on a hung NFS or
+//! (`timeout=`, default 10 s; see [`tenure_core::store::offload`]): on a hung NFS or
 //! FUSE mount the caller gets an error at the deadline and the thread is
 //! abandoned. `io=inline` runs them on the calling task instead, without a
 //! deadline (benchmarks, tmpfs).
@@ -103,9 +103,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rustix::fs::{Mode, OFlags};
-use tenure::store::fs::{Dir, Kind, Opened, Read, close_checked, is_gone, write_all};
-use tenure::store::offload::{DEFAULT_TIMEOUT, Offload};
-use tenure::{Error, Result};
+use tenure_core::store::fs::{Dir, Kind, Opened, Read, close_checked, is_gone, write_all};
+use tenure_core::store::offload::{DEFAULT_TIMEOUT, Offload};
+use tenure_core::{Error, Result};
 
 use crate::layout::{LogConfig, MAX_CONFIG_BYTES, MAX_ITEM_BYTES, MAX_ITEMS, MAX_MANIFEST_BYTES, Manifest};
 use crate::protocol::{Listed, Loaded, Skipped, Slot, Wrote};

@@ -51,8 +51,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tenure::limits::{MAX_TIME_MS, millis};
-use tenure::{Client, ClockExt, Error, Grant, LeaseOptions, LeaseSet, LossReason, ReleaseRequest, Released, Result};
+use tenure_core::limits::{MAX_TIME_MS, millis};
+use tenure_core::{Client, ClockExt, Error, Grant, LeaseOptions, LeaseSet, LossReason, ReleaseRequest, Released, Result};
 
 use crate::frame::LeaseStamp;
 use crate::log::Writer;
@@ -182,7 +182,7 @@ impl Txn {
         }
         let ts = now.max(self.floor_ms);
         let grants = self.set.grants();
-        if let tenure::Health::Lost(reason) = self.set.health() {
+        if let tenure_core::Health::Lost(reason) = self.set.health() {
             let g = grants.first().ok_or_else(|| Error::InvalidOptions { reason: "no grants".into() })?;
             return Err(lost(g, reason));
         }

@@ -34,7 +34,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tenure::limits::{MAX_DURATION, MAX_TIME_MS, millis};
+use tenure_core::limits::{MAX_DURATION, MAX_TIME_MS, millis};
 
 /// Largest configuration file read.
 pub const MAX_CONFIG_BYTES: usize = 64 << 10;

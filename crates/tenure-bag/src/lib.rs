@@ -33,7 +33,7 @@
 //! operations, no rename) and [`object`] (one object per batch, conditional PUTs).
 //!
 //! ```no_run
-//! # async fn demo() -> tenure::Result<()> {
+//! # async fn demo() -> tenure_core::Result<()> {
 //! use tenure_bag::{BagOptions, Log, ReadOptions};
 //! let log = Log::open("/mnt/nfs/orders", BagOptions::default())?;
 //! let writer = log.writer(tenure_bag::Writer::unique_id("web1"))?;
@@ -72,7 +72,7 @@ pub use snapshot::CompactReport;
 
 use object_store::ObjectStore;
 use object_store::path::Path;
-use tenure::Result;
+use tenure_core::Result;
 
 /// Opens an object store by URL for a log (`s3://bucket/prefix`, `gs://…`,
 /// `az://…`), with settings such as `aws_endpoint` or `aws_access_key_id`, exactly

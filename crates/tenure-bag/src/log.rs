@@ -7,8 +7,8 @@ use std::time::Duration;
 use object_store::ObjectStore;
 use object_store::path::Path;
 use serde::Serialize;
-use tenure::limits::millis;
-use tenure::{Clock, ClockExt, Error, Result, SystemClock};
+use tenure_core::limits::millis;
+use tenure_core::{Clock, ClockExt, Error, Result, SystemClock};
 use tokio::sync::{Mutex, OnceCell, watch};
 use tokio::task::JoinHandle;
 

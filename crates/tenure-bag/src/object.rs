@@ -50,9 +50,9 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use tenure::{Error, Result};
+use tenure_core::{Error, Result};
 
-use tenure::limits::MAX_TIME_MS;
+use tenure_core::limits::MAX_TIME_MS;
 
 use crate::frame::MAX_FRAME;
 use crate::layout::{
@@ -130,7 +130,7 @@ impl ObjectStorage {
     /// absent): creates a probe object, requires a second create to be refused, then
     /// deletes it. Three requests, once per handle, before its first write.
     pub(crate) async fn check_create_if_absent(&self) -> Result<()> {
-        let key = self.key(&format!("~probe-{}", tenure::random_nonce()));
+        let key = self.key(&format!("~probe-{}", tenure_core::random_nonce()));
         let first = self.create(&key, Bytes::from_static(b"1")).await;
         let second = match first {
             Ok(_) => self.create(&key, Bytes::from_static(b"2")).await,

@@ -66,8 +66,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
-use tenure::limits::MAX_TIME_MS;
-use tenure::{Clock, Error, Result};
+use tenure_core::limits::MAX_TIME_MS;
+use tenure_core::{Clock, Error, Result};
 
 use crate::frame::{self, LeaseStamp, Message};
 use crate::layout::{LogConfig, Manifest};

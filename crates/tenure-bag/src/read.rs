@@ -20,8 +20,8 @@
 
 use futures::StreamExt;
 use serde::Serialize;
-use tenure::Result;
-use tenure::limits::MAX_TIME_MS;
+use tenure_core::Result;
+use tenure_core::limits::MAX_TIME_MS;
 
 use crate::frame::Message;
 use crate::layout::LogConfig;

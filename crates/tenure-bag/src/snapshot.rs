@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
-use tenure::{Error, Result};
+use tenure_core::{Error, Result};
 
 use crate::frame::{self, Cursor, LeaseStamp, Message};
 use crate::layout::{LogConfig, MAX_SNAPSHOT_BYTES};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Harness, T0, options, tree};
-use tenure::{Clock, ManualClock};
+use tenure_core::{Clock, ManualClock};
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{Batch, Decision, Log, ReadOptions};
 
@@ -102,7 +102,7 @@ async fn a_damaged_manifest_or_a_shrunken_data_file_is_a_clear_error() {
     let full = fs::read(&file).expect("read");
     fs::write(&file, &full[..full.len() - 1]).expect("shrink");
     let err = log.read(&ReadOptions::default()).await.expect_err("a file shorter than its manifest");
-    assert!(matches!(err, tenure::Error::Corrupt { .. }), "{err}");
+    assert!(matches!(err, tenure_core::Error::Corrupt { .. }), "{err}");
     fs::write(&file, &full).expect("restore");
     let manifest = dir.join("manifest");
     let mut text = fs::read(&manifest).expect("manifest");
@@ -111,7 +111,7 @@ async fn a_damaged_manifest_or_a_shrunken_data_file_is_a_clear_error() {
     let err = log.read(&ReadOptions::default()).await.expect_err("a damaged manifest");
     assert!(err.to_string().contains("manifest"), "{err}");
     fs::write(&manifest, b"").expect("empty");
-    assert!(matches!(log.read(&ReadOptions::default()).await, Err(tenure::Error::Corrupt { .. })));
+    assert!(matches!(log.read(&ReadOptions::default()).await, Err(tenure_core::Error::Corrupt { .. })));
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@
 //! `PROPTEST_CASES=50000 cargo nextest run -p tenure-bag --test fuzz_parsers`
 //! for a long run.
 
-#[path = "../../tenure/tests/fuzz_support/mod.rs"]
+#[path = "../../tenure-core/tests/fuzz_support/mod.rs"]
 mod fuzz_support;
 
 use std::sync::Arc;
@@ -246,7 +246,7 @@ fn manifest() -> BoxedStrategy<Manifest> {
 /// Manifests a closer can write: widths from 1 ms to 10 years, sizes up to an
 /// item's cap, buckets before the year 10000.
 fn manifest_in_range() -> BoxedStrategy<Manifest> {
-    let max_width = tenure::limits::millis(tenure::limits::MAX_DURATION);
+    let max_width = tenure_core::limits::millis(tenure_core::limits::MAX_DURATION);
     (
         1..=max_width,
         0u64..=1_000_000,
@@ -257,7 +257,7 @@ fn manifest_in_range() -> BoxedStrategy<Manifest> {
         ),
     )
         .prop_map(|(width_ms, k, items)| {
-            let bucket = (k * width_ms).min(tenure::limits::MAX_TIME_MS / width_ms * width_ms);
+            let bucket = (k * width_ms).min(tenure_core::limits::MAX_TIME_MS / width_ms * width_ms);
             Manifest { bucket, width_ms, items }
         })
         .boxed()

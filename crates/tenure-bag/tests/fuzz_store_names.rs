@@ -9,7 +9,7 @@
 //! `PROPTEST_CASES=2000 cargo nextest run -p tenure-bag --test fuzz_store_names`
 //! for a long run.
 
-#[path = "../../tenure/tests/fuzz_support/mod.rs"]
+#[path = "../../tenure-core/tests/fuzz_support/mod.rs"]
 mod fuzz_support;
 
 use std::fs;
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use fuzz_support::config;
 use proptest::prelude::*;
-use tenure::ManualClock;
+use tenure_core::ManualClock;
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{BagOptions, Batch, Log, LogConfig, ReadOptions};
 

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{T0, options, tree};
-use tenure::{Error, ManualClock};
+use tenure_core::{Error, ManualClock};
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{Batch, Decision, Log, Manifest, ReadOptions, ReadResult, Skipped};
 

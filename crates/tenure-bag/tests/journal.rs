@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{T0, options};
-use tenure::{Client, Clock, LeaseOptions, ManualClock, OpenOptions, ReleaseRequest};
+use tenure_core::{Client, Clock, LeaseOptions, ManualClock, OpenOptions, ReleaseRequest};
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{
     Batch, Journal, LeaseStamp, Log, ReadOptions, VerifiedWitness, ViolationKind, WitnessVerifier, audit,
@@ -19,7 +19,7 @@ fn journal(dir: &std::path::Path, store: &str, clock: &ManualClock, id: &str) ->
 
 fn journal_with_ttl(dir: &std::path::Path, store: &str, clock: &ManualClock, id: &str, ttl: Duration) -> Journal {
     let log = Log::on_fs(FsStorage::new(dir, false), options(clock.shared()));
-    let leases = tenure::open(store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
+    let leases = tenure_core::open(store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
     let opts = LeaseOptions::exclusive().with_ttl(ttl).with_timeout(Duration::from_secs(1));
     Journal::new(log.writer(id).expect("writer"), Client::new(leases), opts)
 }
@@ -88,7 +88,7 @@ async fn after_an_expired_predecessor_the_next_holder_first_closes_its_buckets()
 /// Waits (bounded, in real time) until `leases` shows no holder of `name`: a
 /// dropped grant is released in the background.
 async fn released(store: &str, clock: &ManualClock, name: &str) {
-    let leases = tenure::open(store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
+    let leases = tenure_core::open(store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
     let leases = Client::new(leases);
     for _ in 0..6_000 {
         if leases.inspect(name).await.expect("inspect").holders.is_empty() {
@@ -181,7 +181,7 @@ async fn a_watermark_past_the_deadline_fails_the_append_at_once_instead_of_waiti
     let store = unique_store();
     let clock = ManualClock::starting_at(T0);
     // A predecessor whose clock read ten years ahead released with its stamps.
-    let leases = tenure::open(&store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
+    let leases = tenure_core::open(&store, &OpenOptions::default().with_clock(clock.shared())).expect("lease store");
     let lease = Client::new(leases).acquire("acct/3", &LeaseOptions::exclusive()).await.expect("acquire");
     let far = T0 + 10 * 365 * 86_400_000;
     lease.release_with(ReleaseRequest { watermark_ms: Some(far), ..Default::default() }).await.expect("release");
@@ -190,7 +190,7 @@ async fn a_watermark_past_the_deadline_fails_the_append_at_once_instead_of_waiti
     assert_eq!(txn.floor_ms(), far + 1);
     // The manual clock never moves here: waiting for it would never end.
     let out = tokio::time::timeout(Duration::from_secs(30), txn.append(vec!["x".into()])).await.expect("no wait");
-    assert!(matches!(out, Err(tenure::Error::Lost { reason: tenure::LossReason::Expired, .. })), "{out:?}");
+    assert!(matches!(out, Err(tenure_core::Error::Lost { reason: tenure_core::LossReason::Expired, .. })), "{out:?}");
 }
 
 fn stamp(token: u64, deadline_ms: u64, watermark_ms: Option<u64>, witness: Option<&[u8]>) -> LeaseStamp {

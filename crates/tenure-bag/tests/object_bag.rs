@@ -11,7 +11,7 @@ use common::{Harness, T0, options};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, PutPayload};
-use tenure::{Clock, ManualClock};
+use tenure_core::{Clock, ManualClock};
 use tenure_bag::{Batch, Log, ReadOptions};
 
 /// The well-known development key of Azurite's `devstoreaccount1` (public).
@@ -134,7 +134,7 @@ async fn garbage_and_truncated_batch_objects_are_skipped_and_a_bad_manifest_is_a
     log.close(T0).await.expect("close");
     assert_eq!(log.read(&ReadOptions::default()).await.expect("read").messages.len(), 1);
     s.put(&format!("b/{T0:016}/manifest"), b"tenure-bag-manifest 1\nbucket 1 1000\nend 00000000\n").await;
-    assert!(matches!(log.read(&ReadOptions::default()).await, Err(tenure::Error::Corrupt { .. })));
+    assert!(matches!(log.read(&ReadOptions::default()).await, Err(tenure_core::Error::Corrupt { .. })));
 }
 
 /// `object_store` resends a PUT whose answer was lost; if the first attempt had
@@ -263,13 +263,13 @@ async fn writers_refuse_a_store_that_ignores_create_if_absent_and_readers_still_
     let log = s.log(clock.shared());
     let writer = log.writer("w").expect("writer");
     match writer.append(Batch::one(T0, "m")).await {
-        Err(e @ tenure::Error::Unsupported { .. }) => {
+        Err(e @ tenure_core::Error::Unsupported { .. }) => {
             assert!(e.to_string().contains("create-if-absent") && e.to_string().contains("--trust-store"), "{e}")
         }
         other => panic!("a store that ignores create-if-absent must be refused, got {other:?}"),
     }
     match log.close(T0).await {
-        Err(tenure::Error::Unsupported { .. }) => {}
+        Err(tenure_core::Error::Unsupported { .. }) => {}
         other => panic!("closing must be refused too, got {other:?}"),
     }
     assert!(log.read(&ReadOptions::default()).await.expect("readers never probe").messages.is_empty());

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{T0, options};
 use proptest::prelude::*;
-use tenure::{Clock, ManualClock};
+use tenure_core::{Clock, ManualClock};
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{Batch, Log, ReadOptions};
 

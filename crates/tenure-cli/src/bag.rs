@@ -411,7 +411,7 @@ async fn append(a: AppendArgs) -> Result<ExitCode> {
     let writer = log.writer(Writer::unique_id(&writer_prefix(a.writer.as_deref())))?;
     let journal = match &a.lease_store {
         Some(url) => {
-            let store = crate::stores::open(url, &OpenOptions::default())
+            let store = tenure::open(url, &OpenOptions::default())
                 .await
                 .with_context(|| format!("opening lease store {url}"))?;
             let opts = LeaseOptions::exclusive().with_ttl(a.ttl);

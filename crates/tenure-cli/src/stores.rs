@@ -78,50 +78,11 @@ impl StoreArgs {
 
     /// Opens the store (its errors name it already).
     pub(crate) async fn open(&self) -> Result<Arc<dyn LeaseStore>> {
-        Ok(open(&self.url, &self.open_options()).await?)
+        Ok(tenure::open(&self.url, &self.open_options()).await?)
     }
 
     /// Opens the store for reading only: nothing is written, not even a probe.
     pub(crate) async fn open_read_only(&self) -> Result<Arc<dyn LeaseStore>> {
-        Ok(open(&self.url, &self.open_options().read_only()).await?)
+        Ok(tenure::open(&self.url, &self.open_options().read_only()).await?)
     }
-}
-
-/// Opens any store this build knows.
-pub(crate) async fn open(url: &str, opts: &OpenOptions) -> tenure::Result<Arc<dyn LeaseStore>> {
-    let scheme = url.split_once("://").map_or("file", |(s, _)| s);
-    match scheme {
-        "file" | "memory" => tenure::open(url, opts),
-        #[cfg(feature = "object")]
-        "s3" | "s3a" | "gs" | "gcs" | "az" | "azure" | "abfs" | "abfss" => tenure_object::open(url, opts).await,
-        #[cfg(feature = "server")]
-        "tenure" => tenure_server::open(url, opts).await,
-        #[cfg(feature = "etcd")]
-        "etcd" => tenure_etcd::open(url, opts).await,
-        #[cfg(not(feature = "etcd"))]
-        "etcd" => Err(tenure::Error::InvalidStore {
-            url: url.into(),
-            reason: "this tenure was built without etcd (its default features were turned off): \
-                     rebuild it with `--features etcd`, e.g. `cargo install --path crates/tenure-cli`"
-                .into(),
-        }),
-        other => Err(tenure::Error::InvalidStore {
-            url: url.into(),
-            reason: format!("unknown store scheme {other:?} in this build (known: {})", known_schemes()),
-        }),
-    }
-}
-
-fn known_schemes() -> String {
-    let mut known = vec!["file://", "a plain path", "memory://"];
-    if cfg!(feature = "object") {
-        known.extend(["s3://", "gs://", "az://"]);
-    }
-    if cfg!(feature = "server") {
-        known.push("tenure://");
-    }
-    if cfg!(feature = "etcd") {
-        known.push("etcd://");
-    }
-    known.join(", ")
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::{Backend, CasOptions, Clock, ManualClock};
+use tenure_core::{Backend, CasOptions, Clock, ManualClock};
 
 pub use paced::{Paced, RENEWAL_WAIT};
 pub use suite::*;
@@ -46,7 +46,7 @@ impl Time {
     pub fn clock(&self) -> Arc<dyn Clock> {
         match self {
             Time::Manual(c) => c.shared(),
-            Time::Real => tenure::SystemClock::shared(),
+            Time::Real => tenure_core::SystemClock::shared(),
         }
     }
 }
@@ -55,7 +55,7 @@ impl Time {
 #[async_trait]
 pub trait Harness: Send + Sync {
     /// A new handle on the same storage, as a separate process would have.
-    async fn store(&self) -> Arc<dyn tenure::LeaseStore>;
+    async fn store(&self) -> Arc<dyn tenure_core::LeaseStore>;
 
     /// How time moves.
     fn time(&self) -> Time;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use tenure::{
+use tenure_core::{
     AcquireRequest, AllAttempt, Attempt, Backend, BreakNote, Busy, Clock, Grant, LeaseName, LeaseState, LeaseStore,
     ReleaseRequest, Released, Result,
 };

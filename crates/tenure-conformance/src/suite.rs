@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tenure::{
+use tenure_core::{
     AcquireRequest, Attempt, Backend, BreakNote, Client, EndedHow, Error, FencedRecord, Grant, Health, Holder,
     LeaseName, LeaseOptions, LeaseStore, LossReason, MemoryBackend, Mode, ReleaseRequest, Released,
 };
@@ -42,7 +42,7 @@ async fn crashed_holder(store: &Arc<dyn LeaseStore>, lease: &str, holder: Holder
     }
 }
 
-fn assert_busy<T: std::fmt::Debug>(r: tenure::Result<T>, what: &str) {
+fn assert_busy<T: std::fmt::Debug>(r: tenure_core::Result<T>, what: &str) {
     match r {
         Err(Error::Busy { .. }) => {}
         other => panic!("{what}: expected the lease to be busy, got {other:?}"),
@@ -302,7 +302,7 @@ pub async fn holder_learns_its_lease_was_stolen(h: &dyn Harness) {
 /// Invariant 4: empty, truncated and garbage records block while recent and are
 /// replaced once stale, with a token above every earlier one; never a panic.
 pub async fn corrupt_records_are_judged_by_age(h: &dyn Harness) {
-    let valid = tenure::record::LeaseRecord::empty("x").to_bytes();
+    let valid = tenure_core::record::LeaseRecord::empty("x").to_bytes();
     let cases: [(&str, &[u8]); 3] = [
         ("corrupt-empty", b""),
         ("corrupt-truncated", &valid[..valid.len() / 2]),

@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
-use tenure::backend::check_key;
-use tenure::{Backend, Clock, ClockExt, Error, OpenOptions, Put, PutMode, PutOptions, Result, Stored, Version};
+use tenure_core::backend::check_key;
+use tenure_core::{Backend, Clock, ClockExt, Error, OpenOptions, Put, PutMode, PutOptions, Result, Stored, Version};
 use tonic::Status;
 
 use crate::leases::{LeasePool, LeaseRpc};
@@ -247,7 +247,7 @@ impl EtcdBackend {
 
 /// The token a lease record grants, if `value` is one (see the crate docs).
 fn new_token(value: &[u8]) -> Option<u64> {
-    tenure::record::LeaseRecord::parse(value).ok().map(|r| r.last_token)
+    tenure_core::record::LeaseRecord::parse(value).ok().map(|r| r.last_token)
 }
 
 /// Whether etcd refused a put because its lease does not exist (any more).
@@ -373,7 +373,7 @@ fn hint(tls: bool, s: &Status, connecting: bool) -> Option<&'static str> {
 }
 
 fn human(d: Duration) -> String {
-    tenure::human_duration(d)
+    tenure_core::human_duration(d)
 }
 
 #[async_trait]

@@ -11,7 +11,7 @@
 //!
 //! etcd must never delete a record before its holder's own deadline. A holder's
 //! deadline is `sent + ttl`, where `sent` is when it sent the write (see
-//! `tenure::cas`), and the write carries the hint `d = ttl + max_skew`. So before
+//! `tenure_core::cas`), and the write carries the hint `d = ttl + max_skew`. So before
 //! a write with hint `d` is sent, the etcd lease it attaches to must be known to
 //! live at least until `now + d`: [`LeasePool::lease_for`] checks that against a
 //! lower bound of the lease's expiry (the moment we *sent* its last grant or
@@ -34,7 +34,7 @@ use parking_lot::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::Result;
+use tenure_core::Result;
 use tokio::time::Instant;
 
 /// The requests the pool makes, sent by the backend (with its timeouts, resends
@@ -47,7 +47,7 @@ pub(crate) trait LeaseRpc: Sync {
     /// One `LeaseGrant` of `ttl_secs`: the new lease's id and granted TTL.
     async fn grant(&self, ttl_secs: u64) -> Result<(i64, Duration)>;
     /// The error for an answer that came too late to leave the lease long enough.
-    fn too_slow(&self, op: &str, left: Duration, needed: Duration) -> tenure::Error;
+    fn too_slow(&self, op: &str, left: Duration, needed: Duration) -> tenure_core::Error;
 }
 
 /// An etcd lease, and how long it is known to live.
@@ -149,8 +149,8 @@ mod tests {
             self.grants.fetch_add(1, Ordering::SeqCst);
             Ok((self.next_id.fetch_add(1, Ordering::SeqCst) + 1, Duration::from_secs(ttl_secs)))
         }
-        fn too_slow(&self, op: &str, left: Duration, _: Duration) -> tenure::Error {
-            tenure::Error::store("fake", op, format!("{left:?} left"))
+        fn too_slow(&self, op: &str, left: Duration, _: Duration) -> tenure_core::Error {
+            tenure_core::Error::store("fake", op, format!("{left:?} left"))
         }
     }
 

@@ -3,7 +3,7 @@
 //! For users who already run etcd, or need leases that survive the loss of a
 //! machine: etcd replicates every write through Raft, so a lease outlives any
 //! one member. The lease logic is tenure's own, written once in
-//! [`tenure::CasStore`]; this crate gives it a [`Backend`](tenure::Backend) made
+//! [`tenure_core::CasStore`]; this crate gives it a [`Backend`](tenure_core::Backend) made
 //! of etcd primitives: compare-and-swap on `mod_revision` in transactions, etcd
 //! leases, and watches. See [`url`] for the URL and its options.
 //!
@@ -15,7 +15,7 @@
 //!
 //! Lease `deploy/prod` in store `etcd://…/locks` is the etcd key
 //! `locks/deploy/prod`, holding tenure's JSON lease record (see
-//! [`tenure::record`]). Next to it, `locks/deploy/prod~~last` is its *shadow*:
+//! [`tenure_core::record`]). Next to it, `locks/deploy/prod~~last` is its *shadow*:
 //! a persistent copy of the last value written with an expiry, which etcd never
 //! deletes (see below). Fenced records live at `locks/<name>~fence`.
 //!
@@ -37,7 +37,7 @@
 //! is absent; a renewal costs 1, and a waiting contender 1 read per wake-up
 //! instead of a poll loop.
 //!
-//! A record's [`Version`](tenure::Version) is its `mod_revision` (`tag` and
+//! A record's [`Version`](tenure_core::Version) is its `mod_revision` (`tag` and
 //! `seq`): revisions grow strictly across the whole cluster, so they are exact
 //! compare-and-swap conditions and valid token floors.
 //!
@@ -60,7 +60,7 @@
 //! The holder's keep-alive is still tenure's: it rewrites the record every
 //! `renew_interval`, because contenders judge a grant by watching its record
 //! change (tenure's clock discipline). Loss is reported through the same
-//! [`Health`](tenure::Health) as on every store: a failing renewal makes the
+//! [`Health`](tenure_core::Health) as on every store: a failing renewal makes the
 //! lease `AtRisk`, then `Lost(Outage)`; a record changed or deleted by someone
 //! else (broken, or deleted by etcd after we were cut off for longer than the
 //! etcd lease) makes it `Lost(Stolen)` at the next renewal; a holder that cannot
@@ -93,7 +93,7 @@
 //!
 //! - **A vanished record loses its history.** When etcd deletes a crashed
 //!   holder's record, the next holder gets a token above every earlier one, but
-//!   no predecessor and no watermark ([`tenure::Predecessor`] is `None`). etcd
+//!   no predecessor and no watermark ([`tenure_core::Predecessor`] is `None`). etcd
 //!   deletes the record at least `ttl + max_skew` after the holder's last write
 //!   on etcd's clock, so a next holder whose clock is within `max_skew` of
 //!   etcd's writes above the lost holder's deadline anyway. The shadow keeps the
@@ -122,7 +122,7 @@ pub mod url;
 
 use std::sync::Arc;
 
-use tenure::{CasStore, LeaseStore, OpenOptions, Result};
+use tenure_core::{CasStore, LeaseStore, OpenOptions, Result};
 
 pub use backend::{EtcdBackend, SHADOW_SUFFIX};
 pub use url::EtcdUrl;
@@ -131,8 +131,8 @@ pub use url::EtcdUrl;
 /// returns tenure's lease logic over it.
 ///
 /// # Errors
-/// [`tenure::Error::InvalidStore`] for a malformed URL, unknown option or refused
-/// credentials; [`tenure::Error::Store`] when no endpoint answers in time.
+/// [`tenure_core::Error::InvalidStore`] for a malformed URL, unknown option or refused
+/// credentials; [`tenure_core::Error::Store`] when no endpoint answers in time.
 pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
     let backend = EtcdBackend::connect(url, opts).await?;
     Ok(Arc::new(CasStore::new(Arc::new(backend), opts.clock.clone(), opts.cas.clone())))

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tenure::{Error, LeaseName, Result};
+use tenure_core::{Error, LeaseName, Result};
 
 /// The port etcd clients use when none is given.
 pub const DEFAULT_PORT: u16 = 2379;

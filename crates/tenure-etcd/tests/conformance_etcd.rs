@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tenure::{Backend, LeaseStore};
+use tenure_core::{Backend, LeaseStore};
 use tenure_conformance::{Harness, Time, conformance_tests, server_from_env};
 
 use common::{Scratch, open_options};

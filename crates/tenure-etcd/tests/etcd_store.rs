@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tenure::record::LeaseRecord;
-use tenure::{
+use tenure_core::record::LeaseRecord;
+use tenure_core::{
     AcquireRequest, Attempt, Backend, CasOptions, Client, Error, FencedRecord, Grant, Holder, LeaseName, LeaseOptions,
     LeaseStore, ManualClock, Mode, OpenOptions, Put, PutOptions, Released,
 };
@@ -139,7 +139,7 @@ async fn a_waiter_on_a_frozen_clock_wakes_through_the_watch_when_the_holder_rele
         .expect("the release must wake the waiter through its watch")
         .expect("join")
         .expect("acquire after release");
-    assert_eq!(lease.grant().predecessor.map(|p| p.how), Some(tenure::EndedHow::Released));
+    assert_eq!(lease.grant().predecessor.map(|p| p.how), Some(tenure_core::EndedHow::Released));
     lease.release().await.expect("release");
 }
 
@@ -153,7 +153,7 @@ async fn a_holder_whose_etcd_lease_is_revoked_learns_it_lost_and_the_store_recov
     s.raw.lease_revoke(etcd_lease).await.expect("revoke");
     let reason = tokio::time::timeout(PATIENCE, lease.lost()).await.expect("the holder must learn it lost the lease");
     match &reason {
-        tenure::LossReason::Stolen { detail } => assert!(detail.contains("disappeared"), "{detail}"),
+        tenure_core::LossReason::Stolen { detail } => assert!(detail.contains("disappeared"), "{detail}"),
         other => panic!("expected Stolen, got {other:?}"),
     }
     assert_eq!(lease.release().await.expect("release after loss"), Released::NotHeld);

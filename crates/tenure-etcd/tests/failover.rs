@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tenure::{Client, Error, FencedRecord, Health, LeaseOptions};
+use tenure_core::{Client, Error, FencedRecord, Health, LeaseOptions};
 use tenure_conformance::{MAX_SKEW, server_from_env};
 use tenure_etcd::proto::etcdserverpb::{MemberListRequest, StatusRequest};
 use tokio::sync::{oneshot, watch};
@@ -93,7 +93,7 @@ fn summary(h: &Health) -> String {
 }
 
 /// Appends `entry` to the fenced log under `token`.
-async fn log_write(fence: &FencedRecord, token: u64, entry: &str) -> tenure::Result<()> {
+async fn log_write(fence: &FencedRecord, token: u64, entry: &str) -> tenure_core::Result<()> {
     fence
         .update(token, |prev| {
             let mut log = prev.map(|b| b.to_vec()).unwrap_or_default();

@@ -11,7 +11,7 @@
 //! a long run.
 
 mod common;
-#[path = "../../tenure/tests/fuzz_support/mod.rs"]
+#[path = "../../tenure-core/tests/fuzz_support/mod.rs"]
 mod fuzz_support;
 
 use std::collections::BTreeMap;
@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use fuzz_support::config;
 use proptest::prelude::*;
-use tenure::backend::check_key;
-use tenure::{Backend, LeaseName};
+use tenure_core::backend::check_key;
+use tenure_core::{Backend, LeaseName};
 use tenure_conformance::server_from_env;
 use tenure_etcd::EtcdUrl;
 use tenure_etcd::url::redacted;
@@ -85,7 +85,7 @@ proptest! {
                     prop_assert!(!t.is_zero() && t <= Duration::from_secs(3600), "{t:?}");
                 }
             }
-            Err(tenure::Error::InvalidStore { url: shown, reason }) => {
+            Err(tenure_core::Error::InvalidStore { url: shown, reason }) => {
                 prop_assert!(!reason.is_empty());
                 prop_assert_eq!(&shown, &redacted(&url));
                 let secret = "password=s3cret-pass";

@@ -15,7 +15,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
-use tenure::{Client, Error, LeaseOptions, OpenOptions};
+use tenure_core::{Client, Error, LeaseOptions, OpenOptions};
 use tenure_conformance::server_from_env;
 
 use common::open_options;
@@ -115,12 +115,12 @@ fn with(params: &[(&str, &Path)]) -> OpenOptions {
     opts
 }
 
-async fn open(url: &str, opts: &OpenOptions) -> tenure::Result<std::sync::Arc<dyn tenure::LeaseStore>> {
+async fn open(url: &str, opts: &OpenOptions) -> tenure_core::Result<std::sync::Arc<dyn tenure_core::LeaseStore>> {
     tenure_etcd::open(url, opts).await
 }
 
 /// Acquires, checks the token, releases: the store works end to end.
-async fn round_trip(store: std::sync::Arc<dyn tenure::LeaseStore>) {
+async fn round_trip(store: std::sync::Arc<dyn tenure_core::LeaseStore>) {
     let client = Client::new(store);
     let lease = client.try_acquire("over-tls", &LeaseOptions::default()).await.expect("acquire over TLS");
     assert!(lease.token() > 0);

@@ -16,9 +16,9 @@ use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutMode as OsPutMode, PutOptions as OsPutOptions,
     PutPayload, PutResult, UpdateVersion,
 };
-use tenure::backend::check_key;
-use tenure::limits::MAX_RECORD_BYTES;
-use tenure::{Backend, BoxError, Error, Put, PutMode, PutOptions, Result, Stored, Version};
+use tenure_core::backend::check_key;
+use tenure_core::limits::MAX_RECORD_BYTES;
+use tenure_core::{Backend, BoxError, Error, Put, PutMode, PutOptions, Result, Stored, Version};
 
 use crate::config::Provider;
 use crate::counts::{Counters, RequestCounts};
@@ -423,7 +423,7 @@ impl Backend for ObjectBackend {
         let under = if prefix.is_empty() {
             self.prefix.clone()
         } else {
-            tenure::LeaseName::new(prefix)?;
+            tenure_core::LeaseName::new(prefix)?;
             self.child(prefix.split('/'))?
         };
         self.counts.list.fetch_add(1, Ordering::Relaxed);

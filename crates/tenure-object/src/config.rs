@@ -28,7 +28,7 @@ use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::path::Path;
 use object_store::{ClientConfigKey, ObjectStore, RetryConfig};
-use tenure::{Error, Result};
+use tenure_core::{Error, Result};
 
 /// Retries of one request (timeouts, 5xx, connection errors) inside `object_store`.
 pub const MAX_RETRIES: usize = 3;

@@ -2,11 +2,11 @@
 //! `object_store` — no server of your own.
 //!
 //! ```no_run
-//! # async fn demo() -> tenure::Result<()> {
-//! let opts = tenure::OpenOptions::default()
+//! # async fn demo() -> tenure_core::Result<()> {
+//! let opts = tenure_core::OpenOptions::default()
 //!     .with_param("aws_region", "eu-west-1"); // or AWS_REGION in the environment
 //! let store = tenure_object::open("s3://my-bucket/locks", &opts).await?;
-//! let lease = tenure::Client::new(store).try_acquire("deploy/prod", &tenure::LeaseOptions::default()).await?;
+//! let lease = tenure_core::Client::new(store).try_acquire("deploy/prod", &tenure_core::LeaseOptions::default()).await?;
 //! # Ok(()) }
 //! ```
 //!
@@ -16,7 +16,7 @@
 //! `az://container/prefix` (also `azure://`, `adl://`,
 //! `abfs[s]://container@account.dfs.core.windows.net/prefix`). Credentials,
 //! endpoint and region come from the usual environment variables (`AWS_*`,
-//! `GOOGLE_*`, `AZURE_*`), the URL's query and [`tenure::OpenOptions::params`]
+//! `GOOGLE_*`, `AZURE_*`), the URL's query and [`tenure_core::OpenOptions::params`]
 //! (`--store-opt key=value`), as `object_store` config keys; see
 //! [`object_store_from_url`]. For an S3-compatible server on plain HTTP:
 //! `aws_endpoint=http://host:port`, `aws_allow_http=true`, `aws_region`,
@@ -31,7 +31,7 @@
 //!
 //! ```text
 //! <prefix>/deploy/prod/~lease     the record of lease "deploy/prod" (JSON)
-//! <prefix>/deploy/prod/~fence     tenure::FencedRecord "deploy/prod"
+//! <prefix>/deploy/prod/~fence     tenure_core::FencedRecord "deploy/prod"
 //! <prefix>/~probe-9f2c4e1ab3d07c55 a probe object (deleted after the probe)
 //! ```
 //!
@@ -52,7 +52,7 @@
 //! | list | LIST under the prefix, 1 request per 1000 objects |
 //!
 //! A failed condition (412, Azurite's 409, S3's 404 for a replaced key that is
-//! gone) is a conflict; everything else is [`tenure::Error::Store`] naming the
+//! gone) is a conflict; everything else is [`tenure_core::Error::Store`] naming the
 //! store, the key and the object. `object_store` retries 5xx answers and
 //! connection errors (at most [`MAX_RETRIES`] times within [`RETRY_TIMEOUT`]). A
 //! conditional PUT that landed although its answer was an error comes back as a
@@ -72,11 +72,11 @@
 //! the generation, which grows with every write and also floors fencing tokens,
 //! so they stay monotonic even past a corrupt record. S3 and Azure have no such
 //! sequence: after a corrupt record tokens jump to the wall clock in µs (see
-//! [`tenure::cas`]).
+//! [`tenure_core::cas`]).
 //!
 //! **Times.** The record's modification time (`Last-Modified`, whole seconds,
 //! rounded up here) only judges the age of an unreadable record; grants are judged
-//! by the clock discipline of [`tenure::cas`], never by the store's clock.
+//! by the clock discipline of [`tenure_core::cas`], never by the store's clock.
 //!
 //! # Requests per lease operation, against seed 001
 //!
@@ -84,7 +84,7 @@
 //! on conflict GET the metadata and DELETE a stale object, then retry) keeps no
 //! record after release. tenure keeps one (it carries the token counter, the
 //! watermark and the predecessor), so taking a free lease reads it first, unless
-//! this handle wrote it last ([`tenure::cas`] then decides from its own copy and
+//! this handle wrote it last ([`tenure_core::cas`] then decides from its own copy and
 //! lets the conditional write validate it):
 //!
 //! | lease operation | tenure | seed 001 |
@@ -102,7 +102,7 @@
 //! carries `If-None-Match`, so an unchanged record costs a 304 without body (not
 //! on GCS, see [`ObjectBackend::uses_conditional_get`]). A handle that wrote the
 //! record last and finds it taken by someone else pays one rejected PUT before its
-//! first read ([`tenure::cas`] tries its own copy first, then drops it); later
+//! first read ([`tenure_core::cas`] tries its own copy first, then drops it); later
 //! polls are one GET each. These counts are asserted against every server by
 //! `tests/requests.rs`.
 //!
@@ -125,7 +125,7 @@
 //!
 //! # Fenced writes of your data
 //!
-//! [`tenure::FencedRecord`] works on this backend as it is: a value together with
+//! [`tenure_core::FencedRecord`] works on this backend as it is: a value together with
 //! the highest fencing token that wrote it, in one object
 //! (`<prefix>/<name>/~fence`, body `tenure-fence/1 <token>\n<value>`) replaced by
 //! `If-Match`, so a write with token `t` fails once a write with a higher token
@@ -134,9 +134,9 @@
 //! writer whose value happened to match.
 //!
 //! ```no_run
-//! # async fn demo(lease: tenure::Lease) -> tenure::Result<()> {
-//! let backend = tenure_object::open_backend("s3://my-bucket/locks", &tenure::OpenOptions::default()).await?;
-//! let state = tenure::FencedRecord::new(backend, "deploy/prod")?;
+//! # async fn demo(lease: tenure_core::Lease) -> tenure_core::Result<()> {
+//! let backend = tenure_object::open_backend("s3://my-bucket/locks", &tenure_core::OpenOptions::default()).await?;
+//! let state = tenure_core::FencedRecord::new(backend, "deploy/prod")?;
 //! state.write(lease.token(), bytes::Bytes::from_static(b"{\"version\": 42}")).await?;
 //! # Ok(()) }
 //! ```
@@ -158,7 +158,7 @@ mod probe;
 
 use std::sync::Arc;
 
-use tenure::{CasStore, LeaseStore, OpenOptions, Result};
+use tenure_core::{CasStore, LeaseStore, OpenOptions, Result};
 
 pub use backend::{ObjectBackend, RECORD_OBJECT};
 pub use config::{MAX_RETRIES, Provider, RETRY_TIMEOUT, object_store_from_url};
@@ -180,9 +180,9 @@ pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> 
 /// conditional-write [`probe`] on it.
 ///
 /// # Errors
-/// [`tenure::Error::InvalidStore`] for a bad URL or option;
-/// [`tenure::Error::Unsupported`] if the store ignores conditional writes;
-/// [`tenure::Error::Store`] if it cannot be reached.
+/// [`tenure_core::Error::InvalidStore`] for a bad URL or option;
+/// [`tenure_core::Error::Unsupported`] if the store ignores conditional writes;
+/// [`tenure_core::Error::Store`] if it cannot be reached.
 pub async fn open_backend(url: &str, opts: &OpenOptions) -> Result<Arc<ObjectBackend>> {
     let built = config::build(url, &opts.params)?;
     let backend = Arc::new(built.backend());
@@ -190,7 +190,7 @@ pub async fn open_backend(url: &str, opts: &OpenOptions) -> Result<Arc<ObjectBac
         match probe(&backend).await? {
             Probe::Enforced { .. } => {}
             ro @ Probe::ReadOnly { .. } => {
-                tracing::warn!(store = tenure::Backend::url(&*backend), "{ro}");
+                tracing::warn!(store = tenure_core::Backend::url(&*backend), "{ro}");
             }
         }
     }
@@ -202,7 +202,7 @@ pub async fn open_backend(url: &str, opts: &OpenOptions) -> Result<Arc<ObjectBac
 /// enforces conditional writes.
 ///
 /// # Errors
-/// As [`open_backend`], including [`tenure::Error::Unsupported`] for a store
+/// As [`open_backend`], including [`tenure_core::Error::Unsupported`] for a store
 /// that ignores conditional writes.
 pub async fn check_store(url: &str, opts: &OpenOptions) -> Result<Probe> {
     let built = config::build(url, &opts.params)?;

@@ -18,7 +18,7 @@
 //!
 //! (GCS: generation match instead of ETags.) Six requests (seven on a store that
 //! only takes quoted ETags), once per [`crate::open`];
-//! [`tenure::OpenOptions::trust_store`] (`--trust-store`) skips them.
+//! [`tenure_core::OpenOptions::trust_store`] (`--trust-store`) skips them.
 //!
 //! The probe object is deleted unconditionally: `object_store` has no conditional
 //! DELETE, and none is needed, since only this process ever writes that random
@@ -36,7 +36,7 @@ use std::fmt;
 use bytes::Bytes;
 use object_store::PutMode;
 use object_store::path::Path;
-use tenure::{Error, Result};
+use tenure_core::{Error, Result};
 
 use crate::backend::ObjectBackend;
 
@@ -97,7 +97,7 @@ fn refuse(url: &str, why: &str) -> Error {
 /// [`Error::Unsupported`] (saying which condition is ignored and how to override)
 /// if the store ignores a condition; [`Error::Store`] if it cannot be reached.
 pub async fn probe(backend: &ObjectBackend) -> Result<Probe> {
-    let name = format!("~probe-{}", tenure::random_nonce());
+    let name = format!("~probe-{}", tenure_core::random_nonce());
     let path = backend.child([name.as_str()])?;
     let mut created = false;
     let outcome = run(backend, &path, &mut created).await;
@@ -111,7 +111,7 @@ pub async fn probe(backend: &ObjectBackend) -> Result<Probe> {
 }
 
 fn backend_url(backend: &ObjectBackend) -> &str {
-    tenure::Backend::url(backend)
+    tenure_core::Backend::url(backend)
 }
 
 async fn run(backend: &ObjectBackend, path: &Path, created: &mut bool) -> Result<Probe> {

@@ -10,7 +10,7 @@
 //! `PROPTEST_CASES=20000 cargo nextest run -p tenure-object --test fuzz_url`
 //! for a long run.
 
-#[path = "../../tenure/tests/fuzz_support/mod.rs"]
+#[path = "../../tenure-core/tests/fuzz_support/mod.rs"]
 mod fuzz_support;
 
 use std::collections::BTreeMap;
@@ -21,8 +21,8 @@ use object_store::ObjectStoreExt as _;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use proptest::prelude::*;
-use tenure::Backend;
-use tenure::backend::check_key;
+use tenure_core::Backend;
+use tenure_core::backend::check_key;
 use tenure_object::{ObjectBackend, Provider, object_store_from_url};
 
 fn scheme() -> impl Strategy<Value = String> {
@@ -95,7 +95,7 @@ proptest! {
                     prop_assert!(!part.is_empty() && part != "." && part != "..", "{url:?} gave prefix {prefix:?}");
                 }
             }
-            Err(tenure::Error::InvalidStore { url: shown, reason }) => {
+            Err(tenure_core::Error::InvalidStore { url: shown, reason }) => {
                 prop_assert!(!reason.is_empty());
                 // An error never repeats the value of a secret. (Other values are
                 // repeated by object_store's parse errors: F8.)
@@ -156,7 +156,7 @@ fn urls_naming_no_bucket_or_with_a_password_are_refused() {
     let none = BTreeMap::new();
     for url in ["s3://", "s3:///x", "s3://u:secret@b/x", "s3://b:9000/x", "s3://b/x#frag", "ftp://b/x", ""] {
         match object_store_from_url(url, &none) {
-            Err(tenure::Error::InvalidStore { reason, .. }) => assert!(!reason.contains("secret"), "{reason}"),
+            Err(tenure_core::Error::InvalidStore { reason, .. }) => assert!(!reason.contains("secret"), "{reason}"),
             other => panic!("{url:?}: {:?}", other.map(|(_, p)| p)),
         }
     }

@@ -15,7 +15,7 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode,
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result, UpdateVersion,
 };
-use tenure::FencedRecord;
+use tenure_core::FencedRecord;
 use tenure_object::{ObjectBackend, Provider};
 
 /// GCS's two rules over `InMemory`: the version is a generation that changes

@@ -5,10 +5,10 @@
 mod common;
 
 use common::Server;
-use tenure::{Client, Error, LeaseOptions, OpenOptions};
+use tenure_core::{Client, Error, LeaseOptions, OpenOptions};
 use tenure_object::{Probe, check_store, open, open_backend, probe};
 
-fn refusal(r: tenure::Result<impl std::fmt::Debug>) -> String {
+fn refusal(r: tenure_core::Result<impl std::fmt::Debug>) -> String {
     match r {
         Err(e @ Error::Unsupported { .. }) => e.to_string(),
         other => panic!("the probe must refuse this store, got {other:?}"),
@@ -75,7 +75,7 @@ async fn a_read_only_open_writes_nothing_not_even_a_probe() {
     let backend = open_backend(&server.url(), &opts).await.expect("opened without a probe");
     assert_eq!(backend.requests().total(), 0, "{}", backend.requests());
     let store = open(&server.url(), &opts).await.expect("open read-only");
-    store.inspect(&tenure::LeaseName::new("never-written").expect("name")).await.expect("inspect");
+    store.inspect(&tenure_core::LeaseName::new("never-written").expect("name")).await.expect("inspect");
     assert!(common::objects(&backend).await.is_empty(), "a read-only open and an inspection left objects behind");
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::Server;
-use tenure::{
+use tenure_core::{
     Backend, CasStore, Client, EndedHow, Error, FencedRecord, LeaseOptions, LeaseStore, ManualClock, OpenOptions,
     SystemClock,
 };
@@ -67,7 +67,7 @@ async fn listing_skips_objects_that_are_not_leases(server: Server) {
         let path = Path::parse(format!("{}/{foreign}", backend.prefix())).expect("path");
         backend.object_store().put(&path, PutPayload::from_static(b"not a lease")).await.expect("put foreign");
     }
-    let names = |v: Vec<tenure::LeaseName>| v.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let names = |v: Vec<tenure_core::LeaseName>| v.iter().map(|n| n.to_string()).collect::<Vec<_>>();
     assert_eq!(names(store.list("").await.expect("list")), ["a", "a/b", "c@host:1"]);
     assert_eq!(names(store.list("a").await.expect("list")), ["a", "a/b"]);
     assert_eq!(names(store.list("a/b").await.expect("list")), ["a/b"]);
@@ -107,11 +107,11 @@ async fn an_oversized_object_is_judged_like_a_corrupt_record_without_being_read(
     let url = server.url();
     let backend = common::trusted_backend(&server, &url).await;
     let path = backend.object_path("big").expect("path");
-    let huge = vec![b'x'; tenure::limits::MAX_RECORD_BYTES + 1];
+    let huge = vec![b'x'; tenure_core::limits::MAX_RECORD_BYTES + 1];
     backend.object_store().put(&path, PutPayload::from(huge)).await.expect("plant");
     let now = ManualClock::new();
     let store = CasStore::new(common::trusted_backend(&server, &url).await, now.shared(), cas_options());
-    let state = store.inspect(&tenure::LeaseName::new("big").expect("name")).await.expect("inspect");
+    let state = store.inspect(&tenure_core::LeaseName::new("big").expect("name")).await.expect("inspect");
     assert!(state.corrupt.as_deref().is_some_and(|c| c.contains("larger than a record")), "{:?}", state.corrupt);
     match Client::new(Arc::new(store)).try_acquire("big", &no_wait()).await {
         Err(Error::Busy { holder, .. }) => assert!(holder.contains("unreadable"), "{holder}"),
@@ -136,8 +136,8 @@ async fn stale_fenced_write_fails_even_after_a_newer_write_of_the_same_value(ser
     fence.write(7, Bytes::from_static(b"same")).await.expect("token 7 writes the same value");
     // The paused holder of token 5 replaces from the version it saw.
     let stale_body = Bytes::from_static(b"tenure-fence/1 5\nsame");
-    let put = backend.put("state~fence", stale_body, tenure::PutOptions::update(old.version)).await;
-    assert_eq!(put.expect("put"), tenure::Put::Conflict, "a replace from a superseded version must fail");
+    let put = backend.put("state~fence", stale_body, tenure_core::PutOptions::update(old.version)).await;
+    assert_eq!(put.expect("put"), tenure_core::Put::Conflict, "a replace from a superseded version must fail");
     match fence.write(5, Bytes::from_static(b"same")).await {
         Err(Error::Fenced { ours: 5, current: 7, .. }) => {}
         other => panic!("token 5 must be fenced by token 7, got {other:?}"),
@@ -185,7 +185,7 @@ macro_rules! per_server {
 
 per_server!(moto, rgw, azurite, gcs);
 
-fn invalid(r: tenure::Result<impl std::fmt::Debug>) -> String {
+fn invalid(r: tenure_core::Result<impl std::fmt::Debug>) -> String {
     match r {
         Err(e @ Error::InvalidStore { .. }) => e.to_string(),
         other => panic!("expected InvalidStore, got {other:?}"),

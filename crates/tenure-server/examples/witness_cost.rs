@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use tenure::{EndedHow, Mode};
+use tenure_core::{EndedHow, Mode};
 use tenure_server::Signer;
 use tenure_server::witness::{Witness, WitnessKind, WitnessPredecessor};
 

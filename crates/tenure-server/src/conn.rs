@@ -82,7 +82,7 @@ struct Inner {
     stream: Arc<TcpStream>,
     timeout: Duration,
     /// The client's clock, for the skew.
-    clock: Arc<dyn tenure::Clock>,
+    clock: Arc<dyn tenure_core::Clock>,
     state: Mutex<State>,
     wake_writer: Notify,
     /// Wakes an idle reader so that it starts timing the server's answer.
@@ -133,7 +133,7 @@ impl Drop for Conn {
 
 impl Conn {
     /// Wraps a connected socket.
-    pub(crate) fn start(stream: TcpStream, timeout: Duration, spin: Duration, clock: Arc<dyn tenure::Clock>) -> Self {
+    pub(crate) fn start(stream: TcpStream, timeout: Duration, spin: Duration, clock: Arc<dyn tenure_core::Clock>) -> Self {
         let _ = stream.set_nodelay(true);
         let stream = Arc::new(stream);
         let inner = Arc::new(Inner {
@@ -431,7 +431,7 @@ async fn read_loop(inner: Arc<Inner>, mut spin: Spin) {
                             if tokio::time::Instant::now() >= deadline {
                                 break format!(
                                     "the server said nothing for {} while requests waited",
-                                    tenure::human_duration(inner.timeout)
+                                    tenure_core::human_duration(inner.timeout)
                                 );
                             }
                             timer.as_mut().reset(deadline);

@@ -4,7 +4,7 @@
 //! service specialised for churning through them, not in storage. The server
 //! keeps every lease in a sharded in-memory table ([`core`]), judges expiry by its
 //! own clock alone, and answers over a small binary protocol ([`wire`]). The
-//! client, [`TenureStore`], implements [`tenure::LeaseStore`], so everything in
+//! client, [`TenureStore`], implements [`tenure_core::LeaseStore`], so everything in
 //! tenure (keep-alive, `tenure lock`, the conformance suite) works on it unchanged.
 //!
 //! # Wire protocol (version 2)
@@ -117,7 +117,7 @@ pub mod witness;
 
 use std::sync::Arc;
 
-use tenure::{LeaseStore, OpenOptions, Result};
+use tenure_core::{LeaseStore, OpenOptions, Result};
 
 pub use client::{ClientOptions, ServerInfo, TenureStore, Upgrade, is_reservation};
 pub use core::{Core, CoreOptions};

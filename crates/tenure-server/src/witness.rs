@@ -47,7 +47,7 @@
 use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair as _};
 use ed25519_dalek::{Signature, VerifyingKey};
 use sha2::{Digest, Sha256};
-use tenure::{EndedHow, Mode};
+use tenure_core::{EndedHow, Mode};
 
 /// The witness body format written by this version.
 pub const FORMAT: u8 = 1;
@@ -202,7 +202,7 @@ pub(crate) struct PredRef<'a> {
 }
 
 impl<'a> PredRef<'a> {
-    pub(crate) fn of(p: &'a tenure::Predecessor) -> Self {
+    pub(crate) fn of(p: &'a tenure_core::Predecessor) -> Self {
         Self {
             token: p.token,
             nonce: p.holder.as_ref().map_or("", |h| h.nonce.as_str()),

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::abuse::{Ended, closed_by_peer, exchange, frame, hello, last_words, loris, parse_all, probe};
-use tenure::{Attempt, Holder, LeaseStore, ManualClock, ReleaseRequest};
+use tenure_core::{Attempt, Holder, LeaseStore, ManualClock, ReleaseRequest};
 use tenure_server::server::RunningServer;
 use tenure_server::wire::{ErrorCode, MAX_HELLO, MAX_REQUEST, Request, Response};
 use tenure_server::{CoreOptions, ServerOptions};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::abuse::{closed_by_peer, http_get, probe};
-use tenure::{Holder, ManualClock, Mode};
+use tenure_core::{Holder, ManualClock, Mode};
 use tenure_server::core::{Acquired, Ask};
 use tenure_server::http::{HttpOptions, MAX_HEADERS};
 use tenure_server::server::RunningServer;

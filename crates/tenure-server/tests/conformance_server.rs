@@ -3,7 +3,7 @@
 
 mod common;
 
-use tenure::ManualClock;
+use tenure_core::ManualClock;
 use tenure_conformance::conformance_tests;
 
 async fn served() -> Option<common::Served> {

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{Attempt, Holder, LeaseStore, ManualClock};
+use tenure_core::{Attempt, Holder, LeaseStore, ManualClock};
 use tenure_conformance::conformance_tests;
 use tenure_server::server::RunningServer;
 use tenure_server::{CoreOptions, ServerOptions};
@@ -34,7 +34,7 @@ async fn connection_threads_serve_many_connections_and_stop_with_the_server() {
     let clock = ManualClock::new();
     let server = start(&clock).await;
     let url = format!("tenure://{}?connections=4", server.addr());
-    let store = tenure_server::TenureStore::new(&url, &tenure::OpenOptions::default().with_clock(clock.shared()))
+    let store = tenure_server::TenureStore::new(&url, &tenure_core::OpenOptions::default().with_clock(clock.shared()))
         .expect("store");
     let me = Arc::new(Holder::current());
     for i in 0..40 {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{Holder, LeaseName, ManualClock, Mode};
+use tenure_core::{Holder, LeaseName, ManualClock, Mode};
 use tenure_server::core::{Acquired, Ask, Refusal};
 use tenure_server::{Core, CoreOptions};
 
@@ -197,7 +197,7 @@ fn shared_holders_and_reservations_count_against_the_live_lease_limit() {
     c.sweep();
     let state = c.inspect(&LeaseName::new("crowd").expect("name"));
     assert!(state.holders.is_empty() && state.expired.is_empty(), "{state:?}");
-    assert_eq!(state.last.as_ref().map(|l| l.how), Some(tenure::EndedHow::Expired));
+    assert_eq!(state.last.as_ref().map(|l| l.how), Some(tenure_core::EndedHow::Expired));
     assert!(state.watermark_ms >= Some(second.deadline_ms), "the expired holders' deadlines bound the watermark");
     granted(take(&holders[0], false));
     granted(take(&holders[1], false));

@@ -15,7 +15,7 @@
 //! for a long run.
 
 mod common;
-#[path = "../../tenure/tests/fuzz_support/mod.rs"]
+#[path = "../../tenure-core/tests/fuzz_support/mod.rs"]
 mod fuzz_support;
 
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use std::time::Duration;
 use fuzz_support::{bytes, config, mutate, mutations, peak_during};
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
-use tenure::{AcquireRequest, EndedHow, Holder, LeaseName, LeaseStore, ManualClock, Mode, OpenOptions};
+use tenure_core::{AcquireRequest, EndedHow, Holder, LeaseName, LeaseStore, ManualClock, Mode, OpenOptions};
 use tenure_server::wire::{
     self, AcquireReply, AskWire, BreakNoteWire, ErrorCode, GrantWire, HolderOwned, HolderViewWire, HolderWire, MAGIC,
     MAX_REQUEST, MAX_RESPONSE, Outcome, PROTOCOL_VERSION, PredecessorWire, RefWire, ReleaseWire, RenewWire, Request,

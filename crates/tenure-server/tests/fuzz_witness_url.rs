@@ -10,14 +10,14 @@
 //! `PROPTEST_CASES=20000 cargo nextest run -p tenure-server --test fuzz_witness_url`
 //! for a long run.
 
-#[path = "../../tenure/tests/fuzz_support/mod.rs"]
+#[path = "../../tenure-core/tests/fuzz_support/mod.rs"]
 mod fuzz_support;
 
 use std::sync::LazyLock;
 
 use fuzz_support::{bytes, config, mutate, mutations, peak_during};
 use proptest::prelude::*;
-use tenure::{EndedHow, Mode, OpenOptions};
+use tenure_core::{EndedHow, Mode, OpenOptions};
 use tenure_server::TenureStore;
 use tenure_server::client::rendezvous_score;
 use tenure_server::witness::{self, Signer, Witness, WitnessError, WitnessKind, WitnessPredecessor};
@@ -243,7 +243,7 @@ proptest! {
                 let at = store.server_for("a/b");
                 prop_assert!(at < servers.len() && at == store.server_for("a/b"));
             }
-            Err(tenure::Error::InvalidStore { reason, .. }) => prop_assert!(!reason.is_empty()),
+            Err(tenure_core::Error::InvalidStore { reason, .. }) => prop_assert!(!reason.is_empty()),
             Err(other) => prop_assert!(false, "unexpected error kind for {url:?}: {other:?}"),
         }
     }
@@ -262,7 +262,7 @@ proptest! {
 }
 
 /// `timeout_ms` is range-checked like every duration from a user
-/// (`tenure::limits::MAX_DURATION`, 10 years; fuzz/FINDINGS.md, F7).
+/// (`tenure_core::limits::MAX_DURATION`, 10 years; fuzz/FINDINGS.md, F7).
 #[test]
 fn an_absurd_timeout_is_refused() {
     let r = TenureStore::new(&format!("tenure://127.0.0.1:1?timeout_ms={}", u64::MAX), &OpenOptions::default());

@@ -8,7 +8,7 @@ use common::abuse::http_get;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{AcquireRequest, Attempt, Holder, LeaseName, LeaseStore, ManualClock, Mode};
+use tenure_core::{AcquireRequest, Attempt, Holder, LeaseName, LeaseStore, ManualClock, Mode};
 
 struct Site {
     _clock: ManualClock,
@@ -105,7 +105,7 @@ async fn held_and_released_leases_read_as_relative_times_with_utc_titles() {
     site._clock.advance(Duration::from_millis(3_200));
     let (_, body) = http_get(site.http, "/").await;
     assert!(body.contains(">held for 3s</span>"), "{body}");
-    store.release(&g, &tenure::ReleaseRequest::default()).await.expect("release");
+    store.release(&g, &tenure_core::ReleaseRequest::default()).await.expect("release");
     site._clock.advance(Duration::from_secs(2 * 3600 + 5 * 60));
     let (_, body) = http_get(site.http, "/").await;
     let row = body.split("<tr").find(|r| r.contains("status/<wbr>done")).expect("the released lease");
@@ -158,7 +158,7 @@ async fn metrics_are_prometheus_text_with_grant_and_contention_counters() {
     let v: serde_json::Value = serde_json::from_str(&json).expect("json");
     assert_eq!(v["leases"][0]["name"], "status/demo");
     assert_eq!(v["public_key"], key.trim());
-    // The shape `tenure status --json` prints too (tenure::report), version 1.
+    // The shape `tenure status --json` prints too (tenure_core::report), version 1.
     assert_eq!(v["schema_version"], 1, "{v}");
     assert!(v["now_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{v}");
     let lease = &v["leases"][0];

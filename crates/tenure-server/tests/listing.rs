@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::abuse::{http_get, probe};
-use tenure::{Holder, LeaseStore, ManualClock, Mode};
+use tenure_core::{Holder, LeaseStore, ManualClock, Mode};
 use tenure_server::core::{Acquired, Ask};
 use tenure_server::http::pages::MAX_PAGE_BYTES;
 use tenure_server::http::{HttpOptions, JSON_LIMIT, PAGE_LIMIT};

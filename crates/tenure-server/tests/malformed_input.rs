@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::{ManualClock, Mode};
+use tenure_core::{ManualClock, Mode};
 use tenure_server::wire::{
     self, AskWire, ErrorCode, HolderWire, MAGIC, MAX_REQUEST, PROTOCOL_VERSION, Request, Response,
 };
@@ -217,8 +217,8 @@ async fn an_idle_timeout_of_duration_max_means_never_not_a_crash_of_the_connecti
     let srv = common::start(clock.shared(), CoreOptions::new(common::MAX_LEASE), opts).await;
     clock.advance(common::MAX_LEASE + Duration::from_secs(1));
     let store = common::store(&[&srv], &clock);
-    let name = tenure::LeaseName::new("x").expect("name");
-    let state = tokio::time::timeout(PATIENCE, tenure::LeaseStore::inspect(&store, &name)).await;
+    let name = tenure_core::LeaseName::new("x").expect("name");
+    let state = tokio::time::timeout(PATIENCE, tenure_core::LeaseStore::inspect(&store, &name)).await;
     assert!(matches!(state, Ok(Ok(_))), "{state:?}");
 }
 
@@ -317,10 +317,10 @@ async fn a_server_with_a_secret_refuses_clients_without_it() {
     assert!(matches!(exchange(&mut s, &bytes, 2).await[1], Response::Pong));
 
     let url = format!("tenure://{}", srv.addr());
-    let opts = tenure::OpenOptions::default().with_clock(clock.shared());
+    let opts = tenure_core::OpenOptions::default().with_clock(clock.shared());
     let refused = tenure_server::TenureStore::new(&url, &opts).expect("store");
-    let err = tenure::LeaseStore::list(&refused, "").await.expect_err("no secret");
+    let err = tenure_core::LeaseStore::list(&refused, "").await.expect_err("no secret");
     assert!(err.to_string().contains("auth token"), "{err}");
     let allowed = tenure_server::TenureStore::new(&format!("{url}?auth_token=s3cret"), &opts).expect("store");
-    tenure::LeaseStore::list(&allowed, "").await.expect("the right secret is let in");
+    tenure_core::LeaseStore::list(&allowed, "").await.expect("the right secret is let in");
 }

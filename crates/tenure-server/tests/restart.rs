@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{Attempt, Error, Holder, LeaseStore, ManualClock};
+use tenure_core::{Attempt, Error, Holder, LeaseStore, ManualClock};
 use tenure_server::{CoreOptions, ServerOptions};
 
 #[tokio::test]

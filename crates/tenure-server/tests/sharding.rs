@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use tenure::{AcquireRequest, AllAttempt, Attempt, Holder, LeaseName, LeaseStore, ManualClock, Released};
+use tenure_core::{AcquireRequest, AllAttempt, Attempt, Holder, LeaseName, LeaseStore, ManualClock, Released};
 use tenure_server::TenureStore;
 
 #[tokio::test]
@@ -38,7 +38,7 @@ async fn every_client_picks_the_same_server_whatever_the_order_and_removal_moves
     let a = "10.0.0.1:7777";
     let b = "10.0.0.2:7777";
     let c = "10.0.0.3:7777";
-    let opts = tenure::OpenOptions::default();
+    let opts = tenure_core::OpenOptions::default();
     let abc = TenureStore::new(&format!("tenure://{a},{b},{c}"), &opts).expect("store");
     let cab = TenureStore::new(&format!("tenure://{c},{a},{b}"), &opts).expect("store");
     let ab = TenureStore::new(&format!("tenure://{a},{b}"), &opts).expect("store");

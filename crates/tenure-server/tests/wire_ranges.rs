@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::abuse::{exchange, frame, hello};
-use tenure::limits::{MAX_TIME_MS, MAX_TOKEN};
-use tenure::{Attempt, Error, Holder, LeaseName, LeaseStore, ManualClock, Mode, OpenOptions, ReleaseRequest};
+use tenure_core::limits::{MAX_TIME_MS, MAX_TOKEN};
+use tenure_core::{Attempt, Error, Holder, LeaseName, LeaseStore, ManualClock, Mode, OpenOptions, ReleaseRequest};
 use tenure_server::wire::{
     self, AcquireReply, AskWire, BreakNoteWire, ErrorCode, GrantWire, HolderViewWire, HolderWire, MAX_REQUEST,
     PROTOCOL_VERSION, RefWire, ReleaseWire, RenewWire, Request, Response, StateWire,

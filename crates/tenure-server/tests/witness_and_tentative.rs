@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use tenure::{AcquireRequest, AllAttempt, Attempt, EndedHow, Holder, LeaseStore, ManualClock, ReleaseRequest};
+use tenure_core::{AcquireRequest, AllAttempt, Attempt, EndedHow, Holder, LeaseStore, ManualClock, ReleaseRequest};
 use tenure_server::witness::{WitnessKind, verify};
 use tenure_server::{Upgrade, is_reservation};
 

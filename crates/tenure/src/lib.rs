@@ -1,16 +1,18 @@
 //! tenure: leases with fencing tokens over storage you already have.
 //!
-//! A [`Client`] acquires [`Lease`]s from a [`LeaseStore`]: a directory
-//! ([`FileBackend`]), an object store, the tenure lease server or etcd. Each grant
-//! carries a fencing token that grows strictly per lease name; a held lease keeps
-//! itself alive and reports its [`Health`] (Held → AtRisk → Lost).
+//! A [`Client`] acquires [`Lease`]s from a [`LeaseStore`], which [`open`] makes
+//! from a URL: a directory (a plain path or `file://`), an object store
+//! (`s3://`, `gs://`, `az://`), the tenure lease server (`tenure://`), etcd
+//! (`etcd://`) or `memory://`. Each grant carries a fencing token that grows
+//! strictly per lease name; a held lease keeps itself alive and reports its
+//! [`Health`] (Held → AtRisk → Lost).
 //!
 //! ```no_run
 //! # async fn demo() -> tenure::Result<()> {
 //! use std::time::Duration;
-//! use tenure::{Client, LeaseOptions};
+//! use tenure::{Client, LeaseOptions, OpenOptions};
 //!
-//! let client = Client::new(tenure::open("/var/lib/locks", &tenure::OpenOptions::default())?);
+//! let client = Client::new(tenure::open("/var/lib/locks", &OpenOptions::default()).await?);
 //! let opts = LeaseOptions::exclusive().with_ttl(Duration::from_secs(30)).with_timeout(Duration::from_secs(60));
 //! let lease = client.acquire("deploy/prod", &opts).await?;
 //! tokio::select! {
@@ -21,46 +23,127 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layers, top down: [`Client`] and [`Lease`] (waiting, keep-alive, health,
-//! multi-lease) → [`LeaseStore`] (the lease API) → [`cas::CasStore`] (the lease
-//! logic, written once) → [`Backend`] (a versioned register per key).
+//! Everything but [`open`] is [`tenure_core`]'s, re-exported. Each remote store
+//! is a cargo feature, all on by default: `object`, `server`, `etcd`; their
+//! crates are re-exported as [`object`], [`server`] and [`etcd`] for what is
+//! particular to them.
 
-// One unsafe call, allowed where it is: registering the directory store's inotify
-// descriptor with tokio (AsyncFd's safe constructors are deprecated as unsound).
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
-pub mod backend;
-pub mod cas;
-mod client;
-pub mod clock;
-mod error;
-pub mod fence;
-mod holder;
-mod keepalive;
-pub mod limits;
-mod name;
-mod open;
-mod options;
-pub mod record;
-pub mod report;
-pub mod store;
-mod types;
+use std::sync::Arc;
 
-pub use backend::{Backend, Put, PutMode, PutOptions, Stored};
-pub use cas::{CasOptions, CasStore};
-pub use client::Client;
-pub use clock::{Clock, ClockExt, ManualClock, Mono, SystemClock};
-pub use error::{BoxError, Error, Result};
-pub use fence::FencedRecord;
-pub use holder::{Holder, random_nonce};
-pub use keepalive::{Lease, LeaseSet};
-pub use name::{LeaseName, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS};
-pub use open::{OpenOptions, open};
-pub use options::LeaseOptions;
-pub use store::file::FileBackend;
-pub use store::memory::MemoryBackend;
-pub use store::{AcquireRequest, AllAttempt, LeaseStore, ReleaseRequest};
-pub use types::{
-    Attempt, BreakNote, Busy, EndedHow, Grant, Health, HolderView, LeaseState, LossReason, Mode, Predecessor, Released,
-    Version, human_duration,
-};
+pub use tenure_core::*;
+#[cfg(feature = "etcd")]
+pub use tenure_etcd as etcd;
+#[cfg(feature = "object")]
+pub use tenure_object as object;
+#[cfg(feature = "server")]
+pub use tenure_server as server;
+
+/// The object-store schemes (`object` feature).
+const OBJECT_SCHEMES: [&str; 9] = ["s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl"];
+
+/// Opens the store `url` names, with `opts` (its `params` are the store's
+/// settings; they override the URL's query). A URL without a scheme is a
+/// directory.
+///
+/// # Errors
+/// [`Error::InvalidStore`] for a malformed URL, an unknown setting, or a
+/// scheme this build does not include (saying which feature adds it); the
+/// store's own errors when it cannot be reached or refuses.
+pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+    match scheme(url) {
+        None | Some("file" | "memory") => tenure_core::open(url, opts),
+        #[cfg(feature = "object")]
+        Some(s) if OBJECT_SCHEMES.contains(&s) => tenure_object::open(url, opts).await,
+        #[cfg(feature = "server")]
+        Some("tenure") => tenure_server::open(url, opts).await,
+        #[cfg(feature = "etcd")]
+        Some("etcd") => tenure_etcd::open(url, opts).await,
+        Some(other) => Err(Error::InvalidStore { url: url.into(), reason: unknown(other) }),
+    }
+}
+
+/// The scheme of `url`, if it has one: letters, digits, `+`, `-` or `.`
+/// starting with a letter, before `://` (so `/tmp/a://b` is a path).
+fn scheme(url: &str) -> Option<&str> {
+    let (scheme, _) = url.split_once("://")?;
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some(scheme)
+}
+
+/// Why `scheme` cannot be opened here: left out of this build, or unknown.
+fn unknown(scheme: &str) -> String {
+    let feature = match scheme {
+        s if OBJECT_SCHEMES.contains(&s) => Some("object"),
+        "tenure" => Some("server"),
+        "etcd" => Some("etcd"),
+        _ => None,
+    };
+    match feature {
+        Some(f) => format!(
+            "{scheme}:// stores are not in this build: enable tenure's `{f}` feature (on by default; \
+             for the command, `cargo install --path crates/tenure-cli` builds every store)"
+        ),
+        None => format!("unknown store scheme {scheme:?} (known here: {})", schemes().join(", ")),
+    }
+}
+
+/// The store URLs this build opens, as a user writes them.
+pub fn schemes() -> Vec<&'static str> {
+    let mut known = vec!["a directory path", "file://", "memory://"];
+    if cfg!(feature = "object") {
+        known.extend(["s3://", "gs://", "az://"]);
+    }
+    if cfg!(feature = "server") {
+        known.push("tenure://");
+    }
+    if cfg!(feature = "etcd") {
+        known.push("etcd://");
+    }
+    known
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(url: &str) -> String {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        match rt.block_on(open(url, &OpenOptions::default())) {
+            Err(Error::InvalidStore { reason, .. }) => reason,
+            Err(other) => panic!("{url}: expected InvalidStore, got {other}"),
+            Ok(_) => panic!("{url}: opened"),
+        }
+    }
+
+    #[test]
+    fn schemes_are_letters_before_colon_slash_slash_and_anything_else_is_a_path() {
+        assert_eq!(scheme("s3://b/p"), Some("s3"));
+        assert_eq!(scheme("etcd://h:1/p"), Some("etcd"));
+        assert_eq!(scheme("/tmp/locks"), None);
+        assert_eq!(scheme("/tmp/a://b"), None);
+        assert_eq!(scheme("./x://y"), None);
+        assert_eq!(scheme("9p://x"), None);
+    }
+
+    #[test]
+    fn directories_and_memory_open_and_unknown_schemes_name_the_known_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        for url in [dir.path().to_string_lossy().into_owned(), "memory://".to_string()] {
+            rt.block_on(open(&url, &OpenOptions::default())).unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
+        let why = reason("ftp://host/locks");
+        assert!(why.contains("unknown store scheme \"ftp\"") && why.contains("file://"), "{why}");
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    #[test]
+    fn a_store_left_out_of_the_build_names_its_feature() {
+        let why = reason("etcd://127.0.0.1:2379/locks");
+        assert!(why.contains("`etcd` feature"), "{why}");
+    }
+}

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use tenure::Result;
+use tenure_core::Result;
 
 use super::FsStorage;
 use crate::layout::{LogConfig, Manifest};
@@ -120,6 +120,6 @@ pub fn open(url: &str) -> Result<FsStorage> {
 /// `fsync=true|false`, `timeout=DURATION` (10 ms to 10 years, default 10 s),
 /// `io=pool|inline`.
 pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FsStorage> {
-    let d = tenure::store::file::DirUrl::parse(url, params)?;
+    let d = tenure_core::store::file::DirUrl::parse(url, params)?;
     Ok(FsStorage::new(d.path, d.fsync).with_timeout(d.timeout).with_inline_io(d.inline))
 }

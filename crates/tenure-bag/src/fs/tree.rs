@@ -5,9 +5,9 @@
 use std::ffi::OsStr;
 
 use bytes::Bytes;
-use tenure::limits::MAX_TIME_MS;
-use tenure::store::fs::{Dir, Kind, Opened, Read, is_gone};
-use tenure::{Error, Result};
+use tenure_core::limits::MAX_TIME_MS;
+use tenure_core::store::fs::{Dir, Kind, Opened, Read, is_gone};
+use tenure_core::{Error, Result};
 
 use super::{FsStorage, GROUP_BUCKETS, SNAPSHOTS, skipped};
 use crate::layout::MAX_SNAPSHOT_BYTES;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tenure::{Clock, ManualClock};
+use tenure_core::{Clock, ManualClock};
 use tenure_bag::{BagOptions, Batch, BucketState, Decision, Log, LogSettings, ReadOptions};
 
 /// Calls `$m!` with the name of every behaviour below, so that each storage's
@@ -181,7 +181,7 @@ pub async fn timestamps_outside_the_log_or_across_buckets_are_refused(h: &impl H
     let out = w.append(Batch::one(T0 - 3_600_000, "an hour before the log")).await.expect("append");
     assert_eq!(out.decision, Decision::BeforeFirstBucket);
     let across = Batch { messages: vec![(T0 + 999, Bytes::new()), (T0 + 1_000, Bytes::new())], leases: vec![] };
-    assert!(matches!(w.append(across).await, Err(tenure::Error::InvalidOptions { .. })));
+    assert!(matches!(w.append(across).await, Err(tenure_core::Error::InvalidOptions { .. })));
     assert!(log.writer("bad/id").is_err());
 }
 
@@ -238,7 +238,7 @@ pub async fn closing_before_the_grace_is_refused(h: &impl Harness) {
     let out = w.append(Batch::one(T0, "early")).await.expect("append");
     assert_eq!(out.decision, Decision::Early);
     // The writer skipped its check: a close now could drop an accepted append.
-    assert!(matches!(log.close(T0).await, Err(tenure::Error::InvalidOptions { .. })));
+    assert!(matches!(log.close(T0).await, Err(tenure_core::Error::InvalidOptions { .. })));
     c.advance(Duration::from_secs(3));
     assert!(log.close(T0).await.expect("close after the grace").items == 1);
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{Backend, OpenOptions};
+use tenure_core::{Backend, OpenOptions};
 use tenure_conformance::cas_options;
 use tenure_etcd::EtcdBackend;
 use tenure_etcd::proto::etcdserverpb::{
@@ -60,7 +60,7 @@ pub fn hosts(endpoints: &str) -> String {
 
 /// A key prefix nobody else uses: `tenure-test/<what>-<random>`.
 pub fn unique_prefix(what: &str) -> String {
-    format!("tenure-test/{what}-{}", tenure::random_nonce())
+    format!("tenure-test/{what}-{}", tenure_core::random_nonce())
 }
 
 /// The options the tests open stores with: the conformance suite's timing.

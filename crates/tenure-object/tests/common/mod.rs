@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::{Backend, CasStore, Clock, LeaseStore, ManualClock, OpenOptions, SystemClock};
+use tenure_core::{Backend, CasStore, Clock, LeaseStore, ManualClock, OpenOptions, SystemClock};
 use tenure_conformance::{Harness, Time, cas_options, server_from_env};
 use tenure_object::object_store::memory::InMemory;
 use tenure_object::object_store::path::Path;
@@ -35,7 +35,7 @@ pub struct Server {
 impl Server {
     /// A fresh prefix on this server.
     pub fn url(&self) -> String {
-        format!("{}/tests/{}", self.base, tenure::random_nonce())
+        format!("{}/tests/{}", self.base, tenure_core::random_nonce())
     }
 
     /// Open options with this server's parameters.

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::join_all;
-use tenure::{
+use tenure_core::{
     AcquireRequest, AllAttempt, Attempt, BreakNote, Busy, Clock, Error, Grant, Holder, HolderView, LeaseName,
     LeaseState, LeaseStore, LossReason, Mode, Mono, OpenOptions, Predecessor, ReleaseRequest, Released, Result,
     Version,
@@ -36,7 +36,7 @@ use crate::wire::{
     RenewWire, Request, Response,
 };
 pub use rendezvous::rendezvous_score;
-use tenure::limits::{MAX_DURATION, millis};
+use tenure_core::limits::{MAX_DURATION, millis};
 use two_phase::reservation_id;
 pub use two_phase::{Upgrade, is_reservation};
 
@@ -426,10 +426,10 @@ impl TenureStore {
                 reason: format!(
                     "a TTL of {} is longer than the server's --max-lease of {} ({}): ask for {} or less, \
                      or start the server with a longer --max-lease",
-                    tenure::human_duration(ttl),
-                    tenure::human_duration(max),
+                    tenure_core::human_duration(ttl),
+                    tenure_core::human_duration(max),
                     self.endpoints[server].addr,
-                    tenure::human_duration(max),
+                    tenure_core::human_duration(max),
                 ),
             }),
             None => Ok(()),

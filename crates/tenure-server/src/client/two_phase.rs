@@ -4,7 +4,7 @@
 //! authorizes no write.
 
 use futures::future::join_all;
-use tenure::{AcquireRequest, AllAttempt, Busy, Grant, LeaseName, LeaseStore, ReleaseRequest, Result, Version};
+use tenure_core::{AcquireRequest, AllAttempt, Busy, Grant, LeaseName, LeaseStore, ReleaseRequest, Result, Version};
 
 use super::{TenureStore, grant_ref};
 use crate::wire::{Outcome, RefWire, Request, Response};

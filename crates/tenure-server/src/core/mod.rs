@@ -6,7 +6,7 @@
 //! shards it touches in index order (no deadlock) and commits only if every lease
 //! was granted: nobody ever observes half of it.
 //!
-//! The decisions are [`tenure::record`]'s, written once for every store, with a
+//! The decisions are [`tenure_core::record`]'s, written once for every store, with a
 //! [`ClockJudge`] on the server's clock. What the table adds:
 //! - **server time**: wall time read once at start, then advanced by the
 //!   monotonic clock, so a wall-clock jump while running moves nothing;
@@ -35,9 +35,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use tenure::limits::{micros, millis};
-use tenure::record::{self, ClockJudge, Decision, LeaseRecord};
-use tenure::{Clock, EndedHow, Holder, HolderView, LeaseName, Mode, Mono, Predecessor};
+use tenure_core::limits::{micros, millis};
+use tenure_core::record::{self, ClockJudge, Decision, LeaseRecord};
+use tenure_core::{Clock, EndedHow, Holder, HolderView, LeaseName, Mode, Mono, Predecessor};
 
 use crate::wire::MIN_TTL_MS;
 

@@ -5,8 +5,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
-use tenure::record::{self, ClockJudge, LeaseRecord};
-use tenure::{BreakNote, EndedHow, Holder, HolderView, LeaseName, LeaseState, Mode, Predecessor, Version};
+use tenure_core::record::{self, ClockJudge, LeaseRecord};
+use tenure_core::{BreakNote, EndedHow, Holder, HolderView, LeaseName, LeaseState, Mode, Predecessor, Version};
 
 use super::{Core, Refusal, Stats, bump};
 

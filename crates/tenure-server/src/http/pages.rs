@@ -30,8 +30,8 @@ use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse};
 use axum::routing::get;
-use tenure::limits::millis;
-use tenure::{human_duration, report};
+use tenure_core::limits::millis;
+use tenure_core::{human_duration, report};
 
 use crate::core::{Cursor, LeaseRow, Snapshot};
 use crate::server::Shared;
@@ -109,7 +109,7 @@ fn parse_cursor(s: &str) -> Option<Cursor> {
         _ => return None,
     };
     let name = s.get(1..)?;
-    (name.len() <= tenure::MAX_NAME_LEN).then(|| Cursor { idle, name: Arc::from(name) })
+    (name.len() <= tenure_core::MAX_NAME_LEN).then(|| Cursor { idle, name: Arc::from(name) })
 }
 
 /// The rows of a snapshot that fit in `budget` bytes as rendered by `render`
@@ -444,7 +444,7 @@ fn text(s: &str) -> String {
 
 /// `user@host pid N`, then the label if any on a line of its own; the title
 /// has everything, nonce included.
-fn holder_html(h: &tenure::Holder) -> String {
+fn holder_html(h: &tenure_core::Holder) -> String {
     let mut out = format!(
         "<span class=\"who\" title=\"{}\">{}@{} pid {}</span>",
         text(&h.to_string()),
@@ -479,12 +479,12 @@ fn contention_html(row: &LeaseRow) -> String {
 fn last_html(row: &LeaseRow, now_ms: u64) -> String {
     let Some(p) = &row.last else { return "<td class=\"last\"></td>".into() };
     let how = match p.how {
-        tenure::EndedHow::Released => "released",
-        tenure::EndedHow::Dropped => "dropped",
-        tenure::EndedHow::Expired => "expired",
-        tenure::EndedHow::Broken => "broken",
-        tenure::EndedHow::Retaken => "retaken",
-        tenure::EndedHow::Corrupt => "corrupt",
+        tenure_core::EndedHow::Released => "released",
+        tenure_core::EndedHow::Dropped => "dropped",
+        tenure_core::EndedHow::Expired => "expired",
+        tenure_core::EndedHow::Broken => "broken",
+        tenure_core::EndedHow::Retaken => "retaken",
+        tenure_core::EndedHow::Corrupt => "corrupt",
     };
     let mut title = format!("token {} {} at {}", p.token, p.how, utc(p.at_ms));
     if let Some(w) = row.watermark_ms {
@@ -529,7 +529,7 @@ fn html_rows(row: &LeaseRow, now_ms: u64) -> String {
     h
 }
 
-/// One lease in the shared JSON shape ([`tenure::report`]), with what only
+/// One lease in the shared JSON shape ([`tenure_core::report`]), with what only
 /// the server knows: all its holders counted, reservations, contention.
 fn lease_json(r: &LeaseRow, now_ms: u64) -> String {
     let shown = &r.holders[..r.holders.len().min(HOLDERS_SHOWN)];

@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tenure::{Holder, human_duration};
+use tenure_core::{Holder, human_duration};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
@@ -388,8 +388,8 @@ impl Connection {
         let resp = Response::Hello {
             version: PROTOCOL_VERSION,
             public_key: self.shared.signer.public_key(),
-            max_lease_ms: tenure::limits::millis(core.options().max_lease),
-            quarantine_left_ms: tenure::limits::millis(core.quarantine_left()),
+            max_lease_ms: tenure_core::limits::millis(core.options().max_lease),
+            quarantine_left_ms: tenure_core::limits::millis(core.quarantine_left()),
             started_us: core.started_us(),
         };
         Answer { id, resp: Reply::Wire(resp), close: false }

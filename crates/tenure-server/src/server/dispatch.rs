@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use tenure::limits::millis;
-use tenure::{Holder, LeaseName};
+use tenure_core::limits::millis;
+use tenure_core::{Holder, LeaseName};
 
 use super::connection::Connection;
 use crate::core::{Acquired, Ask, Granted, Refusal};
@@ -78,7 +78,7 @@ fn refusal(r: Refusal) -> (ErrorCode, String) {
     match r {
         Refusal::Quarantine(left) => (
             ErrorCode::Quarantine,
-            format!("the server restarted recently and grants nothing for {}", tenure::human_duration(left)),
+            format!("the server restarted recently and grants nothing for {}", tenure_core::human_duration(left)),
         ),
         Refusal::Invalid(m) => (ErrorCode::Invalid, m),
         Refusal::Overloaded(m) => (ErrorCode::Overloaded, m),

@@ -220,7 +220,7 @@ impl Server {
             loop {
                 tokio::select! {
                     _ = sweeper_stop.changed() => return,
-                    () = tenure::ClockExt::sleep(clock.as_ref(), Duration::from_secs(1)) => core.sweep(),
+                    () = tenure_core::ClockExt::sleep(clock.as_ref(), Duration::from_secs(1)) => core.sweep(),
                 }
             }
         });

@@ -3,7 +3,7 @@
 //! A frame decodes into plain `u64`s: postcard accepts any value, so a decoded
 //! frame says nothing about whether a TTL is a few seconds or five hundred
 //! million years. Everything is checked here before it is used, against
-//! [`tenure::limits`] (tokens below `MAX_TOKEN`, times before the year 9999,
+//! [`tenure_core::limits`] (tokens below `MAX_TOKEN`, times before the year 9999,
 //! TTLs up to 30 days) and the server's own `--max-lease`, and refused with a
 //! message naming the field: a hostile or buggy peer gets a clear error, never
 //! an arithmetic overflow, a wrapped deadline or a panic.
@@ -96,7 +96,7 @@ pub fn check_request(req: &Request<'_>, max_lease_ms: u64) -> Result<(), String>
                 token(&"break only_token", *t)?;
             }
             if let Some(n) = note {
-                len(&"break reason", n.reason.unwrap_or(""), tenure::limits::MAX_REASON_BYTES)?;
+                len(&"break reason", n.reason.unwrap_or(""), tenure_core::limits::MAX_REASON_BYTES)?;
                 n.by.to_holder()?;
             }
         }

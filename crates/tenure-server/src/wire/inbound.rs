@@ -4,7 +4,7 @@
 //! order, same fields as the owned types (a test decodes the owned encoding).
 
 use serde::Deserialize;
-use tenure::EndedHow;
+use tenure_core::EndedHow;
 
 use super::{ErrorCode, HolderViewWire, HolderWire, StateWire};
 

@@ -21,7 +21,7 @@
 //! # Numbers from outside
 //!
 //! Every number a frame carries is checked where it is decoded, against
-//! [`tenure::limits`] and the server's own limits: [`check_request`] on the
+//! [`tenure_core::limits`] and the server's own limits: [`check_request`] on the
 //! server (an `Error { code: Invalid }` naming the field), and the `check_*`
 //! functions on the client (a store error naming the field): a hostile or buggy
 //! peer gets a clear refusal, never a wrapped deadline or a panic.
@@ -31,8 +31,8 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tenure::limits::{MAX_REASON_BYTES, MAX_TIME_MS, MAX_TOKEN, MAX_TTL, millis};
-use tenure::{BreakNote, EndedHow, Holder, HolderView, MAX_NAME_LEN, Mode, Predecessor};
+use tenure_core::limits::{MAX_REASON_BYTES, MAX_TIME_MS, MAX_TOKEN, MAX_TTL, millis};
+use tenure_core::{BreakNote, EndedHow, Holder, HolderView, MAX_NAME_LEN, Mode, Predecessor};
 
 mod check;
 
@@ -54,7 +54,7 @@ pub const MAX_HOLDER_FIELD: usize = 256;
 /// Largest frame a connection may send before its hello is answered: a hello
 /// is a few dozen bytes plus the shared secret.
 pub const MAX_HELLO: usize = 4 * 1024;
-/// Shortest lease duration a server grants, in ms (as `tenure::LeaseOptions`).
+/// Shortest lease duration a server grants, in ms (as `tenure_core::LeaseOptions`).
 pub const MIN_TTL_MS: u64 = 10;
 /// Most names in one `List` answer.
 pub const MAX_LIST_PAGE: usize = 10_000;

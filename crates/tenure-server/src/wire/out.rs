@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 use serde::ser::{SerializeSeq, SerializeStruct, Serializer};
-use tenure::Predecessor;
+use tenure_core::Predecessor;
 
 use super::HolderWire;
 use crate::core::Granted;

@@ -39,7 +39,7 @@ fn the_servers_borrowed_answers_encode_exactly_as_the_owned_responses() {
         acquired_ms: Some(1_767_225_598_000),
         watermark_ms: Some(1_767_225_599_000),
         meta: meta.map(str::to_string),
-        broken: holder.clone().map(|by| tenure::BreakNote { by, reason: meta.map(str::to_string) }),
+        broken: holder.clone().map(|by| tenure_core::BreakNote { by, reason: meta.map(str::to_string) }),
     };
     let grants = vec![
         Granted { token: 42, deadline_ms: 9, version: 3, predecessor: None, witness: vec![1, 2, 3] },

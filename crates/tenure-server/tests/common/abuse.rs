@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tenure::{Attempt, Holder, LeaseName, LeaseStore, ManualClock, OpenOptions, ReleaseRequest, Released};
+use tenure_core::{Attempt, Holder, LeaseName, LeaseStore, ManualClock, OpenOptions, ReleaseRequest, Released};
 use tenure_server::TenureStore;
 use tenure_server::wire::{self, MAGIC, PROTOCOL_VERSION, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

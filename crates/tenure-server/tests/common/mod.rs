@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::{AcquireRequest, Backend, Clock, Holder, LeaseName, LeaseStore, ManualClock, Mode, OpenOptions};
+use tenure_core::{AcquireRequest, Backend, Clock, Holder, LeaseName, LeaseStore, ManualClock, Mode, OpenOptions};
 use tenure_conformance::{Harness, Time};
 use tenure_server::server::RunningServer;
 use tenure_server::{Core, CoreOptions, Server, ServerOptions, Signer, TenureStore};

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use tenure::{Backend, CasStore, LeaseStore, ManualClock, MemoryBackend};
+use tenure_core::{Backend, CasStore, LeaseStore, ManualClock, MemoryBackend};
 use tenure_conformance::{Harness, Time, cas_options, conformance_tests};
 
 struct Memory {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use tenure::{
+use tenure_core::{
     Backend, CasOptions, CasStore, Client, EndedHow, Error, Health, LeaseOptions, LossReason, ManualClock,
     MemoryBackend, Mono, Put, PutOptions, Released, Result, Stored,
 };
@@ -40,7 +40,7 @@ impl Backend for Flaky {
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
         self.inner.list(prefix).await
     }
-    async fn watch(&self, key: &str, seen: Option<&tenure::Version>, timeout: Duration) -> Result<bool> {
+    async fn watch(&self, key: &str, seen: Option<&tenure_core::Version>, timeout: Duration) -> Result<bool> {
         self.inner.watch(key, seen, timeout).await
     }
 }
@@ -75,7 +75,7 @@ async fn advance_until(s: &Setup, limit: Duration, mut done: impl FnMut() -> boo
             tokio::task::yield_now().await;
         }
     }
-    tenure::Clock::mono(&s.clock)
+    tenure_core::Clock::mono(&s.clock)
 }
 
 #[tokio::test]

@@ -15,9 +15,9 @@ use std::fs;
 
 use fuzz_support::config;
 use proptest::prelude::*;
-use tenure::backend::{Put, PutMode};
-use tenure::store::file::FileBackend;
-use tenure::{Version, limits::MAX_TOKEN};
+use tenure_core::backend::{Put, PutMode};
+use tenure_core::store::file::FileBackend;
+use tenure_core::{Version, limits::MAX_TOKEN};
 
 /// The highest version planted: all of them (versions near `u64::MAX` once
 /// overflowed the store, F2).

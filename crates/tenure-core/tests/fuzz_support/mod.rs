@@ -1,5 +1,5 @@
 //! Shared by the fuzz tests of every crate (each includes this file with
-//! `#[path = "…/crates/tenure/tests/fuzz_support/mod.rs"] mod fuzz_support;`):
+//! `#[path = "…/crates/tenure-core/tests/fuzz_support/mod.rs"] mod fuzz_support;`):
 //! the case count, byte mutations of valid encodings, and an allocation meter
 //! that checks a parser allocates in proportion to its input, not to a length
 //! field it read.

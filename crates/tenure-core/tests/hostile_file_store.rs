@@ -5,7 +5,7 @@ use std::os::unix::fs::symlink;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{
+use tenure_core::{
     AcquireRequest, Attempt, CasOptions, CasStore, EndedHow, Error, FileBackend, Holder, LeaseName, LeaseStore,
     ManualClock, Mode,
 };

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tenure::{Backend, CasStore, Clock, FileBackend, LeaseStore, ManualClock};
+use tenure_core::{Backend, CasStore, Clock, FileBackend, LeaseStore, ManualClock};
 use tenure_conformance::{Harness, Time, cas_options, conformance_tests};
 
 struct Files {

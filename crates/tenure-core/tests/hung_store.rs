@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use tenure::{
+use tenure_core::{
     Backend, CasOptions, CasStore, Client, Error, LeaseOptions, Put, PutOptions, Result, Stored, SystemClock,
 };
 

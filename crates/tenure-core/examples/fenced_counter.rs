@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tenure::{Backend, CasOptions, CasStore, Client, FencedRecord, FileBackend, LeaseOptions, SystemClock};
+use tenure_core::{Backend, CasOptions, CasStore, Client, FencedRecord, FileBackend, LeaseOptions, SystemClock};
 
 #[tokio::main]
-async fn main() -> tenure::Result<()> {
-    let dir = std::env::temp_dir().join(format!("tenure-example-{}", tenure::random_nonce()));
+async fn main() -> tenure_core::Result<()> {
+    let dir = std::env::temp_dir().join(format!("tenure-example-{}", tenure_core::random_nonce()));
     let files: Arc<dyn Backend> = Arc::new(FileBackend::new(&dir));
     let counter = FencedRecord::new(files.clone(), "counter")?;
     let opts = LeaseOptions::exclusive().with_ttl(Duration::from_secs(5)).with_timeout(Duration::from_secs(30));
@@ -30,11 +30,11 @@ async fn main() -> tenure::Result<()> {
                 lease.release().await?;
             }
             println!("worker {w} done");
-            tenure::Result::Ok(())
+            tenure_core::Result::Ok(())
         }));
     }
     for w in workers {
-        w.await.map_err(|e| tenure::Error::store("example", "joining a worker", e))??;
+        w.await.map_err(|e| tenure_core::Error::store("example", "joining a worker", e))??;
     }
     let last = counter.read().await?.expect("written");
     println!("counter = {} (last written under fencing token {})", String::from_utf8_lossy(&last.value), last.token);

@@ -6,12 +6,12 @@
 
 use std::time::{Duration, Instant};
 
-use tenure::{Client, LeaseOptions, OpenOptions};
+use tenure_core::{Client, LeaseOptions, OpenOptions};
 
 #[tokio::main]
-async fn main() -> tenure::Result<()> {
-    let dir = std::env::temp_dir().join(format!("tenure-example-{}", tenure::random_nonce()));
-    let store = tenure::open(&dir.to_string_lossy(), &OpenOptions::default())?;
+async fn main() -> tenure_core::Result<()> {
+    let dir = std::env::temp_dir().join(format!("tenure-example-{}", tenure_core::random_nonce()));
+    let store = tenure_core::open(&dir.to_string_lossy(), &OpenOptions::default())?;
     let ttl = Duration::from_secs(5);
     let start = Instant::now();
 
@@ -32,7 +32,7 @@ async fn main() -> tenure::Result<()> {
         gc.acquire("repo", &LeaseOptions::exclusive().with_ttl(ttl).with_timeout(Duration::from_secs(30))).await?;
     println!("{:>5}ms gc running alone (exclusive, token {})", start.elapsed().as_millis(), lease.token());
     for b in backups {
-        b.await.map_err(|e| tenure::Error::store("example", "joining a backup", e))??;
+        b.await.map_err(|e| tenure_core::Error::store("example", "joining a backup", e))??;
     }
     lease.release().await?;
     std::fs::remove_dir_all(&dir).ok();

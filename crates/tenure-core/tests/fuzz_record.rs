@@ -20,10 +20,10 @@ use std::sync::Arc;
 
 use fuzz_support::{bytes, config, mutate, mutations, peak_during};
 use proptest::prelude::*;
-use tenure::backend::check_key;
-use tenure::limits::{MAX_TIME_MS, MAX_TOKEN, MAX_TTL, millis};
-use tenure::record::{self, Ask, ClockJudge, Decision, Ending, Entry, LeaseRecord, Unreadable};
-use tenure::{EndedHow, Holder, LeaseName, Mode};
+use tenure_core::backend::check_key;
+use tenure_core::limits::{MAX_TIME_MS, MAX_TOKEN, MAX_TTL, millis};
+use tenure_core::record::{self, Ask, ClockJudge, Decision, Ending, Entry, LeaseRecord, Unreadable};
+use tenure_core::{EndedHow, Holder, LeaseName, Mode};
 
 // ---------------------------------------------------------------------------
 // Generators of valid records.
@@ -372,7 +372,7 @@ fn a_counter_at_the_top_of_the_token_space_is_readable_and_grants_nothing() {
 // ---------------------------------------------------------------------------
 // Lease names and backend keys, against an independent reading of the rules.
 
-/// The rules of `tenure::name`, written again from its documentation.
+/// The rules of `tenure_core::name`, written again from its documentation.
 fn name_ok_by_the_docs(name: &str) -> bool {
     let segments: Vec<&str> = name.split('/').collect();
     !name.is_empty()
@@ -432,13 +432,13 @@ proptest! {
         url in file_url(),
         params in proptest::collection::btree_map("[a-z_]{0,8}|fsync|io", "[a-z0-9]{0,6}|true|false|inline|pool|0|1", 0..3),
     ) {
-        match tenure::store::file::open_with(&url, &params) {
+        match tenure_core::store::file::open_with(&url, &params) {
             Ok(b) => {
                 let path = url.strip_prefix("file://").map_or(url.as_str(), |r| r.split_once('?').map_or(r, |(p, _)| p));
                 prop_assert_eq!(b.root(), Path::new(path));
                 prop_assert!(!path.is_empty());
             }
-            Err(tenure::Error::InvalidStore { reason, .. }) => prop_assert!(!reason.is_empty()),
+            Err(tenure_core::Error::InvalidStore { reason, .. }) => prop_assert!(!reason.is_empty()),
             Err(other) => prop_assert!(false, "unexpected error kind: {other:?}"),
         }
     }
@@ -457,9 +457,9 @@ fn file_url() -> impl Strategy<Value = String> {
 #[test]
 fn file_store_options_given_twice_take_the_last_and_params_win() {
     let params = BTreeMap::from([("fsync".to_string(), "true".to_string())]);
-    assert!(tenure::store::file::open_with("file:///tmp/x?fsync=false&fsync=false", &params).is_ok());
-    assert!(tenure::store::file::open_with("file://", &BTreeMap::new()).is_err());
-    assert!(tenure::store::file::open_with("", &BTreeMap::new()).is_err());
+    assert!(tenure_core::store::file::open_with("file:///tmp/x?fsync=false&fsync=false", &params).is_ok());
+    assert!(tenure_core::store::file::open_with("file://", &BTreeMap::new()).is_err());
+    assert!(tenure_core::store::file::open_with("", &BTreeMap::new()).is_err());
 }
 
 // ---------------------------------------------------------------------------
@@ -478,9 +478,9 @@ proptest! {
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async {
-            let backend = Arc::new(tenure::MemoryBackend::new(tenure::SystemClock::shared()));
-            let record = tenure::FencedRecord::new(backend.clone(), "f").expect("name");
-            let put = tenure::Backend::put(&*backend, "f~fence", planted.clone().into(), tenure::PutOptions::create()).await;
+            let backend = Arc::new(tenure_core::MemoryBackend::new(tenure_core::SystemClock::shared()));
+            let record = tenure_core::FencedRecord::new(backend.clone(), "f").expect("name");
+            let put = tenure_core::Backend::put(&*backend, "f~fence", planted.clone().into(), tenure_core::PutOptions::create()).await;
             prop_assert!(put.is_ok());
             if let Ok(Some(f)) = record.read().await {
                 prop_assert!(planted.starts_with(b"tenure-fence/1 ") && planted.ends_with(&f.value));
@@ -493,7 +493,7 @@ proptest! {
                         prop_assert!(record.write(token - 1, value.into()).await.is_err(), "a lower token is fenced off");
                     }
                 }
-                Err(tenure::Error::Fenced { current, ours, .. }) => prop_assert!(current > ours),
+                Err(tenure_core::Error::Fenced { current, ours, .. }) => prop_assert!(current > ours),
                 Err(_) => {} // an unreadable record stays unreadable
             }
             Ok(())

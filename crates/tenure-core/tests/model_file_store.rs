@@ -1,4 +1,4 @@
-//! Model check of the file store's versioned register (`tenure::store::file`):
+//! Model check of the file store's versioned register (`tenure_core::store::file`):
 //! immutable version files `~<n>` published with `link(2)`, garbage collection of
 //! old versions, and the ABA check by listing after each write (stateright;
 //! exhaustive breadth-first search of a bounded space).
@@ -50,7 +50,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use stateright::{Checker, Model, Property};
-use tenure::store::file::KEEP;
+use tenure_core::store::file::KEEP;
 
 /// Version slots (the bounds never reach the last).
 const SLOTS: usize = 16;

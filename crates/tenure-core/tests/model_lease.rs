@@ -1,5 +1,5 @@
 //! Model check of the lease protocol over a versioned compare-and-swap register,
-//! under the clock discipline of `tenure::cas`, with fenced writes to protected
+//! under the clock discipline of `tenure_core::cas`, with fenced writes to protected
 //! storage (stateright; exhaustive breadth-first search of a bounded space).
 //!
 //! # Model
@@ -17,7 +17,7 @@
 //!   the write lands in a later one (`Land`): time passes and others act meanwhile.
 //!   With `ambiguous`, a write may land while its sender hears "conflict"
 //!   (`LandUnseen`), as the file store can report (see `model_file_store`).
-//! - **Lease logic is the shipped code**: `tenure::record::{decide_acquire,
+//! - **Lease logic is the shipped code**: `tenure_core::record::{decide_acquire,
 //!   decide_renew, decide_release}` on real `LeaseRecord`s (exclusive; `retake`
 //!   as `Client` sets it once its own handle let go). The state keeps the record's
 //!   last token and exclusive entry (`last`, `watermark_ms`: read by no decision).
@@ -55,8 +55,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use stateright::{Checker, HasDiscoveries, Model, Property};
-use tenure::record::{self, Ask, Decision, Entry, Judge, LeaseRecord};
-use tenure::{EndedHow, Holder, Mode};
+use tenure_core::record::{self, Ask, Decision, Entry, Judge, LeaseRecord};
+use tenure_core::{EndedHow, Holder, Mode};
 
 const NAME: &str = "model/lease";
 /// The absolute (monotonic and true) time that `now` stands for in calls to the real code.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{
+use tenure_core::{
     AcquireRequest, Attempt, CasOptions, CasStore, Clock, EndedHow, Grant, Holder, LeaseName, LeaseStore, ManualClock,
     MemoryBackend, Mode,
 };
@@ -116,10 +116,10 @@ async fn inspecting_never_writes() {
     let (backend, clock) = setup();
     try_acquire(&store(&backend, &clock), "holder").await.expect("free");
     clock.advance(TTL * 10);
-    let before = tenure::Backend::get(&*backend, "l").await.expect("get").expect("present").version;
+    let before = tenure_core::Backend::get(&*backend, "l").await.expect("get").expect("present").version;
     let state = store(&backend, &clock).inspect(&LeaseName::new("l").expect("name")).await.expect("inspect");
     assert!(state.holders.is_empty() && state.expired.len() == 1, "{state:?}");
-    let after = tenure::Backend::get(&*backend, "l").await.expect("get").expect("present").version;
+    let after = tenure_core::Backend::get(&*backend, "l").await.expect("get").expect("present").version;
     assert_eq!(before, after, "inspect must not touch the record, even when it could clean it up");
     let _ = clock.wall_ms();
 }

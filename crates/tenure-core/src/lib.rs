@@ -1,0 +1,66 @@
+//! tenure: leases with fencing tokens over storage you already have.
+//!
+//! A [`Client`] acquires [`Lease`]s from a [`LeaseStore`]: a directory
+//! ([`FileBackend`]), an object store, the tenure lease server or etcd. Each grant
+//! carries a fencing token that grows strictly per lease name; a held lease keeps
+//! itself alive and reports its [`Health`] (Held → AtRisk → Lost).
+//!
+//! ```no_run
+//! # async fn demo() -> tenure_core::Result<()> {
+//! use std::time::Duration;
+//! use tenure_core::{Client, LeaseOptions};
+//!
+//! let client = Client::new(tenure_core::open("/var/lib/locks", &tenure_core::OpenOptions::default())?);
+//! let opts = LeaseOptions::exclusive().with_ttl(Duration::from_secs(30)).with_timeout(Duration::from_secs(60));
+//! let lease = client.acquire("deploy/prod", &opts).await?;
+//! tokio::select! {
+//!     reason = lease.lost() => eprintln!("lost the lease: {reason}"),
+//!     () = async { /* work, writing with lease.token() as a fence */ } => {}
+//! }
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Layers, top down: [`Client`] and [`Lease`] (waiting, keep-alive, health,
+//! multi-lease) → [`LeaseStore`] (the lease API) → [`cas::CasStore`] (the lease
+//! logic, written once) → [`Backend`] (a versioned register per key).
+
+// One unsafe call, allowed where it is: registering the directory store's inotify
+// descriptor with tokio (AsyncFd's safe constructors are deprecated as unsound).
+#![deny(unsafe_code)]
+
+pub mod backend;
+pub mod cas;
+mod client;
+pub mod clock;
+mod error;
+pub mod fence;
+mod holder;
+mod keepalive;
+pub mod limits;
+mod name;
+mod open;
+mod options;
+pub mod record;
+pub mod report;
+pub mod store;
+mod types;
+
+pub use backend::{Backend, Put, PutMode, PutOptions, Stored};
+pub use cas::{CasOptions, CasStore};
+pub use client::Client;
+pub use clock::{Clock, ClockExt, ManualClock, Mono, SystemClock};
+pub use error::{BoxError, Error, Result};
+pub use fence::FencedRecord;
+pub use holder::{Holder, random_nonce};
+pub use keepalive::{Lease, LeaseSet};
+pub use name::{LeaseName, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS};
+pub use open::{OpenOptions, open};
+pub use options::LeaseOptions;
+pub use store::file::FileBackend;
+pub use store::memory::MemoryBackend;
+pub use store::{AcquireRequest, AllAttempt, LeaseStore, ReleaseRequest};
+pub use types::{
+    Attempt, BreakNote, Busy, EndedHow, Grant, Health, HolderView, LeaseState, LossReason, Mode, Predecessor, Released,
+    Version, human_duration,
+};
