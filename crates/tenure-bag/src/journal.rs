@@ -52,7 +52,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tenure_core::limits::{MAX_TIME_MS, millis};
-use tenure_core::{Client, ClockExt, Error, Grant, LeaseOptions, LeaseSet, LossReason, ReleaseRequest, Released, Result};
+use tenure_core::{
+    Client, ClockExt, Error, Grant, LeaseOptions, LeaseSet, LossReason, ReleaseRequest, Released, Result,
+};
 
 use crate::frame::LeaseStamp;
 use crate::log::Writer;

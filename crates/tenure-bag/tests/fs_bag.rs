@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Harness, T0, options, tree};
-use tenure_core::{Clock, ManualClock};
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{Batch, Decision, Log, ReadOptions};
+use tenure_core::{Clock, ManualClock};
 
 struct Dir {
     _tmp: tempfile::TempDir,

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use fuzz_support::config;
 use proptest::prelude::*;
-use tenure_core::ManualClock;
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{BagOptions, Batch, Log, LogConfig, ReadOptions};
+use tenure_core::ManualClock;
 
 const T0: u64 = 1_767_225_600_000;
 

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{T0, options, tree};
-use tenure_core::{Error, ManualClock};
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{Batch, Decision, Log, Manifest, ReadOptions, ReadResult, Skipped};
+use tenure_core::{Error, ManualClock};
 
 /// Far above any deadline involved: an operation that takes this long hung.
 const HUNG: Duration = Duration::from_secs(60);

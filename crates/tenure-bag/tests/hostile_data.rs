@@ -13,11 +13,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{T0, options};
 use proptest::prelude::*;
-use tenure_core::limits::MAX_TIME_MS;
-use tenure_core::{Error, ManualClock};
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{Batch, LogConfig, LogSettings, Manifest, ReadOptions};
 use tenure_bag::{Log, frame, snapshot};
+use tenure_core::limits::MAX_TIME_MS;
+use tenure_core::{Error, ManualClock};
 
 const HUNG: Duration = Duration::from_secs(60);
 

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{T0, options};
-use tenure_core::{Client, Clock, LeaseOptions, ManualClock, OpenOptions, ReleaseRequest};
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{
     Batch, Journal, LeaseStamp, Log, ReadOptions, VerifiedWitness, ViolationKind, WitnessVerifier, audit,
 };
+use tenure_core::{Client, Clock, LeaseOptions, ManualClock, OpenOptions, ReleaseRequest};
 
 fn journal(dir: &std::path::Path, store: &str, clock: &ManualClock, id: &str) -> Journal {
     journal_with_ttl(dir, store, clock, id, Duration::from_secs(5))

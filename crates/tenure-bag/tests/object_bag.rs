@@ -11,8 +11,8 @@ use common::{Harness, T0, options};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, PutPayload};
-use tenure_core::{Clock, ManualClock};
 use tenure_bag::{Batch, Log, ReadOptions};
+use tenure_core::{Clock, ManualClock};
 
 /// The well-known development key of Azurite's `devstoreaccount1` (public).
 const AZURITE_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";

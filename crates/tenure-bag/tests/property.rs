@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use common::{T0, options};
 use proptest::prelude::*;
-use tenure_core::{Clock, ManualClock};
 use tenure_bag::fs::FsStorage;
 use tenure_bag::{Batch, Log, ReadOptions};
+use tenure_core::{Clock, ManualClock};
 
 #[derive(Clone, Debug)]
 enum Op {

@@ -52,6 +52,14 @@ pub(crate) enum Command {
     /// break at its next renewal, stops its command and exits 76.
     Break(BreakArgs),
     /// Run the lease server.
+    ///
+    /// With --tls-cert and --tls-key, the lease port and the HTTP port speak TLS
+    /// only: clients connect with `tenure://HOST:PORT?tls=true` (and
+    /// `&ca_file=CA.pem` for a private CA, `&server_name=NAME` to check another
+    /// name than the host's). An auth token (--auth-token-file) travels only over
+    /// TLS or within this machine: without TLS, a --listen address that is not
+    /// loopback is refused unless --allow-plaintext-auth, and clients likewise
+    /// refuse to send it unless `allow_plaintext_auth=true`.
     #[cfg(feature = "server")]
     Serve(crate::serve::ServeArgs),
     /// Closable bags of messages and the lease-guarded journal.

@@ -3,8 +3,9 @@
 //! The server keeps every lease in RAM, signs a witness for every grant, and
 //! grants nothing for `--max-lease` + 1 s after it starts (the restart rule, see
 //! the `tenure_server` docs). It prints one line per listener on stdout, e.g.
-//! `tenure serve: listening on tenure://127.0.0.1:7777`, then serves until SIGINT
-//! or SIGTERM, when it stops gracefully.
+//! `tenure serve: listening on tenure://127.0.0.1:7777` (`…?tls=true` with
+//! `--tls-cert` and `--tls-key`), then serves until SIGINT or SIGTERM, when it
+//! stops gracefully.
 //!
 //! Every resource a client can make it spend is bounded by a flag: connections
 //! before and after their hello, deadlines for the hello, each frame, each batch
@@ -24,7 +25,7 @@ use clap::Args;
 use tenure::SystemClock;
 use tenure::limits::{MAX_DURATION, MAX_TTL, check_duration};
 use tenure_server::http::HttpOptions;
-use tenure_server::{Core, CoreOptions, Server, ServerOptions, Signer};
+use tenure_server::{Core, CoreOptions, Server, ServerOptions, ServerTls, Signer};
 
 use crate::args::duration;
 
@@ -41,7 +42,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 64, value_name = "N")]
     pub(crate) http_max_connections: usize,
     /// An HTTP connection must send a complete request head within this of
-    /// connecting or of its previous answer (idle keep-alive connections too).
+    /// connecting (its TLS handshake included) or of its previous answer (idle
+    /// keep-alive connections too).
     #[arg(long, value_parser = duration, default_value = "10s", value_name = "DURATION")]
     pub(crate) http_idle_timeout: Duration,
     /// An HTTP client must take a whole answer within this of its first byte.
@@ -56,8 +58,24 @@ pub(crate) struct ServeArgs {
     pub(crate) key: Option<PathBuf>,
     /// File holding a shared secret that clients must present
     /// (`--store-opt auth_token_file=…` or `TENURE_AUTH_TOKEN` on their side).
+    /// The token travels only over TLS or within this machine: without
+    /// --tls-cert, a --listen address that is not loopback is refused unless
+    /// --allow-plaintext-auth.
     #[arg(long, value_name = "FILE")]
     pub(crate) auth_token_file: Option<PathBuf>,
+    /// Accept --auth-token-file without TLS on an address that is not loopback,
+    /// where the token crosses the network unencrypted (a trusted network only).
+    #[arg(long)]
+    pub(crate) allow_plaintext_auth: bool,
+    /// Certificate chain for TLS (PEM, the server's own certificate first).
+    /// With --tls-key, the lease port and the HTTP port speak TLS only; clients
+    /// connect with `tenure://HOST:PORT?tls=true`, adding `&ca_file=CA.pem` for
+    /// a private CA.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// Private key of --tls-cert (PEM, unencrypted: PKCS#8, RSA or EC).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
     /// Close clients (past their hello) that send nothing for this long.
     #[arg(long, value_parser = duration, default_value = "5m")]
     pub(crate) idle_timeout: Duration,
@@ -65,7 +83,8 @@ pub(crate) struct ServeArgs {
     /// rest comes, and a batch of answers taken within this of being written.
     #[arg(long, value_parser = duration, default_value = "10s")]
     pub(crate) io_timeout: Duration,
-    /// A new connection must complete its hello within this of being accepted.
+    /// A new connection must complete its hello (its TLS handshake included)
+    /// within this of being accepted.
     #[arg(long, value_parser = duration, default_value = "5s", value_name = "DURATION")]
     pub(crate) hello_timeout: Duration,
     /// Most client connections past their hello at once; a hello beyond is refused.
@@ -114,6 +133,18 @@ fn check_args(args: &ServeArgs) -> Result<()> {
         }
         check_duration(flag, d, MAX_DURATION)?;
     }
+    if args.auth_token_file.is_some()
+        && args.tls_cert.is_none()
+        && !args.listen.ip().to_canonical().is_loopback()
+        && !args.allow_plaintext_auth
+    {
+        bail!(
+            "--auth-token-file without TLS on {}, which is not a loopback address: clients would send the token \
+             over the network in plaintext. Add --tls-cert and --tls-key (clients then connect with tls=true), \
+             listen on a loopback address, or add --allow-plaintext-auth to accept that",
+            args.listen
+        );
+    }
     for (flag, n) in [
         ("--max-connections", args.max_connections),
         ("--max-pre-hello", args.max_pre_hello),
@@ -157,6 +188,11 @@ fn raise_file_limit(needed: u64) {
 
 pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     check_args(&args)?;
+    // Read first: a certificate that cannot be used stops the start before anything else.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(ServerTls::from_files(cert, key)?),
+        _ => None,
+    };
     let sockets = [args.max_connections, args.max_pre_hello, args.http_max_connections]
         .iter()
         .fold(64u64, |sum, &n| sum.saturating_add(u64::try_from(n).unwrap_or(u64::MAX)));
@@ -196,6 +232,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         max_connections: args.max_connections,
         max_pre_hello: args.max_pre_hello,
         spin: args.spin,
+        tls: tls.clone(),
         connection_threads: args
             .connection_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)),
@@ -214,9 +251,10 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     // Best effort: a closed stdout (the reader went away) must not stop a server.
     let banner = || -> std::io::Result<()> {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "tenure serve: listening on tenure://{}", server.local_addr()?)?;
+        let (query, scheme) = if tls.is_some() { ("?tls=true", "https") } else { ("", "http") };
+        writeln!(out, "tenure serve: listening on tenure://{}{query}", server.local_addr()?)?;
         if let Some(h) = &http {
-            writeln!(out, "tenure serve: status page on http://{}/", h.local_addr()?)?;
+            writeln!(out, "tenure serve: status page on {scheme}://{}/", h.local_addr()?)?;
         }
         writeln!(out, "tenure serve: witness public key {public_key}")?;
         writeln!(
@@ -241,6 +279,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
                 max_connections: args.http_max_connections,
                 idle_timeout: args.http_idle_timeout,
                 response_timeout: args.http_timeout,
+                tls: tls.clone(),
                 ..HttpOptions::default()
             };
             tenure_server::http::serve(listener, shared, opts, stopped(stop_rx.clone())).await;

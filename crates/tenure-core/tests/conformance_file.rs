@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tenure_core::{Backend, CasStore, Clock, FileBackend, LeaseStore, ManualClock};
 use tenure_conformance::{Harness, Time, cas_options, conformance_tests};
+use tenure_core::{Backend, CasStore, Clock, FileBackend, LeaseStore, ManualClock};
 
 struct Files {
     clock: ManualClock,

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use tenure_core::{Backend, CasStore, LeaseStore, ManualClock, MemoryBackend};
 use tenure_conformance::{Harness, Time, cas_options, conformance_tests};
+use tenure_core::{Backend, CasStore, LeaseStore, ManualClock, MemoryBackend};
 
 struct Memory {
     clock: ManualClock,

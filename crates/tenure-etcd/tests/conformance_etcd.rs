@@ -9,8 +9,8 @@ mod common;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tenure_core::{Backend, LeaseStore};
 use tenure_conformance::{Harness, Time, conformance_tests, server_from_env};
+use tenure_core::{Backend, LeaseStore};
 
 use common::{Scratch, open_options};
 

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tenure_conformance::{TTL, server_from_env};
 use tenure_core::record::LeaseRecord;
 use tenure_core::{
     AcquireRequest, Attempt, Backend, CasOptions, Client, Error, FencedRecord, Grant, Holder, LeaseName, LeaseOptions,
     LeaseStore, ManualClock, Mode, OpenOptions, Put, PutOptions, Released,
 };
-use tenure_conformance::{TTL, server_from_env};
 use tenure_etcd::SHADOW_SUFFIX;
 
 use common::{Scratch, open_options};

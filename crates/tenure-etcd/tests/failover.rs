@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tenure_core::{Client, Error, FencedRecord, Health, LeaseOptions};
 use tenure_conformance::{MAX_SKEW, server_from_env};
+use tenure_core::{Client, Error, FencedRecord, Health, LeaseOptions};
 use tenure_etcd::proto::etcdserverpb::{MemberListRequest, StatusRequest};
 use tokio::sync::{oneshot, watch};
 

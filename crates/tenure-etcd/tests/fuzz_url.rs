@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use fuzz_support::config;
 use proptest::prelude::*;
+use tenure_conformance::server_from_env;
 use tenure_core::backend::check_key;
 use tenure_core::{Backend, LeaseName};
-use tenure_conformance::server_from_env;
 use tenure_etcd::EtcdUrl;
 use tenure_etcd::url::redacted;
 

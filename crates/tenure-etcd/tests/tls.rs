@@ -15,8 +15,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
-use tenure_core::{Client, Error, LeaseOptions, OpenOptions};
 use tenure_conformance::server_from_env;
+use tenure_core::{Client, Error, LeaseOptions, OpenOptions};
 
 use common::open_options;
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Server;
-use tenure_core::{AcquireRequest, Attempt, CasStore, Grant, Holder, LeaseName, LeaseStore, ManualClock, Mode};
 use tenure_conformance::cas_options;
+use tenure_core::{AcquireRequest, Attempt, CasStore, Grant, Holder, LeaseName, LeaseStore, ManualClock, Mode};
 use tenure_object::{ObjectBackend, Probe, Provider, RequestCounts, probe};
 
 const TTL: Duration = Duration::from_secs(10);

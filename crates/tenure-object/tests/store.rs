@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::Server;
+use tenure_conformance::{CORRUPT_TTL, MAX_SKEW, cas_options};
 use tenure_core::{
     Backend, CasStore, Client, EndedHow, Error, FencedRecord, LeaseOptions, LeaseStore, ManualClock, OpenOptions,
     SystemClock,
 };
-use tenure_conformance::{CORRUPT_TTL, MAX_SKEW, cas_options};
 use tenure_object::object_store::path::Path;
 use tenure_object::object_store::{ObjectStoreExt, PutPayload};
 use tenure_object::open;

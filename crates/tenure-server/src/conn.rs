@@ -21,6 +21,11 @@
 //! dropped, and when the socket fails every waiting caller gets the error at once
 //! (the endpoint then reconnects on the next call; a request that crossed the
 //! server's idle close, which the server never read, is sent again at once).
+//!
+//! Over TLS the socket is split into a read half for the reader and a write
+//! half for the writer task, which then does every write (a TLS stream has no
+//! non-blocking write for a leader to try); leaders still gather requests into
+//! one write, and the reader's polls are single polls of the TLS stream.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,11 +35,13 @@ use parking_lot::Mutex;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
+use tokio_rustls::client::TlsStream;
 
-use crate::spin::Spin;
+use crate::spin::{Spin, TryRead};
 use crate::wire::{self, ErrorCode, MAX_RESPONSE, Request, Response};
 
 /// An answer: the server's time and the response body.
@@ -78,8 +85,75 @@ struct State {
     queued: usize,
 }
 
+/// A connected socket: plaintext, or TLS over TCP.
+pub(crate) enum Socket {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// The reader task's side of the socket.
+enum Reader {
+    Plain(Arc<TcpStream>),
+    Tls(ReadHalf<Box<TlsStream<TcpStream>>>),
+}
+
+impl TryRead for Reader {
+    fn try_read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.try_read_buf(buf),
+            Self::Tls(r) => crate::spin::read_now(r, buf),
+        }
+    }
+}
+
+impl Reader {
+    /// Waits for data and reads it (a plaintext socket may still say
+    /// `WouldBlock`, after a spurious wake-up). Cancel-safe.
+    async fn read(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => {
+                s.readable().await?;
+                s.try_read_buf(buf)
+            }
+            Self::Tls(r) => r.read_buf(buf).await,
+        }
+    }
+}
+
+/// The writer task's side of the socket.
+enum Writer {
+    Plain(Arc<TcpStream>),
+    Tls(WriteHalf<Box<TlsStream<TcpStream>>>),
+}
+
+impl Writer {
+    async fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        match self {
+            Self::Plain(s) => {
+                let mut sent = 0;
+                while sent < buf.len() {
+                    s.writable().await?;
+                    match s.try_write(&buf[sent..]) {
+                        Ok(n) => sent += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            }
+            // What TLS has encrypted is held back until flushed.
+            Self::Tls(w) => {
+                w.write_all(buf).await?;
+                w.flush().await
+            }
+        }
+    }
+}
+
 struct Inner {
-    stream: Arc<TcpStream>,
+    /// The plaintext socket, which callers write to directly (see
+    /// [`send_once`]); with TLS, every write goes through the writer task.
+    direct: Option<Arc<TcpStream>>,
     timeout: Duration,
     /// The client's clock, for the skew.
     clock: Arc<dyn tenure_core::Clock>,
@@ -93,6 +167,8 @@ struct Inner {
     idle_closed: AtomicBool,
     /// Server time minus local wall time at the last answer, µs.
     skew_us: AtomicI64,
+    /// The error the server closed the connection with, unasked (id 0).
+    last_word: Mutex<Option<(ErrorCode, String)>>,
 }
 
 impl Inner {
@@ -132,12 +208,20 @@ impl Drop for Conn {
 }
 
 impl Conn {
-    /// Wraps a connected socket.
-    pub(crate) fn start(stream: TcpStream, timeout: Duration, spin: Duration, clock: Arc<dyn tenure_core::Clock>) -> Self {
-        let _ = stream.set_nodelay(true);
-        let stream = Arc::new(stream);
+    /// Wraps a connected socket (`TCP_NODELAY` already set).
+    pub(crate) fn start(socket: Socket, timeout: Duration, spin: Duration, clock: Arc<dyn tenure_core::Clock>) -> Self {
+        let (direct, reader, writer) = match socket {
+            Socket::Plain(stream) => {
+                let stream = Arc::new(stream);
+                (Some(stream.clone()), Reader::Plain(stream.clone()), Writer::Plain(stream))
+            }
+            Socket::Tls(stream) => {
+                let (r, w) = tokio::io::split(stream);
+                (None, Reader::Tls(r), Writer::Tls(w))
+            }
+        };
         let inner = Arc::new(Inner {
-            stream,
+            direct,
             timeout,
             clock,
             state: Mutex::new(State::default()),
@@ -146,9 +230,10 @@ impl Conn {
             dead: AtomicBool::new(false),
             idle_closed: AtomicBool::new(false),
             skew_us: AtomicI64::new(0),
+            last_word: Mutex::new(None),
         });
-        let reader = tokio::spawn(read_loop(inner.clone(), Spin::new(spin)));
-        let writer = tokio::spawn(write_loop(inner.clone()));
+        let reader = tokio::spawn(read_loop(inner.clone(), reader, Spin::new(spin)));
+        let writer = tokio::spawn(write_loop(inner.clone(), writer));
         Self { inner, reader, writer }
     }
 
@@ -160,6 +245,12 @@ impl Conn {
     /// it was never handled, and may be sent again on a new connection.
     pub(crate) fn closed_idle(&self) -> bool {
         self.inner.idle_closed.load(Ordering::Acquire)
+    }
+
+    /// The error the server closed the connection with, if it said one unasked
+    /// (a refusal before the hello, an idle close).
+    pub(crate) fn last_word(&self) -> Option<(ErrorCode, String)> {
+        self.inner.last_word.lock().clone()
     }
 
     /// Server time minus local wall time, as of the last answer.
@@ -258,9 +349,14 @@ impl Drop for Handover<'_> {
 
 /// One non-blocking write of everything in `out`. Returns whether the leader
 /// should go on: requests were added meanwhile. If `out` is empty, the leader is
-/// done (`writing` cleared); if the socket is full, the writer task finishes
-/// (with `writing` still set); on an error the connection is closed.
+/// done (`writing` cleared); if the socket is full, or it is a TLS stream, the
+/// writer task finishes (with `writing` still set); on an error the connection
+/// is closed.
 fn send_once(inner: &Inner) -> bool {
+    let Some(stream) = &inner.direct else {
+        inner.wake_writer.notify_one();
+        return false;
+    };
     let mut buf = {
         let mut st = inner.state.lock();
         if st.out.is_empty() {
@@ -272,7 +368,7 @@ fn send_once(inner: &Inner) -> bool {
     };
     let mut sent = 0;
     while sent < buf.len() {
-        match inner.stream.try_write(&buf[sent..]) {
+        match stream.try_write(&buf[sent..]) {
             Ok(n) => sent += n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
             Err(e) => {
@@ -301,7 +397,7 @@ fn send_once(inner: &Inner) -> bool {
 }
 
 /// Sends what leaders could not: async writes until `out` is empty.
-async fn write_loop(inner: Arc<Inner>) {
+async fn write_loop(inner: Arc<Inner>, mut writer: Writer) {
     loop {
         inner.wake_writer.notified().await;
         loop {
@@ -314,20 +410,9 @@ async fn write_loop(inner: Arc<Inner>) {
                 st.queued = 0;
                 std::mem::take(&mut st.out)
             };
-            let mut sent = 0;
-            while sent < buf.len() {
-                if let Err(e) = inner.stream.writable().await {
-                    inner.close(format!("sending to the server failed: {e}"));
-                    return;
-                }
-                match inner.stream.try_write(&buf[sent..]) {
-                    Ok(n) => sent += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => {
-                        inner.close(format!("sending to the server failed: {e}"));
-                        return;
-                    }
-                }
+            if let Err(e) = writer.write_all(&buf).await {
+                inner.close(format!("sending to the server failed: {e}"));
+                return;
             }
         }
     }
@@ -345,7 +430,7 @@ impl Drop for CloseOnDrop {
     }
 }
 
-async fn read_loop(inner: Arc<Inner>, mut spin: Spin) {
+async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
     let _closer = CloseOnDrop(inner.clone());
     let mut buf = BytesMut::with_capacity(64 * 1024);
     // Answers of one read, handed to their callers after the lock is released.
@@ -401,6 +486,7 @@ async fn read_loop(inner: Arc<Inner>, mut spin: Spin) {
             if code == ErrorCode::Idle {
                 inner.idle_closed.store(true, Ordering::Release);
             }
+            *inner.last_word.lock() = Some((code, message.clone()));
             inner.close(format!("the server closed the connection: {message}"));
             return;
         }
@@ -412,11 +498,11 @@ async fn read_loop(inner: Arc<Inner>, mut spin: Spin) {
         }
         was_waiting = waiting;
         // While answers tend to come quickly, poll for them before sleeping.
-        let spun = if waiting { spin.read(&inner.stream, &mut buf).await } else { None };
+        let spun = if waiting { spin.read(&mut reader, &mut buf).await } else { None };
         let read = match spun {
             Some(read) => read,
             None => {
-                let readable = if waiting {
+                let read = if waiting {
                     // The server has `timeout` since it last spoke (or since requests
                     // began waiting) to say anything. The timer is armed at most once per
                     // `timeout`: when it fires early it is pushed to the real deadline.
@@ -425,7 +511,7 @@ async fn read_loop(inner: Arc<Inner>, mut spin: Spin) {
                         timer.as_mut().reset(deadline);
                     }
                     tokio::select! {
-                        r = inner.stream.readable() => r,
+                        r = reader.read(&mut buf) => r,
                         () = &mut timer => {
                             let deadline = heard + inner.timeout;
                             if tokio::time::Instant::now() >= deadline {
@@ -442,17 +528,13 @@ async fn read_loop(inner: Arc<Inner>, mut spin: Spin) {
                     // Idle: nothing to time out. A request sent meanwhile finds the
                     // connection alive, and the next read is timed from then.
                     tokio::select! {
-                        r = inner.stream.readable() => r,
+                        r = reader.read(&mut buf) => r,
                         () = inner.request_sent.notified() => {
                             heard = tokio::time::Instant::now();
                             continue;
                         }
                     }
                 };
-                if let Err(e) = readable {
-                    break format!("reading from the server failed: {e}");
-                }
-                let read = inner.stream.try_read_buf(&mut buf);
                 if waiting && matches!(read, Ok(n) if n > 0) {
                     spin.woke();
                 }
@@ -463,6 +545,10 @@ async fn read_loop(inner: Arc<Inner>, mut spin: Spin) {
             Ok(0) => break "the server closed the connection".to_string(),
             Ok(_) => heard = tokio::time::Instant::now(),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            // A TLS server that closes without a close_notify alert.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                break "the server closed the connection".to_string();
+            }
             Err(e) => break format!("reading from the server failed: {e}"),
         }
     };

@@ -9,7 +9,9 @@
 //!
 //! # Wire protocol (version 2)
 //!
-//! TCP; every frame is `len:u32 id:u32 [server_time_us:u64] body`, little-endian,
+//! TCP, or TLS over TCP ([`tls`]: `tenure serve --tls-cert --tls-key`, and
+//! `tenure://host:port?tls=true` on the client's side); every frame is
+//! `len:u32 id:u32 [server_time_us:u64] body`, little-endian,
 //! where `len` counts the bytes after itself, responses carry the server's time
 //! (so clients see their skew: [`TenureStore::skew_us`]) and `body` is a
 //! [postcard](https://docs.rs/postcard)-encoded [`wire::Request`] or
@@ -21,6 +23,9 @@
 //!    how long its quarantine still lasts, and when it started. A wrong magic or
 //!    version, or a missing or wrong shared secret (`auth`, when the server has
 //!    one: `--auth-token-file`), gets an `Error` answer and the connection closes.
+//!    The client sends its token only over TLS or to a loopback address,
+//!    unless told otherwise (`allow_plaintext_auth=true`), and `tenure serve`
+//!    likewise refuses a token without TLS on an address that is not loopback.
 //! 2. Then any of `Acquire { tentative, asks }` (all or nothing, up to 512
 //!    leases), `Upgrade`, `Renew`, `Release` (one outcome per item), `Inspect`,
 //!    `List` (a page of names after a cursor), `Break` (conditional on the
@@ -44,14 +49,16 @@
 //!   `--max-pre-hello` (256) others, apart from the `--max-connections` (4096)
 //!   places of clients that have said hello; when that set is full the oldest is
 //!   closed (see the `admission` module for why). The hello must be complete
-//!   within `--hello-timeout` (5 s) of the accept.
+//!   within `--hello-timeout` (5 s) of the accept; with TLS, the handshake
+//!   happens within the same deadline, in the same place.
 //! - **Deadlines that cannot be dripped**: a frame must be complete within
 //!   `--io-timeout` (10 s) of its first byte, and a batch of answers taken by
 //!   the client within `--io-timeout` of being written; a client that sends
 //!   nothing for `--idle-timeout` (5 min) is closed.
 //! - **Memory per connection**: a read buffer (at most one frame), and one batch
 //!   of answers (up to 1024 frames or about 1 MiB of answers, plus the last
-//!   answer); see [`server::MAX_BATCH_BYTES`].
+//!   answer); see [`server::MAX_BATCH_BYTES`]. With TLS, rustls's buffers for
+//!   the session come on top.
 //! - **Leases**: at most `--max-leases` live leases, shared holders and
 //!   reservations together, and `--retain` retired records (each one record:
 //!   its expired grants are ended when it retires).
@@ -112,6 +119,7 @@ pub mod http;
 mod pool;
 pub mod server;
 mod spin;
+pub mod tls;
 pub mod wire;
 pub mod witness;
 
@@ -122,6 +130,7 @@ use tenure_core::{LeaseStore, OpenOptions, Result};
 pub use client::{ClientOptions, ServerInfo, TenureStore, Upgrade, is_reservation};
 pub use core::{Core, CoreOptions};
 pub use server::{Server, ServerOptions};
+pub use tls::{ClientTls, ServerTls, TlsError};
 pub use witness::{Signer, Witness, WitnessError, verify};
 
 /// Opens a `tenure://host:port[,host:port…]` store. Connections are made on first use.

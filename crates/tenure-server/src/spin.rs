@@ -14,10 +14,30 @@
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use futures::FutureExt as _;
+use tokio::io::{AsyncRead, AsyncReadExt as _};
 use tokio::net::TcpStream;
 
 /// How many windows late a peer may answer and still be polled next time.
 const LATE: u32 = 4;
+
+/// A socket that can be read without waiting (`WouldBlock` when nothing is there).
+pub(crate) trait TryRead {
+    fn try_read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize>;
+}
+
+impl TryRead for TcpStream {
+    fn try_read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        TcpStream::try_read_buf(self, buf)
+    }
+}
+
+/// One poll of an async reader (a TLS stream, which has no `try_read`):
+/// `WouldBlock` unless data (or the end) is there at once. The waker given to
+/// that poll does nothing; the next real wait registers its own.
+pub(crate) fn read_now<R: AsyncRead + Unpin + ?Sized>(r: &mut R, buf: &mut BytesMut) -> std::io::Result<usize> {
+    r.read_buf(buf).now_or_never().unwrap_or_else(|| Err(std::io::ErrorKind::WouldBlock.into()))
+}
 
 /// One reader's spin state.
 #[derive(Debug)]
@@ -38,7 +58,11 @@ impl Spin {
     /// window (`Some`, with what the read returned). `None`: it did not, or the
     /// peer is not quick; the caller waits the usual way, then calls
     /// [`Spin::woke`].
-    pub(crate) async fn read(&mut self, stream: &TcpStream, buf: &mut BytesMut) -> Option<std::io::Result<usize>> {
+    pub(crate) async fn read<S: TryRead + ?Sized>(
+        &mut self,
+        stream: &mut S,
+        buf: &mut BytesMut,
+    ) -> Option<std::io::Result<usize>> {
         self.since = Instant::now();
         if !self.quick {
             return None;
@@ -78,7 +102,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_quick_peer_is_read_by_spinning_a_quiet_one_stops_it() {
-        let (mut a, b) = pair().await;
+        let (mut a, mut b) = pair().await;
         let mut spin = Spin::new(Duration::from_millis(200));
         let mut buf = BytesMut::new();
         // Data that comes within the window is read by the spin itself.
@@ -87,54 +111,54 @@ mod tests {
             a.write_all(b"hello").await.expect("write");
             a
         });
-        assert_eq!(spin.read(&b, &mut buf).await.expect("spun").expect("read"), 5);
+        assert_eq!(spin.read(&mut b, &mut buf).await.expect("spun").expect("read"), 5);
         assert_eq!(&buf[..], b"hello");
         let mut a = writer.await.expect("writer");
         // A peer that says nothing within the window: the spin gives up...
-        assert!(spin.read(&b, &mut buf).await.is_none());
+        assert!(spin.read(&mut b, &mut buf).await.is_none());
         // ...and the next wait does not spin at all, however soon data comes.
         a.write_all(b"!").await.expect("write");
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(spin.read(&b, &mut buf).await.is_none());
+        assert!(spin.read(&mut b, &mut buf).await.is_none());
         // A usual wait that ended within the window makes the peer quick again.
         spin.woke();
-        assert_eq!(spin.read(&b, &mut buf).await.expect("spun").expect("read"), 1);
+        assert_eq!(spin.read(&mut b, &mut buf).await.expect("spun").expect("read"), 1);
     }
 
     #[tokio::test]
     async fn a_peer_a_little_late_is_polled_again_one_later_than_four_windows_is_not() {
-        let (mut a, b) = pair().await;
+        let (mut a, mut b) = pair().await;
         let mut spin = Spin::new(Duration::from_millis(100));
         let mut buf = BytesMut::new();
         // Nothing within the window: the spin gives up. The usual wait that
         // follows ends after about 1.6 windows: late, but not four windows late.
-        assert!(spin.read(&b, &mut buf).await.is_none());
+        assert!(spin.read(&mut b, &mut buf).await.is_none());
         tokio::time::sleep(Duration::from_millis(60)).await;
         spin.woke();
         // So the next wait spins, and reads what comes.
         a.write_all(b"x").await.expect("write");
-        assert_eq!(spin.read(&b, &mut buf).await.expect("spun").expect("read"), 1);
+        assert_eq!(spin.read(&mut b, &mut buf).await.expect("spun").expect("read"), 1);
         // This time the wait that follows the failed spin ends after five windows.
-        assert!(spin.read(&b, &mut buf).await.is_none());
+        assert!(spin.read(&mut b, &mut buf).await.is_none());
         tokio::time::sleep(Duration::from_millis(400)).await;
         spin.woke();
         // So the next wait does not spin, though data is there.
         a.write_all(b"y").await.expect("write");
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(spin.read(&b, &mut buf).await.is_none());
+        assert!(spin.read(&mut b, &mut buf).await.is_none());
         assert_eq!(&buf[..], b"x");
     }
 
     #[tokio::test]
     async fn a_zero_window_never_spins() {
-        let (mut a, b) = pair().await;
+        let (mut a, mut b) = pair().await;
         a.write_all(b"x").await.expect("write");
         tokio::time::sleep(Duration::from_millis(20)).await;
         let mut spin = Spin::new(Duration::ZERO);
         let mut buf = BytesMut::new();
-        assert!(spin.read(&b, &mut buf).await.is_none());
+        assert!(spin.read(&mut b, &mut buf).await.is_none());
         spin.woke();
-        assert!(spin.read(&b, &mut buf).await.is_none());
+        assert!(spin.read(&mut b, &mut buf).await.is_none());
         assert!(buf.is_empty());
     }
 }

@@ -9,8 +9,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{Attempt, Holder, LeaseStore, ManualClock};
 use tenure_conformance::conformance_tests;
+use tenure_core::{Attempt, Holder, LeaseStore, ManualClock};
 use tenure_server::server::RunningServer;
 use tenure_server::{CoreOptions, ServerOptions};
 
@@ -24,7 +24,7 @@ async fn start(clock: &ManualClock) -> RunningServer {
 async fn served() -> Option<common::Served> {
     let clock = ManualClock::new();
     let server = start(&clock).await;
-    Some(common::Served { clock, server, query: "spin_us=0" })
+    Some(common::Served { clock, server, query: "spin_us=0".into(), ca: None })
 }
 
 conformance_tests!(served);

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tenure_core::{Clock, ManualClock};
 use tenure_bag::{BagOptions, Batch, BucketState, Decision, Log, LogSettings, ReadOptions};
+use tenure_core::{Clock, ManualClock};
 
 /// Calls `$m!` with the name of every behaviour below, so that each storage's
 /// test file runs them all (a new behaviour is added here once).

@@ -8,6 +8,9 @@ pub(crate) struct Serve {
     child: Child,
     /// The address it listens on for lease clients.
     pub(crate) addr: String,
+    /// Its URL as it printed it (`tenure://ADDR`, `…?tls=true` with TLS).
+    #[allow(dead_code, reason = "not every test binary looks at it")]
+    pub(crate) url: String,
     /// The address of its HTTP side (`--http`), if it has one.
     #[allow(dead_code, reason = "not every test binary looks at the HTTP side")]
     pub(crate) http: Option<String>,
@@ -47,13 +50,14 @@ pub(crate) fn serve(args: &[&str]) -> Serve {
         .expect("start tenure serve");
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
-    let (mut addr, mut http) = (None, None);
+    let (mut url, mut http) = (None, None);
     // The banner ends with the public key; the status page comes before it.
     loop {
         let line = lines.next().expect("tenure serve exited before listening").expect("read stdout");
-        if let Some(a) = line.strip_prefix("tenure serve: listening on tenure://") {
-            addr = Some(a.to_string());
-        } else if let Some(h) = line.strip_prefix("tenure serve: status page on http://") {
+        if let Some(u) = line.strip_prefix("tenure serve: listening on ") {
+            url = Some(u.to_string());
+        } else if let Some(h) = line.strip_prefix("tenure serve: status page on ") {
+            let h = h.strip_prefix("http://").or_else(|| h.strip_prefix("https://")).expect("an HTTP URL");
             http = Some(h.trim_end_matches('/').to_string());
         } else if line.starts_with("tenure serve: witness public key") {
             break;
@@ -61,5 +65,8 @@ pub(crate) fn serve(args: &[&str]) -> Serve {
     }
     // Keep reading, so the server never writes into a closed pipe.
     std::thread::spawn(move || lines.for_each(drop));
-    Serve { child, addr: addr.expect("tenure serve names its address"), http }
+    let url = url.expect("tenure serve names its address");
+    let addr = url.strip_prefix("tenure://").expect("a tenure:// URL");
+    let addr = addr.split_once('?').map_or(addr, |(a, _)| a).to_string();
+    Serve { child, addr, url, http }
 }

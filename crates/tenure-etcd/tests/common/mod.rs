@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{Backend, OpenOptions};
 use tenure_conformance::cas_options;
+use tenure_core::{Backend, OpenOptions};
 use tenure_etcd::EtcdBackend;
 use tenure_etcd::proto::etcdserverpb::{
     CompactionRequest, DeleteRangeRequest, LeaseRevokeRequest, PutRequest, RangeResponse,

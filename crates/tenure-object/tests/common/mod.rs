@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::{Backend, CasStore, Clock, LeaseStore, ManualClock, OpenOptions, SystemClock};
 use tenure_conformance::{Harness, Time, cas_options, server_from_env};
+use tenure_core::{Backend, CasStore, Clock, LeaseStore, ManualClock, OpenOptions, SystemClock};
 use tenure_object::object_store::memory::InMemory;
 use tenure_object::object_store::path::Path;
 use tenure_object::object_store::{ObjectStoreExt, PutPayload};

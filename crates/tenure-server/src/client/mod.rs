@@ -25,7 +25,8 @@ use tenure_core::{
     Version,
 };
 
-use crate::conn::Conn;
+use crate::conn::{Conn, Socket};
+use crate::tls::{ClientTls, HandshakeError};
 use crate::wire::inbound::{AcquireReplyIn, GrantIn, OutcomeIn, PredIn, ResponseIn};
 
 mod rendezvous;
@@ -62,11 +63,33 @@ pub struct ClientOptions {
     /// tend to come that soon: a server on the same host or a close one (param
     /// `spin_us`; default 40; 0: never). It yields to other tasks while it polls.
     pub spin: Duration,
+    /// TLS (param `tls=true`, with `ca_file` and `server_name`); `None`: plaintext.
+    pub tls: Option<ClientTls>,
+    /// Send the auth token without TLS to a server that is not on this machine
+    /// (param `allow_plaintext_auth=true`); without it, that is refused before
+    /// anything is sent. To a loopback address the token does not leave the machine.
+    pub allow_plaintext_auth: bool,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        Self { auth_token: None, timeout: Duration::from_secs(10), connections: 1, spin: Duration::from_micros(40) }
+        Self {
+            auth_token: None,
+            timeout: Duration::from_secs(10),
+            connections: 1,
+            spin: Duration::from_micros(40),
+            tls: None,
+            allow_plaintext_auth: false,
+        }
+    }
+}
+
+/// A `true`/`false` URL parameter.
+fn flag(key: &str, value: &str) -> std::result::Result<bool, String> {
+    match value {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(format!("{key}={value} (true or false)")),
     }
 }
 
@@ -107,6 +130,12 @@ impl std::fmt::Debug for TenureStore {
 impl TenureStore {
     /// A store for `url` (`tenure://host:port[,host:port…][?key=value&…]`); no
     /// connection is made until the first request.
+    ///
+    /// Parameters: `auth_token`, `auth_token_file`, `timeout_ms`, `spin_us`,
+    /// `connections` (see [`ClientOptions`]); `tls=true` to speak TLS, trusting
+    /// the platform's roots or only the CAs in `ca_file=PATH` (PEM), checking
+    /// the URL's host or `server_name=NAME` against the certificate; and
+    /// `allow_plaintext_auth=true`. Unknown keys are refused.
     pub fn new(url: &str, opts: &OpenOptions) -> Result<Self> {
         let invalid = |reason: String| Error::InvalidStore { url: redact(url), reason };
         let rest = url.strip_prefix("tenure://").ok_or_else(|| invalid("not a tenure:// URL".into()))?;
@@ -117,8 +146,13 @@ impl TenureStore {
             params.insert(k.to_string(), v.to_string());
         }
         let mut copts = ClientOptions::default();
+        let (mut tls, mut ca_file, mut server_name) = (false, None, None);
         for (k, v) in &params {
             match k.as_str() {
+                "tls" => tls = flag(k, v).map_err(invalid)?,
+                "ca_file" => ca_file = Some(std::path::PathBuf::from(v)),
+                "server_name" => server_name = Some(v.as_str()),
+                "allow_plaintext_auth" => copts.allow_plaintext_auth = flag(k, v).map_err(invalid)?,
                 "auth_token" => copts.auth_token = Some(v.as_bytes().to_vec()),
                 "auth_token_file" => {
                     let text = std::fs::read_to_string(v).map_err(|e| invalid(format!("reading {v}: {e}")))?;
@@ -149,6 +183,12 @@ impl TenureStore {
                 }
                 other => return Err(invalid(format!("unknown parameter {other:?}"))),
             }
+        }
+        if tls {
+            let tls = ClientTls::new(ca_file.as_deref(), server_name).map_err(|e| invalid(e.to_string()))?;
+            copts.tls = Some(tls);
+        } else if ca_file.is_some() || server_name.is_some() {
+            return Err(invalid("ca_file and server_name are TLS settings: add tls=true".into()));
         }
         if copts.auth_token.is_none()
             && let Ok(t) = std::env::var("TENURE_AUTH_TOKEN")
@@ -229,15 +269,29 @@ impl TenureStore {
         let started = tokio::time::Instant::now();
         let mut attempt = 0;
         let (conn, answer) = loop {
-            let connect = tokio::net::TcpStream::connect(&e.addr);
-            let stream = match tokio::time::timeout(self.opts.timeout, connect).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(err)) => return Err(Error::store(&self.url, op, err)),
+            // Connecting and the TLS handshake: one deadline for both.
+            let socket = match tokio::time::timeout(self.opts.timeout, self.connect(e, &op)).await {
+                Ok(socket) => socket?,
+                Err(_) if self.opts.tls.is_some() => {
+                    let why = format!(
+                        "no TLS connection within {} (is the server up, and serving TLS on this port?)",
+                        tenure_core::human_duration(self.opts.timeout)
+                    );
+                    return Err(Error::store(&self.url, op, why));
+                }
                 Err(_) => return Err(Error::store(&self.url, op, "timed out")),
             };
-            let conn = Arc::new(Conn::start(stream, self.opts.timeout, self.opts.spin, self.clock.clone()));
+            let conn = Arc::new(Conn::start(socket, self.opts.timeout, self.opts.spin, self.clock.clone()));
             match conn.call(&hello).await {
                 Ok(answer) => break (conn, answer),
+                // The server refused this client before its hello, for good: a
+                // plaintext client at a TLS server, say.
+                Err(_)
+                    if let Some((code @ (ErrorCode::Version | ErrorCode::Unauthorized), message)) =
+                        conn.last_word() =>
+                {
+                    return Err(self.server_error(&op, code, message));
+                }
                 // Closed before the hello was answered, and quickly: a server
                 // crowded by connections that never say hello closes its oldest
                 // ones, and a connection that waited too long to be read may be
@@ -261,6 +315,41 @@ impl TenureStore {
         }
         *e.slots[i].lock() = Some(conn.clone());
         Ok(conn)
+    }
+
+    /// A socket to server `e`, TLS if the store speaks it. The auth token is
+    /// checked here, before anything is sent: without TLS it goes only to this
+    /// machine (the addresses the host resolves to, of which only loopback ones
+    /// are used), unless `allow_plaintext_auth`.
+    async fn connect(&self, e: &Endpoint, op: &str) -> Result<Socket> {
+        let mut addrs: Vec<std::net::SocketAddr> =
+            tokio::net::lookup_host(&e.addr).await.map_err(|err| Error::store(&self.url, op, err))?.collect();
+        let guard_token = self.opts.tls.is_none() && self.opts.auth_token.is_some() && !self.opts.allow_plaintext_auth;
+        if guard_token {
+            let all = addrs.len();
+            addrs.retain(|a| a.ip().to_canonical().is_loopback());
+            if addrs.is_empty() {
+                let to = if all == 1 { "an address" } else { "addresses" };
+                return Err(Error::InvalidStore {
+                    url: self.url.clone(),
+                    reason: format!(
+                        "refusing to send the auth token in plaintext to {}, {to} not on this machine: connect \
+                         with tls=true (the server needs --tls-cert and --tls-key), or add \
+                         allow_plaintext_auth=true to send it unencrypted anyway",
+                        e.addr
+                    ),
+                });
+            }
+        }
+        let tcp = tokio::net::TcpStream::connect(&addrs[..]).await.map_err(|err| Error::store(&self.url, op, err))?;
+        // Requests are small writes, and so are a handshake's flights.
+        let _ = tcp.set_nodelay(true);
+        let Some(tls) = &self.opts.tls else { return Ok(Socket::Plain(tcp)) };
+        match tls.connect(&e.addr, tcp).await {
+            Ok(s) => Ok(Socket::Tls(Box::new(s))),
+            Err(HandshakeError::Permanent(why)) => Err(Error::unsupported(&self.url, format!("{op}: {why}"))),
+            Err(HandshakeError::Transient(why)) => Err(Error::store(&self.url, op, why)),
+        }
     }
 
     /// Sends `req` to `server` and waits for its answer, undecoded. A request

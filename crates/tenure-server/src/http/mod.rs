@@ -7,7 +7,10 @@
 //! - a connection must send a complete request head within `idle_timeout` of
 //!   connecting or of its previous answer (hyper's header-read timeout, which
 //!   runs while a keep-alive connection waits for its next request too): slow
-//!   headers and idle keep-alive connections are closed alike;
+//!   headers and idle keep-alive connections are closed alike. With TLS
+//!   (`tls`), the handshake counts within the first head's deadline: handshake
+//!   and first head together within `idle_timeout` of connecting; a plaintext
+//!   request gets a 400 answer saying the port speaks HTTPS;
 //! - a request head (request line and headers) is at most `max_request_bytes`
 //!   and [`MAX_HEADERS`] headers; the routes read no body;
 //! - a whole answer must be taken by the client within `response_timeout` of
@@ -27,10 +30,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 use crate::admission::{Admission, Ticket};
 use crate::server::{Shared, report_panic};
+use crate::tls::{self, Accepted, ServerStream, ServerTls};
 
 pub mod pages;
 
@@ -53,6 +57,8 @@ pub struct HttpOptions {
     pub max_request_bytes: usize,
     /// Grace period for connections at shutdown.
     pub shutdown_grace: Duration,
+    /// Speak TLS (HTTPS) only, with this certificate and key; `None`: plaintext.
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for HttpOptions {
@@ -63,6 +69,7 @@ impl Default for HttpOptions {
             response_timeout: Duration::from_secs(10),
             max_request_bytes: 16 * 1024,
             shutdown_grace: Duration::from_secs(2),
+            tls: None,
         }
     }
 }
@@ -101,6 +108,10 @@ pub async fn serve(
     crate::server::finish_within(&mut tasks, opts.shutdown_grace).await;
 }
 
+/// What a plaintext request on the HTTPS port is told.
+const HTTPS_ONLY: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
+content-length: 49\r\nconnection: close\r\n\r\nthis port speaks HTTPS only: use an https:// URL\n";
+
 async fn serve_connection(
     stream: TcpStream,
     app: axum::Router,
@@ -108,7 +119,38 @@ async fn serve_connection(
     ticket: Ticket,
     mut stop: watch::Receiver<bool>,
 ) {
+    // The first request head is due `idle_timeout` after the accept, TLS
+    // handshake included; hyper's own timer covers the heads after it.
+    let head_due = after(Instant::now(), opts.idle_timeout);
     let _ = stream.set_nodelay(true);
+    let stream = match &opts.tls {
+        None => ServerStream::Plain(stream),
+        Some(tls) => {
+            let start = async {
+                match tls::accept(tls, stream).await {
+                    Ok(Accepted::Tls(s)) => Some(s),
+                    Ok(Accepted::Plaintext(s)) => {
+                        tls::refuse_plaintext(s, HTTPS_ONLY).await;
+                        None
+                    }
+                    Ok(Accepted::Closed) => None,
+                    Err(why) => {
+                        tracing::debug!(%why, "HTTP connection closed");
+                        None
+                    }
+                }
+            };
+            let started = tokio::select! {
+                () = ticket.evicted() => None,
+                _ = stop.changed() => None,
+                started = tokio::time::timeout_at(head_due, start) => started.ok().flatten(),
+            };
+            match started {
+                Some(s) => s,
+                None => return,
+            }
+        }
+    };
     let io = TokioIo::new(AnswerDeadline::new(stream, opts.response_timeout));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -116,7 +158,22 @@ async fn serve_connection(
         .header_read_timeout(opts.idle_timeout)
         .max_buf_size(opts.max_request_bytes.max(8 * 1024))
         .max_headers(MAX_HEADERS);
-    let conn = builder.serve_connection(io, TowerToHyperService::new(app));
+    // Told when the first request head is complete.
+    let first_head = Arc::new(tokio::sync::Notify::new());
+    let service = {
+        let (first_head, app) = (first_head.clone(), TowerToHyperService::new(app));
+        hyper::service::service_fn(move |req| {
+            first_head.notify_one();
+            hyper::service::Service::call(&app, req)
+        })
+    };
+    let first_head_late = async {
+        tokio::select! {
+            () = tokio::time::sleep_until(head_due) => {}
+            () = first_head.notified() => std::future::pending().await,
+        }
+    };
+    let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     tokio::select! {
         done = conn.as_mut() => {
@@ -126,6 +183,7 @@ async fn serve_connection(
         }
         // Dropping the connection closes it.
         () = ticket.evicted() => tracing::debug!("HTTP connection evicted by a newer one"),
+        () = first_head_late => tracing::debug!("no request head within the idle timeout of connecting"),
         _ = stop.changed() => {
             conn.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(opts.shutdown_grace, conn).await;
@@ -133,17 +191,22 @@ async fn serve_connection(
     }
 }
 
+/// `start + d`, or about 30 years from `start` if that does not fit.
+fn after(start: Instant, d: Duration) -> Instant {
+    start.checked_add(d).unwrap_or_else(|| start + Duration::from_secs(30 * 365 * 24 * 3600))
+}
+
 /// A socket whose answers must be taken within a deadline: the clock starts at
 /// the first write after the last flush, and hyper flushes once an answer is
 /// written, so one answer gets `limit` however slowly the client reads it.
 struct AnswerDeadline {
-    inner: TcpStream,
+    inner: ServerStream,
     limit: Duration,
     due: Option<Pin<Box<Sleep>>>,
 }
 
 impl AnswerDeadline {
-    fn new(inner: TcpStream, limit: Duration) -> Self {
+    fn new(inner: ServerStream, limit: Duration) -> Self {
         Self { inner, limit, due: None }
     }
 

@@ -9,7 +9,8 @@
 //!
 //! # Deadlines (none of them restarts at every byte)
 //!
-//! - **hello**: the hello must be complete `hello_timeout` after the accept;
+//! - **hello**: the hello must be complete `hello_timeout` after the accept,
+//!   a TLS handshake included (which must also end `io_timeout` after it);
 //!   until then the connection holds a place among the few `max_pre_hello`
 //!   ones, which a newer connection may take from it (see [`crate::admission`]),
 //!   and its frames may be at most [`MAX_HELLO`] bytes.
@@ -36,6 +37,7 @@ use super::Shared;
 use super::dispatch::{Answer, Reply, error};
 use crate::admission::{self, Ticket};
 use crate::spin::Spin;
+use crate::tls::{self, Accepted, ServerStream, ServerTls};
 use crate::wire::{
     self, ErrorCode, MAGIC, MAX_HELLO, MAX_REQUEST, MAX_RESPONSE, PROTOCOL_VERSION, Request, Response, out,
 };
@@ -71,14 +73,72 @@ pub(crate) async fn serve_one(
     peer: SocketAddr,
     shared: Arc<Shared>,
     ticket: Ticket,
-    stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
 ) {
     shared.conns.open.fetch_add(1, Ordering::Relaxed);
-    if let Err(why) = Connection::new(stream, shared.clone(), stop, ticket).serve().await {
+    let accepted = Instant::now();
+    // Before any handshake: its flights are small writes too.
+    let _ = stream.set_nodelay(true);
+    let stream = match &shared.opts.tls {
+        None => Ok(Some(ServerStream::Plain(stream))),
+        Some(tls) => handshake(tls, stream, &shared, &ticket, &mut stop, accepted).await,
+    };
+    let served = match stream {
+        Ok(Some(stream)) => Connection::new(stream, shared.clone(), stop, ticket, accepted).serve().await,
+        Ok(None) => Ok(()),
+        Err(why) => Err(why),
+    };
+    if let Err(why) = served {
         shared.conns.rejected.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%peer, %why, "closed connection");
     }
     shared.conns.open.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Why a connection before its hello is closed for a newer one.
+const EVICTED: &str = "too many connections are waiting for their hello; the oldest is closed";
+
+/// What a plaintext client on a TLS port is told.
+const TLS_ONLY: &str = "this server speaks TLS only: connect with tls=true (tenure://HOST:PORT?tls=true), \
+                        and ca_file=PATH if its certificate comes from a private CA";
+
+/// The TLS handshake of a new connection. It is part of getting to the hello:
+/// it must end before the hello's deadline, and before a frame's (the
+/// handshake's first byte came after the accept), while the connection keeps
+/// its place among those before their hello, which a newer one may take. A
+/// plaintext client is told in its own protocol that the server speaks TLS
+/// only. `None`: nothing to serve (the peer left, or the server stops).
+async fn handshake(
+    tls: &ServerTls,
+    stream: TcpStream,
+    shared: &Shared,
+    ticket: &Ticket,
+    stop: &mut watch::Receiver<bool>,
+    accepted: Instant,
+) -> Result<Option<ServerStream>, String> {
+    let opts = &shared.opts;
+    let limit = opts.hello_timeout.min(opts.io_timeout);
+    let start = async {
+        match tls::accept(tls, stream).await? {
+            Accepted::Tls(s) => Ok(Some(s)),
+            Accepted::Closed => Ok(None),
+            Accepted::Plaintext(s) => {
+                let mut answer = Vec::new();
+                let refusal = Response::Error { code: ErrorCode::Version, message: TLS_ONLY.into() };
+                wire::encode_response(&mut answer, 0, shared.core.now_us(), &refusal);
+                tls::refuse_plaintext(s, &answer).await;
+                Err("a plaintext client on the TLS port".to_string())
+            }
+        }
+    };
+    tokio::select! {
+        _ = stop.changed() => Ok(None),
+        () = ticket.evicted() => Err(EVICTED.into()),
+        started = tokio::time::timeout_at(after(accepted, limit), start) => started.unwrap_or_else(|_| {
+            shared.conns.timed_out.fetch_add(1, Ordering::Relaxed);
+            Err(format!("no TLS handshake within {} of connecting", human_duration(limit)))
+        }),
+    }
 }
 
 /// What the connection is waiting for when it reads.
@@ -93,7 +153,9 @@ enum Wait {
 }
 
 pub(super) struct Connection {
-    stream: TcpStream,
+    stream: ServerStream,
+    /// When the connection was accepted: the hello is due a fixed time after.
+    accepted: Instant,
     pub(super) shared: Arc<Shared>,
     stop: watch::Receiver<bool>,
     rbuf: BytesMut,
@@ -111,11 +173,17 @@ pub(super) struct Connection {
 }
 
 impl Connection {
-    fn new(stream: TcpStream, shared: Arc<Shared>, stop: watch::Receiver<bool>, ticket: Ticket) -> Self {
-        let _ = stream.set_nodelay(true);
+    fn new(
+        stream: ServerStream,
+        shared: Arc<Shared>,
+        stop: watch::Receiver<bool>,
+        ticket: Ticket,
+        accepted: Instant,
+    ) -> Self {
         let spin = Spin::new(shared.opts.spin);
         Self {
             stream,
+            accepted,
             shared,
             stop,
             // Small until the client has said hello: a connection that never
@@ -137,7 +205,7 @@ impl Connection {
     /// Serves the connection until the client leaves, errs, times out, or shutdown.
     async fn serve(mut self) -> Result<(), String> {
         let opts = self.shared.opts.clone();
-        let hello_due = after(Instant::now(), opts.hello_timeout);
+        let hello_due = after(self.accepted, opts.hello_timeout);
         // When the first byte of the frame under way arrived (none under way: None).
         let mut frame_began: Option<Instant> = None;
         // One timer for the connection's life, re-armed only when it fires early
@@ -233,7 +301,7 @@ impl Connection {
             // first: cheaper than sleeping and being woken (see `spin`).
             let read = if let Some(wait) = expired {
                 Err(Some(wait))
-            } else if let Some(read) = self.spin.read(&self.stream, &mut self.rbuf).await {
+            } else if let Some(read) = self.spin.read(&mut self.stream, &mut self.rbuf).await {
                 Ok(read)
             } else {
                 let (wait, deadline) = due.unwrap_or_else(|| (Wait::Idle, after(Instant::now(), opts.idle_timeout)));
@@ -261,9 +329,8 @@ impl Connection {
             };
             match read {
                 Err(None) => {
-                    let why = "too many connections are waiting for their hello; the oldest is closed";
-                    self.fail(ErrorCode::Overloaded, why).await;
-                    return Err(why.into());
+                    self.fail(ErrorCode::Overloaded, EVICTED).await;
+                    return Err(EVICTED.into());
                 }
                 Err(Some(wait)) => {
                     self.shared.conns.timed_out.fetch_add(1, Ordering::Relaxed);
@@ -283,6 +350,9 @@ impl Connection {
                     return Err(format!("the client left in the middle of a frame ({} bytes)", self.rbuf.len()));
                 }
                 Ok(Ok(_)) => {}
+                // A TLS client that closes its socket without a close_notify
+                // alert (as most do) leaves like a plaintext one, between frames.
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof && self.rbuf.is_empty() => return Ok(()),
                 Ok(Err(e)) => return Err(e.to_string()),
             }
         }
@@ -313,7 +383,13 @@ impl Connection {
         }
         let out = if sent < self.wbuf.len() {
             let rest = &self.wbuf[sent..];
-            tokio::time::timeout(self.shared.opts.io_timeout, self.stream.write_all(rest)).await
+            let stream = &mut self.stream;
+            // A TLS stream holds back what it has encrypted until it is flushed.
+            let write = async move {
+                stream.write_all(rest).await?;
+                stream.flush().await
+            };
+            tokio::time::timeout(self.shared.opts.io_timeout, write).await
         } else {
             Ok(Ok(()))
         };

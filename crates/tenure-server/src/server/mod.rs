@@ -8,11 +8,13 @@
 //! a separate, small set of `max_pre_hello` places, where a newcomer evicts the
 //! oldest (see the `admission` module for why the oldest). It must complete its
 //! hello within `hello_timeout` of being accepted, however it sends the bytes;
-//! then it takes a slot, or is told the server is full. After the hello, a frame
-//! that has begun must be complete within `io_timeout` of its first byte (a
-//! whole-frame deadline: dripping bytes does not extend it), an answer must be
-//! taken by the client within `io_timeout` of being written, and a client that
-//! sends nothing for `idle_timeout` is closed.
+//! then it takes a slot, or is told the server is full. With TLS, the handshake
+//! is part of getting to the hello: it happens within the same deadline (and a
+//! frame's, from the accept), in the same place among those before their hello.
+//! After the hello, a frame that has begun must be complete within `io_timeout`
+//! of its first byte (a whole-frame deadline: dripping bytes does not extend
+//! it), an answer must be taken by the client within `io_timeout` of being
+//! written, and a client that sends nothing for `idle_timeout` is closed.
 //!
 //! Background tasks are owned (mini-redis's shutdown pattern): connections and
 //! the sweeper live in the [`Server::run`] future's `JoinSet`; when the shutdown
@@ -32,6 +34,7 @@ use tokio::task::JoinSet;
 
 use crate::admission::Admission;
 use crate::core::Core;
+use crate::tls::ServerTls;
 use crate::witness::Signer;
 
 mod connection;
@@ -72,6 +75,9 @@ pub struct ServerOptions {
     /// requests before it sleeps, while that client tends to send them that soon
     /// (see `spin`); zero: never. A wake-up costs more than this on most VMs.
     pub spin: Duration,
+    /// Speak TLS only, with this certificate and key; `None`: plaintext. The
+    /// handshake must end within the hello's deadline (see [`crate::tls`]).
+    pub tls: Option<ServerTls>,
 }
 
 /// The server's default [`ServerOptions::spin`].
@@ -89,6 +95,7 @@ impl Default for ServerOptions {
             shutdown_grace: Duration::from_secs(2),
             connection_threads: 0,
             spin: DEFAULT_SPIN,
+            tls: None,
         }
     }
 }

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::{AcquireRequest, Backend, Clock, Holder, LeaseName, LeaseStore, ManualClock, Mode, OpenOptions};
 use tenure_conformance::{Harness, Time};
+use tenure_core::{AcquireRequest, Backend, Clock, Holder, LeaseName, LeaseStore, ManualClock, Mode, OpenOptions};
 use tenure_server::server::RunningServer;
 use tenure_server::{Core, CoreOptions, Server, ServerOptions, Signer, TenureStore};
 
 pub mod abuse;
+pub mod tls;
 
 /// Longest lease the test servers grant.
 pub const MAX_LEASE: Duration = Duration::from_secs(10);
@@ -62,13 +63,15 @@ pub struct Served {
     pub clock: ManualClock,
     pub server: RunningServer,
     /// URL parameters of the stores (`""` for none).
-    pub query: &'static str,
+    pub query: String,
+    /// The CA of a TLS server (kept for its files), if it has one.
+    pub ca: Option<tls::TestCa>,
 }
 
 #[async_trait]
 impl Harness for Served {
     async fn store(&self) -> Arc<dyn LeaseStore> {
-        Arc::new(store_with(&[&self.server], &self.clock, self.query))
+        Arc::new(store_with(&[&self.server], &self.clock, &self.query))
     }
     fn time(&self) -> Time {
         Time::Manual(self.clock.clone())
