@@ -55,7 +55,7 @@ pub use fence::FencedRecord;
 pub use holder::{Holder, random_nonce};
 pub use keepalive::{Lease, LeaseSet};
 pub use name::{LeaseName, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS};
-pub use open::{OpenOptions, open};
+pub use open::{OpenOptions, open, unknown_option};
 pub use options::LeaseOptions;
 pub use store::file::FileBackend;
 pub use store::memory::MemoryBackend;

@@ -63,6 +63,13 @@ impl OpenOptions {
     }
 }
 
+/// The one wording, on every store, for a setting the store does not know.
+/// The value is never shown: a secret given under the wrong key must not reach
+/// a terminal or a log.
+pub fn unknown_option(key: &str, known: &str) -> String {
+    format!("unknown option {key:?} (known: {known})")
+}
+
 /// Opens a `file://`, plain-path or `memory://` store. Other schemes (`s3://`,
 /// `tenure://`, `etcd://` …) are opened by the crates that implement them; the
 /// `tenure` command knows them all.
@@ -71,7 +78,7 @@ pub fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
         if let Some(key) = opts.params.keys().next() {
             return Err(Error::InvalidStore {
                 url: url.into(),
-                reason: format!("unknown option {key:?} (memory:// takes none)"),
+                reason: unknown_option(key, "none: memory:// takes no options"),
             });
         }
         store::memory::open(url)?

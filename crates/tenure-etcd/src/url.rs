@@ -290,7 +290,7 @@ fn settings(
             "key_file" => key_file = file(k, v)?,
             "server_name" if !v.is_empty() => server_name = Some(v.clone()),
             "server_name" => return Err("server_name= is empty".into()),
-            other => return Err(format!("unknown option {other:?} (known: {KNOWN})")),
+            other => return Err(tenure_core::unknown_option(other, KNOWN)),
         }
     }
     let client = match (cert_file, key_file) {

@@ -154,9 +154,9 @@ pub(crate) fn build(url: &str, params: &BTreeMap<String, String>) -> Result<Buil
     install_crypto_provider();
     let retry = RetryConfig { max_retries: MAX_RETRIES, retry_timeout: RETRY_TIMEOUT, ..RetryConfig::default() };
     let unknown = |key: &str| {
-        invalid(format!(
-            "unknown option {key:?} for this store (object_store config keys, such as {})",
-            provider.example_keys()
+        invalid(tenure_core::unknown_option(
+            key,
+            &format!("object_store's config keys, such as {}", provider.example_keys()),
         ))
     };
     // object_store quotes a value it cannot parse; a secret pasted into the wrong

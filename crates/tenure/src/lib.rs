@@ -140,6 +140,32 @@ mod tests {
         assert!(why.contains("unknown store scheme \"ftp\"") && why.contains("file://"), "{why}");
     }
 
+    #[cfg(all(feature = "object", feature = "server", feature = "etcd"))]
+    #[test]
+    fn every_store_refuses_an_unknown_option_in_the_same_words_without_its_value() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let urls = [
+            dir.path().to_string_lossy().into_owned(),
+            "memory://".into(),
+            "s3://bucket/locks".into(),
+            "gs://bucket/locks".into(),
+            "az://container/locks".into(),
+            "tenure://127.0.0.1:1".into(),
+            "etcd://127.0.0.1:1/locks".into(),
+        ];
+        for url in urls {
+            let opts = OpenOptions::default().with_param("bogus_key", "s3cret-value");
+            let reason = match rt.block_on(open(&url, &opts)) {
+                Err(Error::InvalidStore { reason, .. }) => reason,
+                Err(other) => panic!("{url}: expected InvalidStore, got {other}"),
+                Ok(_) => panic!("{url}: opened with an unknown option"),
+            };
+            assert!(reason.contains("unknown option \"bogus_key\" (known: "), "{url}: {reason}");
+            assert!(!reason.contains("s3cret"), "{url}: the value shows: {reason}");
+        }
+    }
+
     #[cfg(not(feature = "etcd"))]
     #[test]
     fn a_store_left_out_of_the_build_names_its_feature() {

@@ -582,8 +582,9 @@ impl DirUrl {
                         })?;
                 }
                 _ => {
-                    return Err(invalid(&format!(
-                        "unknown option {key}={value:?} (known: fsync=true|false, io=pool|inline, timeout=DURATION)"
+                    return Err(invalid(&crate::unknown_option(
+                        key,
+                        "fsync=true|false, io=pool|inline, timeout=DURATION",
                     )));
                 }
             }

@@ -49,6 +49,10 @@ const MAX_LISTED: usize = 1 << 24;
 /// Connections tried for one hello when the server closes them before it answers.
 const HELLO_ATTEMPTS: usize = 3;
 
+/// The settings a `tenure://` URL takes, for the message that refuses others.
+const KNOWN_PARAMS: &str = "tls, ca_file, server_name, allow_plaintext_auth, auth_token, auth_token_file, \
+                            timeout_ms, spin_us, connections";
+
 /// How a [`TenureStore`] talks to its servers.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
@@ -171,7 +175,7 @@ impl TenureStore {
                         v.parse()
                             .ok()
                             .filter(|n| *n <= 10_000)
-                            .ok_or_else(|| invalid(format!("spin_us={v} (0..=10000)")))?,
+                            .ok_or_else(|| invalid(format!("spin_us={v} is not a whole number from 0 to 10000")))?,
                     )
                 }
                 "connections" => {
@@ -179,9 +183,9 @@ impl TenureStore {
                         .parse()
                         .ok()
                         .filter(|n| (1..=64).contains(n))
-                        .ok_or_else(|| invalid(format!("connections={v} (1..=64)")))?
+                        .ok_or_else(|| invalid(format!("connections={v} is not a whole number from 1 to 64")))?
                 }
-                other => return Err(invalid(format!("unknown parameter {other:?}"))),
+                other => return Err(invalid(tenure_core::unknown_option(other, KNOWN_PARAMS))),
             }
         }
         if tls {
