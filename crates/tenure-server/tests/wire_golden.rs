@@ -1,0 +1,275 @@
+//! The wire protocol's bytes, pinned. The format is documented as stable
+//! (variants and fields only ever appended; see `tenure_server::wire`), and so
+//! are witnesses and rendezvous scores (every client must compute the same):
+//! each frame below is encoded and compared with the bytes an earlier build
+//! wrote, then the bytes are decoded again and compared with what was encoded.
+//! A change that moves a byte fails here; a deliberate extension appends a
+//! case.
+
+use tenure_core::{EndedHow, Mode};
+use tenure_server::client::rendezvous_score;
+use tenure_server::wire::{
+    self, AcquireReply, AskWire, BreakNoteWire, ErrorCode, GrantWire, HolderOwned, HolderViewWire, Outcome,
+    PredecessorWire, RefWire, ReleaseWire, RenewWire, Request, Response, StateWire,
+};
+use tenure_server::witness::{WitnessKind, WitnessPredecessor};
+use tenure_server::{Signer, Witness, verify};
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    let digits: Vec<u8> = text.bytes().filter(u8::is_ascii_hexdigit).collect();
+    digits
+        .chunks(2)
+        .map(|p| u8::from_str_radix(std::str::from_utf8(p).expect("ascii"), 16).expect("hex digit pair"))
+        .collect()
+}
+
+fn holder() -> wire::HolderWire<'static> {
+    wire::HolderWire { nonce: "n1", pid: 42, host: "h", user: "u", version: "0.1.0", label: Some("job") }
+}
+
+fn holder_owned() -> HolderOwned {
+    HolderOwned {
+        nonce: "n1".into(),
+        pid: 42,
+        host: "h".into(),
+        user: "u".into(),
+        version: "0.1.0".into(),
+        label: Some("job".into()),
+    }
+}
+
+fn grant_ref() -> RefWire<'static> {
+    RefWire { name: "a/b", token: 7, reservation: None, nonce: "n1" }
+}
+
+/// Every request variant, in declaration order, with the bytes of its frame
+/// (request id 9).
+fn requests() -> Vec<(Request<'static>, &'static str)> {
+    let ask =
+        || AskWire { name: "a/b", mode: Mode::Shared, ttl_ms: 30_000, holder: holder(), retake: true, meta: Some("m") };
+    vec![
+        (
+            Request::Hello { magic: wire::MAGIC, version: 2, auth: Some(b"tok") },
+            "0f000000 09000000 00544e5257020103746f6b",
+        ),
+        (
+            Request::Acquire { tentative: false, asks: vec![ask()] },
+            "26000000 09000000 01000103612f6201b0ea01026e312a0168017505302e312e3001036a6f620101016d",
+        ),
+        (
+            Request::Upgrade(vec![RefWire { reservation: Some(3), ..grant_ref() }]),
+            "10000000 09000000 020103612f62070103026e31",
+        ),
+        (
+            Request::Renew(vec![RenewWire { grant: grant_ref(), ttl_ms: 1_000 }]),
+            "11000000 09000000 030103612f620700026e31e807",
+        ),
+        (
+            Request::Release(vec![ReleaseWire {
+                grant: grant_ref(),
+                dropped: false,
+                watermark_ms: Some(5),
+                meta: None,
+            }]),
+            "13000000 09000000 040103612f620700026e3100010500",
+        ),
+        (Request::Inspect("a/b"), "09000000 09000000 0503612f62"),
+        (Request::List { prefix: "a", limit: 100, after: Some("a/b") }, "0d000000 09000000 060161640103612f62"),
+        (
+            Request::Break {
+                name: "a/b",
+                version: 300,
+                only_token: Some(7),
+                note: Some(BreakNoteWire { by: holder(), reason: Some("hung") }),
+            },
+            "27000000 09000000 0703612f62ac02010701026e312a0168017505302e312e3001036a6f62010468756e67",
+        ),
+        (Request::Ping, "05000000 09000000 08"),
+    ]
+}
+
+fn grant() -> GrantWire {
+    GrantWire {
+        token: 7,
+        deadline_ms: 1_700_000_000_000,
+        version: 2,
+        predecessor: Some(predecessor()),
+        witness: vec![0xaa, 0xbb],
+    }
+}
+
+fn predecessor() -> PredecessorWire {
+    PredecessorWire {
+        token: 6,
+        holder: Some(holder_owned()),
+        how: EndedHow::Broken,
+        at_ms: 1_699_999_999_000,
+        watermark_ms: None,
+        meta: None,
+        acquired_ms: Some(1_699_999_990_000),
+        broken: Some((holder_owned(), Some("hung".into()))),
+    }
+}
+
+fn view() -> HolderViewWire {
+    HolderViewWire {
+        holder: holder_owned(),
+        mode: Mode::Exclusive,
+        token: 7,
+        deadline_ms: 1_700_000_000_000,
+        ttl_ms: 30_000,
+        expires_in_ms: 29_000,
+        acquired_ms: None,
+    }
+}
+
+/// Every response variant, and every acquisition outcome, with the bytes of its
+/// frame (request id 9, server time 1 µs).
+fn responses() -> Vec<(Response, &'static str)> {
+    vec![
+        (
+            Response::Hello {
+                version: 2,
+                public_key: [1; 32],
+                max_lease_ms: 60_000,
+                quarantine_left_ms: 0,
+                started_us: 5,
+            },
+            "33000000 09000000 0100000000000000 00020101010101010101010101010101010101010101010101010101010101010101e0d4030005",
+        ),
+        (
+            Response::Acquired(AcquireReply::Granted(vec![grant()])),
+            "5a000000 09000000 0100000000000000 0100010780d095ffbc3102010601026e312a0168017505302e312e3001036a6f620398c895ffbc31000001f08195ffbc3101026e312a0168017505302e312e3001036a6f62010468756e6702aabb",
+        ),
+        (
+            Response::Acquired(AcquireReply::Busy { index: 0, holders: vec![view()], version: 3 }),
+            "33000000 09000000 0100000000000000 01010001026e312a0168017505302e312e3001036a6f62000780d095ffbc31b0ea01c8e2010003",
+        ),
+        (
+            Response::Acquired(AcquireReply::Quarantine { left_ms: 1_500 }),
+            "10000000 09000000 0100000000000000 0102dc0b",
+        ),
+        (
+            Response::Acquired(AcquireReply::Exhausted { index: 1, last_token: u64::MAX }),
+            "19000000 09000000 0100000000000000 010301ffffffffffffffffff01",
+        ),
+        (
+            Response::Granted(vec![Outcome::Ok(grant()), Outcome::Lost("gone".into())]),
+            "60000000 09000000 0100000000000000 0202000780d095ffbc3102010601026e312a0168017505302e312e3001036a6f620398c895ffbc31000001f08195ffbc3101026e312a0168017505302e312e3001036a6f62010468756e6702aabb0104676f6e65",
+        ),
+        (Response::Released(vec![true, false]), "10000000 09000000 0100000000000000 03020100"),
+        (
+            Response::State(StateWire {
+                version: Some(3),
+                modified_ms: Some(1_700_000_000_000),
+                holders: vec![view()],
+                expired: Vec::new(),
+                last_token: 7,
+                watermark_ms: Some(9),
+                last: Some(predecessor()),
+            }),
+            "7d000000 09000000 0100000000000000 0401030180d095ffbc3101026e312a0168017505302e312e3001036a6f62000780d095ffbc31b0ea01c8e2010000070109010601026e312a0168017505302e312e3001036a6f620398c895ffbc31000001f08195ffbc3101026e312a0168017505302e312e3001036a6f62010468756e67",
+        ),
+        (
+            Response::Names { names: vec!["a/b".into(), "c".into()], more: true },
+            "15000000 09000000 0100000000000000 050203612f62016301",
+        ),
+        (Response::Done, "0d000000 09000000 0100000000000000 06"),
+        (Response::Pong, "0d000000 09000000 0100000000000000 07"),
+        (
+            Response::Error { code: ErrorCode::Idle, message: "idle".into() },
+            "13000000 09000000 0100000000000000 08080469646c65",
+        ),
+    ]
+}
+
+#[test]
+fn every_request_frame_has_its_pinned_bytes_and_decodes_to_what_was_sent() {
+    for (req, want) in requests() {
+        let mut frame = Vec::new();
+        wire::encode_request(&mut frame, 9, &req);
+        assert_eq!(hex(&frame), hex(&unhex(want)), "{req:?}");
+        assert_eq!(wire::frame_len(&frame, 4, wire::MAX_REQUEST), Ok(Some(frame.len())));
+        let (id, body) = wire::split_request(&frame).expect("a request frame");
+        assert_eq!(id, 9);
+        let back: Request<'_> = wire::decode(body).expect("decodes");
+        assert_eq!(format!("{back:?}"), format!("{req:?}"));
+    }
+}
+
+#[test]
+fn every_response_frame_has_its_pinned_bytes_and_decodes_to_what_was_sent() {
+    for (resp, want) in responses() {
+        let mut frame = Vec::new();
+        wire::encode_response(&mut frame, 9, 1, &resp);
+        assert_eq!(hex(&frame), hex(&unhex(want)), "{resp:?}");
+        let (id, time, body) = wire::split_response(&frame).expect("a response frame");
+        assert_eq!((id, time), (9, 1));
+        let back: Response = wire::decode(body).expect("decodes");
+        assert_eq!(format!("{back:?}"), format!("{resp:?}"));
+    }
+}
+
+#[test]
+fn a_signed_witness_has_its_pinned_bytes_and_verifies_to_its_content() {
+    let signer = Signer::from_seed(&[7; 32]);
+    let witness = Witness {
+        kind: WitnessKind::Grant,
+        name: "a/b".into(),
+        mode: Mode::Exclusive,
+        token: 7,
+        deadline_ms: 1_700_000_000_000,
+        server_time_us: 1_699_999_970_000_000,
+        holder_nonce: "n1".into(),
+        predecessor: Some(WitnessPredecessor {
+            token: 6,
+            nonce: Some("n0".into()),
+            how: EndedHow::Released,
+            at_ms: 1_699_999_960_000,
+            watermark_ms: Some(5),
+        }),
+    };
+    let mut body = Vec::new();
+    witness.encode_body(&mut body);
+    let signed = signer.sign_batch(&[body]).expect("sign").pop().expect("one witness");
+    assert_eq!(hex(&signer.public_key()), "ea4a6c63e29c520abef5507b132ec5f9954776aebebe7b92421eea691446d22c");
+    // body_len, body, path_len 0 (a batch of one), signature.
+    let want = "4000 01000007000000000000000068e5cf8b010000807c5416240a060003612f62026e3101060000000000000000c0cbe4cf8b010000010500000000000000026e30 00 453c9b088a29528379cd2a3b29836a8c59dea17846968ebe0562138f67332c217bcb3f90027acec7885e8e9e16d86125834603b5dd0a7159592f38ff0f32db02";
+    assert_eq!(hex(&signed), want.replace(' ', ""));
+    assert_eq!(verify(&signer.public_key(), &signed), Ok(witness.clone()));
+
+    // In a batch of two, each witness carries a Merkle path of one step: the
+    // side and the sibling's leaf hash.
+    let other = Witness { name: "c".into(), predecessor: None, ..witness.clone() };
+    let bodies: Vec<Vec<u8>> = [&witness, &other]
+        .iter()
+        .map(|w| {
+            let mut b = Vec::new();
+            w.encode_body(&mut b);
+            b
+        })
+        .collect();
+    let batch = signer.sign_batch(&bodies).expect("sign a batch");
+    // body_len, body, path_len 1, side 0 (the sibling is on the left), its leaf hash, signature.
+    let want = "2100 01000007000000000000000068e5cf8b010000807c5416240a06000163026e3100 01 00 9133551242ebd8b11b87a3b74aa1bff1adfc9bed466e6f2b42ae3d8812520494 818bfea29acf3b3f1ded0a82f9b769afe61e46713c59e311713dce26c8f6c52d99203b992109f50ec8875933ff55f76a10f467c6c5c0d999cce641d4841cc101";
+    assert_eq!(hex(&batch[1]), want.replace(' ', ""));
+    assert_eq!(verify(&signer.public_key(), &batch[0]), Ok(witness));
+    assert_eq!(verify(&signer.public_key(), &batch[1]), Ok(other));
+}
+
+#[test]
+fn rendezvous_scores_are_pinned() {
+    let cases = [
+        ("127.0.0.1:7777", "a/b", 9984070220979451770),
+        ("127.0.0.1:7778", "a/b", 7972070803285366082),
+        ("lease-1.example:7777", "deploy/prod", 10721764246312538402),
+        ("", "", 134870256705401553),
+    ];
+    for (endpoint, name, want) in cases {
+        assert_eq!(rendezvous_score(endpoint, name), want, "{endpoint} {name}");
+    }
+}
