@@ -350,7 +350,13 @@ fn describe(s: &Status) -> String {
 /// stopped closes connections too).
 fn hint(tls: bool, s: &Status, connecting: bool) -> Option<&'static str> {
     let text = describe(s).to_lowercase();
-    if text.contains("certificate") || text.contains("unknownissuer") || text.contains("badsignature") {
+    if text.contains("received fatal alert") {
+        // etcd refused *us*: no client certificate, or one it does not trust.
+        Some(
+            "etcd refused the TLS connection: if it asks for client certificates (--client-cert-auth), \
+             give cert_file= and key_file= signed by a CA it trusts",
+        )
+    } else if text.contains("certificate") || text.contains("unknownissuer") || text.contains("badsignature") {
         Some(
             "the server's certificate is not trusted under this name: give the CA that signed it in ca_file= \
              (and server_name= if the certificate names another host)",
@@ -549,5 +555,32 @@ impl Backend for EtcdBackend {
             out = changed => out,
             () = give_up => Ok(false),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hint_for(tls: bool, s: Status) -> &'static str {
+        hint(tls, &s, true).unwrap_or("none")
+    }
+
+    #[test]
+    fn tls_mistakes_get_the_setting_that_fixes_them() {
+        // etcd refusing us (no client certificate) may arrive as an alert or a closed connection.
+        let alert = Status::unavailable("transport error: received fatal alert: BadCertificate");
+        assert!(hint_for(true, alert).contains("cert_file="));
+        assert!(hint_for(true, Status::unavailable("connection error: broken pipe")).contains("cert_file="));
+        // Its certificate not trusted by us.
+        let untrusted = Status::unavailable("invalid peer certificate: UnknownIssuer");
+        assert!(hint_for(true, untrusted).contains("ca_file="));
+        // TLS against plain HTTP, and plain HTTP against TLS.
+        assert!(hint_for(true, Status::unavailable("tls handshake eof")).contains("drop tls=true"));
+        assert!(hint_for(false, Status::unavailable("connection reset")).contains("add tls=true"));
+        // Not a TLS matter, or not while connecting: no hint.
+        assert_eq!(hint_for(false, Status::unavailable("connection refused")), "none");
+        assert_eq!(hint(false, &Status::unavailable("connection reset"), false), None);
+        assert_eq!(hint_for(false, Status::failed_precondition("etcdserver: no leader")), "none");
     }
 }
