@@ -20,7 +20,7 @@ use tenure_bag::{
     Writer,
 };
 
-use crate::args::duration;
+use crate::durations::duration;
 use crate::exit::{DATA, Fail};
 
 /// Rejected appends, audit violations.

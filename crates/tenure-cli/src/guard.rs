@@ -20,17 +20,13 @@ use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
 
 use crate::exit;
 use crate::supervise::{
-    DRAIN_TICK, HEARTBEAT, STALL, Status, TICK, boot_now_ns, group_alive, kill_group, set_disposition,
+    DRAIN_TICK, HEARTBEAT, MAX_LINE, STALL, Status, TICK, boot_now_ns, group_alive, kill_group, set_disposition,
 };
 use crate::tree;
 
 /// Signals the guard ignores: they are `tenure`'s to forward.
 const GUARD_IGNORES: [i32; 7] =
     [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
-
-/// Longest line either side sends or accepts: far below `PIPE_BUF`, so that a
-/// write of one line is all or nothing, also on a non-blocking pipe.
-pub(crate) const MAX_LINE: usize = 1024;
 
 /// Arguments of the hidden guard process (`tenure __guard`), started by `tenure lock`.
 #[derive(Debug, Args)]
@@ -42,7 +38,7 @@ pub(crate) struct GuardArgs {
     #[arg(long, value_name = "FD")]
     pub(crate) report_fd: RawFd,
     /// Time between SIGTERM and SIGKILL.
-    #[arg(long, value_parser = crate::args::duration)]
+    #[arg(long, value_parser = crate::durations::duration)]
     pub(crate) grace: Duration,
     /// The first deadline (CLOCK_BOOTTIME, ns) by which the command must be dead.
     #[arg(long)]
@@ -203,7 +199,7 @@ impl Guard {
     #[allow(unsafe_code)]
     fn run_command(&mut self, args: &GuardArgs) -> u8 {
         let stdin = rustix::stdio::stdin();
-        let foreground = if args.foreground { crate::supervise::foreground_group(stdin) } else { None };
+        let foreground = if args.foreground { crate::tree::foreground_group(stdin) } else { None };
         let Some((program, rest)) = args.command.split_first() else {
             self.send("failed 64 no command given");
             return exit::USAGE;
@@ -243,7 +239,7 @@ impl Guard {
             Err(_) => None,
         };
         if let Some(original) = foreground
-            && crate::supervise::foreground_group(stdin).is_some_and(|now| now != original)
+            && crate::tree::foreground_group(stdin).is_some_and(|now| now != original)
         {
             // SIGTTOU is ignored, so the guard may take the terminal back from the
             // background; fails harmlessly if tenure's group is gone.

@@ -95,7 +95,7 @@ use tenure::{
 };
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::args::{duration, ttl};
+use crate::durations::{duration, ttl};
 use crate::exit::{self, Fail};
 use crate::stores::StoreArgs;
 use crate::supervise::{Event, Leader, MIN_SILENCE, Spec, Status, Supervisor, boot_now_ns, is_ignored};
@@ -572,7 +572,7 @@ fn owns_terminal() -> bool {
     let (stdin, stdout) = (rustix::stdio::stdin(), rustix::stdio::stdout());
     rustix::termios::isatty(stdin)
         && rustix::termios::isatty(stdout)
-        && crate::supervise::own_group().is_some_and(|mine| crate::supervise::foreground_group(stdin) == Some(mine))
+        && crate::tree::own_group().is_some_and(|mine| crate::tree::foreground_group(stdin) == Some(mine))
 }
 
 /// Whether `program` can be started, as a shell decides: `Err((127, …))` if not

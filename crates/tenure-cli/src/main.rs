@@ -9,6 +9,7 @@ mod args;
 mod bag;
 #[cfg(feature = "bench")]
 mod bench;
+mod durations;
 mod exit;
 mod generate;
 mod guard;

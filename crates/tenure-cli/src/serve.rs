@@ -27,7 +27,7 @@ use tenure::limits::{MAX_DURATION, MAX_TTL, check_duration};
 use tenure_server::http::HttpOptions;
 use tenure_server::{Core, CoreOptions, Server, ServerOptions, ServerTls, Signer};
 
-use crate::args::duration;
+use crate::durations::duration;
 
 /// `tenure serve`.
 #[derive(Debug, Args)]

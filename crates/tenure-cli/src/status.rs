@@ -5,11 +5,57 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
+use clap::Args;
 use tenure::{Clock, HolderView, LeaseName, LeaseState, LeaseStore, SystemClock, human_duration, report};
 
-use crate::args::{BreakArgs, StatusArgs};
 use crate::exit::{self, Fail};
+use crate::stores::StoreArgs;
 use crate::waiting::{held_for, short_holder, short_holder_without_label};
+
+/// `tenure status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// One lease, or a prefix of names; all leases if omitted.
+    pub(crate) name: Option<String>,
+    /// Also show leases nobody holds (released or never taken).
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// Print JSON instead of a table: the versioned document the README
+    /// describes, with every lease, held or not.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `tenure break`.
+#[derive(Debug, Args)]
+pub(crate) struct BreakArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// The lease to break.
+    pub(crate) name: String,
+    /// Only break the grant with this fencing token (and only if it is still there).
+    #[arg(long)]
+    pub(crate) token: Option<u64>,
+    /// Why, kept in the record with who broke it (user, host, pid): `status`
+    /// and the next holder show it.
+    #[arg(long, value_parser = reason, value_name = "TEXT")]
+    pub(crate) reason: Option<String>,
+}
+
+/// A break reason: at most [`tenure::limits::MAX_REASON_BYTES`] bytes of text
+/// on one line.
+fn reason(s: &str) -> Result<String, String> {
+    let max = tenure::limits::MAX_REASON_BYTES;
+    if s.len() > max {
+        return Err(format!("{} bytes is too long for a reason (at most {max})", s.len()));
+    }
+    if s.chars().any(char::is_control) {
+        return Err("a reason is one line of text, without control characters".into());
+    }
+    Ok(s.to_string())
+}
 
 fn state_word(s: &LeaseState) -> &'static str {
     tenure::report::state_word(s.corrupt.is_some(), !s.holders.is_empty(), !s.expired.is_empty())

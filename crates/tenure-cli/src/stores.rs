@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Args;
 use tenure::{CasOptions, LeaseStore, OpenOptions};
 
-use crate::args::duration;
+use crate::durations::duration;
 
 /// The heading the store's options are listed under, after the command's own.
 const STORE_OPTIONS: &str = "Store options";

@@ -92,7 +92,6 @@ use rustix::io::{Errno, FdFlags};
 use rustix::process::{Pid, Signal};
 use tokio::time::Instant;
 
-use crate::guard::MAX_LINE;
 use crate::tree;
 
 /// Longest sleep of the guard's loop: it also notices a stopped command this often.
@@ -110,6 +109,10 @@ const CONFIRM: Duration = Duration::from_secs(1);
 /// a pass that is only slow (a loaded machine, a slow `/proc`) keeps them going,
 /// a loop stuck for good does not.
 pub(crate) const STALL: Duration = Duration::from_secs(10);
+
+/// Longest line either side sends or accepts: far below `PIPE_BUF`, so that a
+/// write of one line is all or nothing, also on a non-blocking pipe.
+pub(crate) const MAX_LINE: usize = 1024;
 
 /// `CLOCK_BOOTTIME` now, in nanoseconds: the clock of the guard's deadlines, which
 /// keeps counting while the machine is suspended.
@@ -141,24 +144,6 @@ pub(crate) fn set_disposition(sig: i32, ignore: bool) {
     unsafe {
         libc::signal(sig, handler);
     }
-}
-
-/// This process's group, or `None` when its leader lies outside our PID
-/// namespace (a container entered without a session of its own): the kernel
-/// then reports 0, which rustix's non-zero `Pid` cannot hold.
-#[allow(unsafe_code)]
-pub(crate) fn own_group() -> Option<Pid> {
-    // SAFETY: getpgrp(2) takes no arguments and cannot fail.
-    Pid::from_raw(unsafe { libc::getpgrp() })
-}
-
-/// The foreground process group of the terminal on `fd`: `None` when `fd` is
-/// not our controlling terminal, or when that group lies outside our PID
-/// namespace (reported as 0, as for [`own_group`]).
-#[allow(unsafe_code)]
-pub(crate) fn foreground_group(fd: std::os::fd::BorrowedFd<'_>) -> Option<Pid> {
-    // SAFETY: tcgetpgrp(3) reads no memory of ours; a bad descriptor is an error.
-    Pid::from_raw(unsafe { libc::tcgetpgrp(std::os::fd::AsRawFd::as_raw_fd(&fd)) })
 }
 
 pub(crate) fn kill_group(pgid: Pid, sig: Signal) {

@@ -126,6 +126,24 @@ fn signal_where(root: Pid, sigs: &[Signal], keep: impl Fn(i32, &Stat) -> bool) -
     signalled
 }
 
+/// This process's group, or `None` when its leader lies outside our PID
+/// namespace (a container entered without a session of its own): the kernel
+/// then reports 0, which rustix's non-zero `Pid` cannot hold.
+#[allow(unsafe_code)]
+pub(crate) fn own_group() -> Option<Pid> {
+    // SAFETY: getpgrp(2) takes no arguments and cannot fail.
+    Pid::from_raw(unsafe { libc::getpgrp() })
+}
+
+/// The foreground process group of the terminal on `fd`: `None` when `fd` is
+/// not our controlling terminal, or when that group lies outside our PID
+/// namespace (reported as 0, as for [`own_group`]).
+#[allow(unsafe_code)]
+pub(crate) fn foreground_group(fd: std::os::fd::BorrowedFd<'_>) -> Option<Pid> {
+    // SAFETY: tcgetpgrp(3) reads no memory of ours; a bad descriptor is an error.
+    Pid::from_raw(unsafe { libc::tcgetpgrp(std::os::fd::AsRawFd::as_raw_fd(&fd)) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,7 +174,7 @@ mod tests {
         assert!(signal_descendants(me, None, &[Signal::CONT]) >= 1);
         assert!(tree_has_live(pid));
         // In our own group, so not a leaver of it; a leaver of any other group.
-        let mine = crate::supervise::own_group().expect("the test's group is in our namespace");
+        let mine = own_group().expect("the test's group is in our namespace");
         assert_eq!(stat(pid).map(|st| st.pgrp), Some(mine.as_raw_nonzero().get()));
         let before = signal_leavers(me, mine, &[Signal::CONT]);
         assert!(signal_leavers(me, Pid::from_raw(i32::MAX).expect("pid"), &[Signal::CONT]) > before);

@@ -38,7 +38,7 @@ use tenure::{
 };
 use tokio::sync::Mutex;
 
-use crate::args::duration;
+use crate::durations::duration;
 use crate::exit::Fail;
 use crate::stores::StoreArgs;
 
