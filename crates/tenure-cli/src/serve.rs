@@ -319,21 +319,13 @@ const MAX_SECRET_FILE: u64 = 64 * 1024;
 /// mistaken log file must not fill memory) and anything that is not a regular
 /// file (`/dev/zero` never ends, a FIFO would block startup for good).
 fn read_small(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
-    }
-    let mut text = String::new();
-    file.take(MAX_SECRET_FILE + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_SECRET_FILE {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("longer than {MAX_SECRET_FILE} bytes: not a token or key file"),
-        ));
-    }
-    Ok(text)
+    let bytes = tenure::limits::read_small_file(path, MAX_SECRET_FILE).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidData => {
+            std::io::Error::new(e.kind(), format!("longer than {MAX_SECRET_FILE} bytes: not a token or key file"))
+        }
+        _ => e,
+    })?;
+    String::from_utf8(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
 /// Reads a 64-hex-digit ed25519 seed, or creates one (mode 0600) if the file is absent.

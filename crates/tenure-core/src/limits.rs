@@ -66,6 +66,34 @@ pub fn check_duration(what: &str, d: Duration, max: Duration) -> Result<Duration
     Ok(d)
 }
 
+/// Reads a small file a user named (a token, a key, a certificate): whole, at
+/// most `max` bytes, and only if it is a regular file once opened. Opened
+/// without blocking and without becoming a controlling terminal, so that a
+/// FIFO, `/dev/zero` or a terminal given by mistake is refused instead of
+/// hanging or filling memory. Symlinks are followed: secrets are often mounted
+/// as links (Kubernetes does so).
+///
+/// # Errors
+/// The open's or read's error; `InvalidInput` for anything but a regular file;
+/// `InvalidData` for a file larger than `max`. Callers name the file.
+pub fn read_small_file(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32 | rustix::fs::OFlags::NOCTTY.bits() as i32)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("larger than {max} bytes")));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,5 +110,20 @@ mod tests {
         assert!(check_duration("ttl", MAX_TTL, MAX_TTL).is_ok());
         let err = check_duration("ttl", MAX_TTL + Duration::from_millis(1), MAX_TTL).expect_err("too long");
         assert!(err.to_string().contains("ttl of"), "{err}");
+    }
+
+    #[test]
+    fn small_files_are_read_whole_and_anything_else_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (small, big, fifo) = (dir.path().join("token"), dir.path().join("big"), dir.path().join("fifo"));
+        std::fs::write(&small, b"s3cret\n").expect("write");
+        std::fs::write(&big, vec![b'x'; 65]).expect("write");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from(0o600)).expect("mkfifo");
+        assert_eq!(read_small_file(&small, 64).expect("read"), b"s3cret\n");
+        let kind = |p: &std::path::Path| read_small_file(p, 64).map(drop).map_err(|e| e.kind());
+        assert_eq!(kind(&big), Err(std::io::ErrorKind::InvalidData));
+        assert_eq!(kind(&fifo), Err(std::io::ErrorKind::InvalidInput), "a FIFO is refused, not waited on");
+        assert_eq!(kind(std::path::Path::new("/dev/zero")), Err(std::io::ErrorKind::InvalidInput));
+        assert_eq!(kind(dir.path()), Err(std::io::ErrorKind::InvalidInput));
     }
 }

@@ -75,17 +75,13 @@ impl Tls {
 }
 
 fn pem(key: &str, path: &Path) -> std::result::Result<Vec<u8>, String> {
-    use std::io::Read;
-    let cannot = |e: std::io::Error| format!("{key}={}: cannot read it: {e}", path.display());
-    let meta = std::fs::metadata(path).map_err(cannot)?;
-    if !meta.is_file() {
-        return Err(format!("{key}={}: not a regular file", path.display()));
-    }
-    let mut out = Vec::new();
-    std::fs::File::open(path).map_err(cannot)?.take(MAX_PEM_BYTES + 1).read_to_end(&mut out).map_err(cannot)?;
-    if out.len() as u64 > MAX_PEM_BYTES {
-        return Err(format!("{key}={}: larger than 1 MiB, which no certificate or key is", path.display()));
-    }
+    let out = tenure_core::limits::read_small_file(path, MAX_PEM_BYTES).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput => format!("{key}={}: not a regular file", path.display()),
+        std::io::ErrorKind::InvalidData => {
+            format!("{key}={}: larger than 1 MiB, which no certificate or key is", path.display())
+        }
+        _ => format!("{key}={}: cannot read it: {e}", path.display()),
+    })?;
     if !out.windows(11).any(|w| w == b"-----BEGIN ") {
         return Err(format!("{key}={}: not PEM (no -----BEGIN line)", path.display()));
     }

@@ -23,7 +23,6 @@
 //! or a device cannot hang a start). Errors name the file and what is wrong
 //! with it.
 
-use std::io::Read as _;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -346,26 +345,15 @@ impl AsyncWrite for ServerStream {
 
 /// Reads a PEM file whole: only a regular file, at most [`MAX_PEM_FILE`] bytes.
 fn read_pem_file(what: &str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    use rustix::fs::{Mode, OFlags};
     let fail = |why: String| TlsError(format!("{what} {}: {why}", path.display()));
-    let io_why = |e: std::io::Error| match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file".to_string(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-        _ => e.to_string(),
-    };
-    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-    let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(|e| fail(io_why(e.into())))?;
-    let file = std::fs::File::from(fd);
-    let meta = file.metadata().map_err(|e| fail(io_why(e)))?;
-    if !meta.is_file() {
-        return Err(fail("not a regular file".into()));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_PEM_FILE + 1).read_to_end(&mut bytes).map_err(|e| fail(io_why(e)))?;
-    if bytes.len() as u64 > MAX_PEM_FILE {
-        return Err(fail(format!("larger than {} KiB: not a PEM file", MAX_PEM_FILE / 1024)));
-    }
-    Ok(bytes)
+    tenure_core::limits::read_small_file(path, MAX_PEM_FILE).map_err(|e| {
+        fail(match e.kind() {
+            std::io::ErrorKind::NotFound => "no such file".to_string(),
+            std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+            std::io::ErrorKind::InvalidData => format!("larger than {} KiB: not a PEM file", MAX_PEM_FILE / 1024),
+            _ => e.to_string(),
+        })
+    })
 }
 
 /// The certificates in PEM text (at least one).

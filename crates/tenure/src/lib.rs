@@ -166,6 +166,15 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "server")]
+    #[test]
+    fn a_token_file_that_never_ends_is_refused_at_once() {
+        for path in ["/dev/zero", "/"] {
+            let why = reason(&format!("tenure://127.0.0.1:1?auth_token_file={path}"));
+            assert!(why.contains("auth_token_file=") && why.contains("not a regular file"), "{why}");
+        }
+    }
+
     #[cfg(not(feature = "etcd"))]
     #[test]
     fn a_store_left_out_of_the_build_names_its_feature() {

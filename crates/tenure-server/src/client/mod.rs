@@ -49,6 +49,9 @@ const MAX_LISTED: usize = 1 << 24;
 /// Connections tried for one hello when the server closes them before it answers.
 const HELLO_ATTEMPTS: usize = 3;
 
+/// The largest `auth_token_file` read (a token is far smaller).
+const MAX_TOKEN_FILE: u64 = 64 * 1024;
+
 /// The settings a `tenure://` URL takes, for the message that refuses others.
 const KNOWN_PARAMS: &str = "tls, ca_file, server_name, allow_plaintext_auth, auth_token, auth_token_file, \
                             timeout_ms, spin_us, connections";
@@ -159,8 +162,9 @@ impl TenureStore {
                 "allow_plaintext_auth" => copts.allow_plaintext_auth = flag(k, v).map_err(invalid)?,
                 "auth_token" => copts.auth_token = Some(v.as_bytes().to_vec()),
                 "auth_token_file" => {
-                    let text = std::fs::read_to_string(v).map_err(|e| invalid(format!("reading {v}: {e}")))?;
-                    copts.auth_token = Some(text.trim().as_bytes().to_vec());
+                    let bytes = tenure_core::limits::read_small_file(std::path::Path::new(v), MAX_TOKEN_FILE)
+                        .map_err(|e| invalid(format!("auth_token_file={v}: {e}")))?;
+                    copts.auth_token = Some(bytes.trim_ascii().to_vec());
                 }
                 "timeout_ms" => {
                     copts.timeout = Duration::from_millis(
