@@ -28,6 +28,7 @@ use tenure_server::http::HttpOptions;
 use tenure_server::{Core, CoreOptions, Server, ServerOptions, ServerTls, Signer};
 
 use crate::durations::duration;
+use crate::exit::Fail;
 
 /// `tenure serve`.
 #[derive(Debug, Args)]
@@ -187,10 +188,12 @@ fn raise_file_limit(needed: u64) {
 }
 
 pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
-    check_args(&args)?;
+    // A flag or a file it names that cannot be used is the user's to fix: exit 64.
+    let usage = |e: anyhow::Error| anyhow::Error::from(Fail::usage(format!("{e:#}")));
+    check_args(&args).map_err(usage)?;
     // Read first: a certificate that cannot be used stops the start before anything else.
     let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(ServerTls::from_files(cert, key)?),
+        (Some(cert), Some(key)) => Some(ServerTls::from_files(cert, key).map_err(|e| usage(e.into()))?),
         _ => None,
     };
     let sockets = [args.max_connections, args.max_pre_hello, args.http_max_connections]
@@ -209,15 +212,22 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         );
     }
     let signer = match &args.key {
-        Some(path) => load_or_create_key(path)?,
+        Some(path) => load_or_create_key(path).map_err(usage)?,
         None => {
             tracing::warn!("no --key: witnesses are signed with a key made for this run only");
             Signer::generate()
         }
     };
     let auth_token = match &args.auth_token_file {
-        Some(p) => Some(read_small(p).with_context(|| format!("reading {}", p.display()))?.trim().as_bytes().to_vec())
-            .filter(|t| !t.is_empty()),
+        Some(p) => Some(
+            read_small(p)
+                .with_context(|| format!("reading {}", p.display()))
+                .map_err(usage)?
+                .trim()
+                .as_bytes()
+                .to_vec(),
+        )
+        .filter(|t| !t.is_empty()),
         None => None,
     };
     let mut core_opts = CoreOptions::new(args.max_lease);
