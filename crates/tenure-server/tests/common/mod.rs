@@ -12,6 +12,7 @@ use tenure_server::server::RunningServer;
 use tenure_server::{Core, CoreOptions, Server, ServerOptions, Signer, TenureStore};
 
 pub mod abuse;
+pub mod table_store;
 pub mod tls;
 
 /// Longest lease the test servers grant.
