@@ -366,6 +366,22 @@ pub async fn multi_lease_is_all_or_nothing_in_canonical_order(h: &dyn Harness) {
         let l = c.try_acquire(name, &opts()).await.expect("free after the set is released");
         l.release().await.expect("release");
     }
+    // Through the store itself, a name asked twice in one batch is refused on
+    // every store, shared or not (never two grants to one asker at once).
+    let store = h.store().await;
+    let shared = AcquireRequest {
+        name: name("multi/a"),
+        mode: Mode::Shared,
+        ttl: TTL,
+        holder: Arc::new(Holder::current()),
+        retake: false,
+        meta: None,
+    };
+    let twice = [shared.clone(), shared];
+    match store.try_acquire_all(&twice).await {
+        Err(Error::InvalidOptions { reason }) => assert!(reason.contains("twice"), "{reason}"),
+        other => panic!("a name twice in one batch must be refused, got {other:?}"),
+    }
 }
 
 /// Seed 001 (Vault): the same holder identity re-takes its abandoned lease at once;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::clock::{Clock, ClockExt};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::name::LeaseName;
 use crate::types::{Attempt, BreakNote, Busy, Grant, LeaseState, Mode, Released};
@@ -97,7 +97,15 @@ pub trait LeaseStore: Send + Sync + Debug + 'static {
     /// pass them in canonical order). The default tries them one by one and, if one
     /// is busy, releases those already taken, every one of them even if some
     /// releases fail (seed 003). Stores with a batch operation override it.
+    /// A name asked twice is refused (`InvalidOptions`), as the lease server does.
     async fn try_acquire_all(&self, reqs: &[AcquireRequest]) -> Result<AllAttempt> {
+        let mut names: Vec<&LeaseName> = reqs.iter().map(|r| &r.name).collect();
+        names.sort();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Error::InvalidOptions {
+                reason: format!("lease {:?} asked twice in one batch", w[0].as_str()),
+            });
+        }
         let mut held: Vec<Grant> = Vec::with_capacity(reqs.len());
         for req in reqs {
             let outcome = self.try_acquire(req).await;
