@@ -132,16 +132,18 @@ fn signal_where(root: Pid, sigs: &[Signal], keep: impl Fn(i32, &Stat) -> bool) -
 #[allow(unsafe_code)]
 pub(crate) fn own_group() -> Option<Pid> {
     // SAFETY: getpgrp(2) takes no arguments and cannot fail.
-    Pid::from_raw(unsafe { libc::getpgrp() })
+    let raw = unsafe { libc::getpgrp() };
+    (raw > 0).then(|| Pid::from_raw(raw)).flatten()
 }
 
 /// The foreground process group of the terminal on `fd`: `None` when `fd` is
-/// not our controlling terminal, or when that group lies outside our PID
-/// namespace (reported as 0, as for [`own_group`]).
+/// not our controlling terminal or the terminal hung up (-1), or when that
+/// group lies outside our PID namespace (reported as 0, as for [`own_group`]).
 #[allow(unsafe_code)]
 pub(crate) fn foreground_group(fd: std::os::fd::BorrowedFd<'_>) -> Option<Pid> {
-    // SAFETY: tcgetpgrp(3) reads no memory of ours; a bad descriptor is an error.
-    Pid::from_raw(unsafe { libc::tcgetpgrp(std::os::fd::AsRawFd::as_raw_fd(&fd)) })
+    // SAFETY: tcgetpgrp(3) reads no memory of ours; a bad descriptor is an error (-1).
+    let raw = unsafe { libc::tcgetpgrp(std::os::fd::AsRawFd::as_raw_fd(&fd)) };
+    (raw > 0).then(|| Pid::from_raw(raw)).flatten()
 }
 
 #[cfg(test)]

@@ -459,7 +459,7 @@ fn common_mistakes_say_what_to_do() {
         (vec!["lock", "./d?fsync=false", "x", "--", "true"], "use file:///"),
     ];
     if !cfg!(feature = "etcd") {
-        cases.push((vec!["lock", "etcd://127.0.0.1:1/p", "x", "--", "true"], "--features etcd"));
+        cases.push((vec!["lock", "etcd://127.0.0.1:1/p", "x", "--", "true"], "`etcd` feature"));
     }
     for (args, says) in cases {
         let out = run(tenure().current_dir(cwd.path()).args(&args), LIMIT);

@@ -318,16 +318,33 @@ fn failed_to_connect(url: &str, tls: bool, op: String, e: Status) -> Error {
     failure(url, op, &e, hint(tls, &e, true))
 }
 
-fn failure(url: &str, op: String, e: &Status, hint: Option<&str>) -> Error {
+/// The error for `e`: a configuration error ([`Error::InvalidStore`], exit 64,
+/// not retried) when etcd refused our credentials, when our own TLS or
+/// endpoint settings are unusable, or when a certificate check failed; a
+/// store error (an outage, retried) otherwise.
+fn failure(url: &str, op: String, e: &Status, hint: Option<Hint>) -> Error {
     let text = match hint {
-        Some(hint) => format!("{}; {hint}", describe(e)),
+        Some(hint) => format!("{}; {}", describe(e), hint.text),
         None => describe(e),
     };
+    // tonic checks endpoints and TLS files before sending anything; etcd's own
+    // invalid-argument answers start with "etcdserver:".
+    let ours = e.code() == tonic::Code::InvalidArgument && !e.message().starts_with("etcdserver:");
     if refused(e) {
         Error::InvalidStore { url: url.to_string(), reason: format!("{op}: etcd refused: {text}") }
+    } else if ours || hint.is_some_and(|h| h.certain) {
+        Error::InvalidStore { url: url.to_string(), reason: format!("{op}: {text}") }
     } else {
         Error::store(url, op, text)
     }
+}
+
+/// What to do about a failure, and whether it certainly is a setting (a
+/// certificate check, a TLS alert) rather than a guess from a closed connection.
+#[derive(Clone, Copy, Debug)]
+struct Hint {
+    text: &'static str,
+    certain: bool,
 }
 
 /// A gRPC status as one sentence: etcd's message, then each underlying cause
@@ -348,33 +365,35 @@ fn describe(s: &Status) -> String {
 /// What to do about a connection that failed the way a TLS mistake does; a
 /// closed connection counts only when `connecting` (later, a member that
 /// stopped closes connections too).
-fn hint(tls: bool, s: &Status, connecting: bool) -> Option<&'static str> {
+fn hint(tls: bool, s: &Status, connecting: bool) -> Option<Hint> {
     let text = describe(s).to_lowercase();
+    let certain = |text| Some(Hint { text, certain: true });
+    let guess = |text| Some(Hint { text, certain: false });
     if text.contains("received fatal alert") {
         // etcd refused *us*: no client certificate, or one it does not trust.
-        Some(
+        certain(
             "etcd refused the TLS connection: if it asks for client certificates (--client-cert-auth), \
              give cert_file= and key_file= signed by a CA it trusts",
         )
     } else if text.contains("certificate") || text.contains("unknownissuer") || text.contains("badsignature") {
-        Some(
+        certain(
             "the server's certificate is not trusted under this name: give the CA that signed it in ca_file= \
              (and server_name= if the certificate names another host)",
         )
     } else if tls && text.contains("handshake") {
-        Some("etcd did not answer the TLS handshake: if it speaks plain HTTP on this port, drop tls=true")
+        guess("etcd did not answer the TLS handshake: if it speaks plain HTTP on this port, drop tls=true")
     } else if !connecting
         || !matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled)
         || !["connection closed", "canceled", "reset", "broken pipe"].iter().any(|w| text.contains(w))
     {
         None
     } else if tls {
-        Some(
+        guess(
             "etcd closed the connection during TLS: if it asks for client certificates (--client-cert-auth), \
              give cert_file= and key_file=",
         )
     } else {
-        Some("if etcd speaks TLS on this port, add tls=true (and ca_file= for a private CA)")
+        guess("if etcd speaks TLS on this port, add tls=true (and ca_file= for a private CA)")
     }
 }
 
@@ -563,7 +582,7 @@ mod tests {
     use super::*;
 
     fn hint_for(tls: bool, s: Status) -> &'static str {
-        hint(tls, &s, true).unwrap_or("none")
+        hint(tls, &s, true).map_or("none", |h| h.text)
     }
 
     #[test]
@@ -578,9 +597,13 @@ mod tests {
         // TLS against plain HTTP, and plain HTTP against TLS.
         assert!(hint_for(true, Status::unavailable("tls handshake eof")).contains("drop tls=true"));
         assert!(hint_for(false, Status::unavailable("connection reset")).contains("add tls=true"));
+        // A certificate check or an alert is certain: a configuration error, not an outage.
+        let certain = |m: &str| hint(true, &Status::unavailable(m), true).is_some_and(|h| h.certain);
+        assert!(certain("received fatal alert: BadCertificate") && certain("invalid peer certificate: UnknownIssuer"));
+        assert!(!certain("connection error: broken pipe"));
         // Not a TLS matter, or not while connecting: no hint.
         assert_eq!(hint_for(false, Status::unavailable("connection refused")), "none");
-        assert_eq!(hint(false, &Status::unavailable("connection reset"), false), None);
+        assert!(hint(false, &Status::unavailable("connection reset"), false).is_none());
         assert_eq!(hint_for(false, Status::failed_precondition("etcdserver: no leader")), "none");
     }
 }

@@ -25,9 +25,16 @@ pub type Service = InterceptedService<Channel, Metadata>;
 /// Adds etcd's metadata to every request: the authentication token, once
 /// authenticated, and `hasleader`, so that a member cut off from its cluster
 /// fails a request at once instead of holding it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Metadata {
     token: Arc<RwLock<Option<MetadataValue<Ascii>>>>,
+}
+
+/// Says whether there is a token, never the token.
+impl std::fmt::Debug for Metadata {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metadata").field("token", &self.token.read().as_ref().map(|_| "…")).finish()
+    }
 }
 
 impl tonic::service::Interceptor for Metadata {
@@ -42,7 +49,7 @@ impl tonic::service::Interceptor for Metadata {
 }
 
 /// How to reach the cluster.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Connect {
     /// Longest wait for a connection to one endpoint.
     pub connect_timeout: Duration,
@@ -50,6 +57,17 @@ pub struct Connect {
     pub tls: Option<TlsFiles>,
     /// etcd user and password.
     pub credentials: Option<(String, String)>,
+}
+
+/// Names the user, never the password.
+impl std::fmt::Debug for Connect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connect")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("tls", &self.tls)
+            .field("user", &self.credentials.as_ref().map(|(u, _)| u))
+            .finish()
+    }
 }
 
 /// The PEM contents TLS needs (read, size-capped, by the caller).
@@ -75,11 +93,21 @@ impl std::fmt::Debug for TlsFiles {
 
 /// A connection to an etcd cluster. Cheap to clone; clones share the channel
 /// and the token.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Etcd {
     channel: Channel,
     meta: Metadata,
     credentials: Option<Arc<(String, String)>>,
+}
+
+/// Names the user, never the password or the token.
+impl std::fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Etcd")
+            .field("meta", &self.meta)
+            .field("user", &self.credentials.as_ref().map(|c| &c.0))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Etcd {

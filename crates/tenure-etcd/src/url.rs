@@ -12,8 +12,8 @@
 //! Credentials are never taken from the URL itself (URLs end up in logs and
 //! process lists): `user=` names the etcd user and the password comes from
 //! `password=` or, better, the `TENURE_ETCD_PASSWORD` environment variable.
-//! A password is sent only over TLS, or to endpoints on this machine, unless
-//! `allow_plaintext_auth=true`.
+//! A password is sent only over TLS, or to loopback addresses (written as
+//! addresses: `127.0.0.1`, `[::1]`), unless `allow_plaintext_auth=true`.
 //!
 //! TLS: `tls=true` speaks TLS to every endpoint, trusting the platform's roots
 //! or the CA certificates in `ca_file=PATH`; `cert_file=` and `key_file=` give
@@ -214,10 +214,11 @@ pub fn redacted(url: &str) -> String {
     out
 }
 
-/// Whether `host` names this machine: `localhost`, 127.0.0.0/8 or `::1`.
+/// Whether `host` is a loopback address (127.0.0.0/8 or `::1`), written as
+/// one: a name, even `localhost`, may resolve elsewhere.
 fn is_loopback(host: &str) -> bool {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
-    host == "localhost" || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `host[:port]` → `(host, port)`.
@@ -439,7 +440,8 @@ mod tests {
         let env = |v: &str| (v == PASSWORD_ENV).then(|| "pw".to_string());
         let none = BTreeMap::new();
         let ok = |url: &str| EtcdUrl::parse_with_env(url, &none, env).map(|u| u.settings.credentials.is_some());
-        assert_eq!(ok("etcd://127.0.0.1,localhost,[::1]/p?user=u").ok(), Some(true), "this machine");
+        assert_eq!(ok("etcd://127.0.0.1,127.0.0.2,[::1]/p?user=u").ok(), Some(true), "this machine");
+        assert!(ok("etcd://localhost/p?user=u").is_err(), "a name may resolve elsewhere");
         assert_eq!(ok("etcd://db:2379/p?user=u&tls=true").ok(), Some(true), "over TLS");
         assert_eq!(ok("etcd://db:2379/p?user=u&allow_plaintext_auth=true").ok(), Some(true), "allowed");
         let refused = ok("etcd://127.0.0.1,db/p?user=u").expect_err("one endpoint elsewhere");

@@ -50,8 +50,8 @@
 //!   `inspect` shows, which is then not compared until both write the name.
 //! - **Limits** are not generated: the table grants 10 ms to `--max-lease`
 //!   (the CAS store 1 ms to 30 days), refuses a watermark past the grant's
-//!   deadline (the CAS store takes it), and refuses a batch naming a lease
-//!   twice (the CAS store's default takes it as two asks).
+//!   deadline (the CAS store takes it). A batch naming a lease twice is
+//!   refused by both (the conformance suite checks it).
 //!
 //! `PROPTEST_CASES` sets the number of cases (default [`CASES`]).
 

@@ -273,3 +273,35 @@ fn rendezvous_scores_are_pinned() {
         assert_eq!(rendezvous_score(endpoint, name), want, "{endpoint} {name}");
     }
 }
+
+/// Every error code's variant index, by an exhaustive match: a new code must
+/// be added here (and so appended), and a reordering moves a byte.
+fn code_index(code: ErrorCode) -> u8 {
+    match code {
+        ErrorCode::Protocol => 0,
+        ErrorCode::Version => 1,
+        ErrorCode::Unauthorized => 2,
+        ErrorCode::Invalid => 3,
+        ErrorCode::Overloaded => 4,
+        ErrorCode::Changed => 5,
+        ErrorCode::Nothing => 6,
+        ErrorCode::Quarantine => 7,
+        ErrorCode::Idle => 8,
+    }
+}
+
+#[test]
+fn every_error_code_has_its_pinned_index() {
+    use ErrorCode::*;
+    for code in [Protocol, Version, Unauthorized, Invalid, Overloaded, Changed, Nothing, Quarantine, Idle] {
+        let mut frame = Vec::new();
+        wire::encode_response(&mut frame, 9, 1, &Response::Error { code, message: String::new() });
+        // len, id, time, then Response::Error (index 8), the code, an empty message.
+        assert_eq!(&frame[16..], &[8, code_index(code), 0], "{code:?}");
+        let (_, _, body) = wire::split_response(&frame).expect("a response frame");
+        match wire::decode::<Response>(body).expect("decodes") {
+            Response::Error { code: back, .. } => assert_eq!(back, code),
+            other => panic!("{other:?}"),
+        }
+    }
+}

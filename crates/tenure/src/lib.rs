@@ -65,7 +65,8 @@ pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> 
 }
 
 /// The scheme of `url`, if it has one: letters, digits, `+`, `-` or `.`
-/// starting with a letter, before `://` (so `/tmp/a://b` is a path).
+/// starting with a letter, before `://` (`/tmp/a://b` has none; the directory
+/// store then refuses it, as it refuses any `://` but `file://`).
 fn scheme(url: &str) -> Option<&str> {
     let (scheme, _) = url.split_once("://")?;
     let mut chars = scheme.chars();
