@@ -77,8 +77,21 @@ impl EtcdBackend {
         let s = &parsed.settings;
         // Requests are timed by this backend (see `timed`), not by tonic, so that
         // a timeout says which request and which endpoints.
-        let tls = match &s.tls {
-            Some(tls) => Some(tls.read().map_err(|reason| Error::InvalidStore { url: url.clone(), reason })?),
+        // The certificate files are read off the runtime, under the connect
+        // deadline: a hung mount must not hang the caller.
+        let tls = match s.tls.clone() {
+            Some(tls) => {
+                let read = tokio::task::spawn_blocking(move || tls.read());
+                match tokio::time::timeout(s.connect_timeout, read).await {
+                    Ok(Ok(Ok(files))) => Some(files),
+                    Ok(Ok(Err(reason))) => return Err(Error::InvalidStore { url: url.clone(), reason }),
+                    Ok(Err(e)) => return Err(Error::store(url, "reading the TLS files", e)),
+                    Err(_) => {
+                        let why = format!("no answer within {}: is their file system hung?", human(s.connect_timeout));
+                        return Err(Error::store(url, "reading the TLS files", why));
+                    }
+                }
+            }
             None => None,
         };
         let connect = rpc::Connect { connect_timeout: s.connect_timeout, tls, credentials: s.credentials.clone() };

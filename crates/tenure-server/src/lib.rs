@@ -134,6 +134,22 @@ pub use tls::{ClientTls, ServerTls, TlsError};
 pub use witness::{Signer, Witness, WitnessError, verify};
 
 /// Opens a `tenure://host:port[,host:port…]` store. Connections are made on first use.
+///
+/// The files the URL names (`auth_token_file`, `ca_file`, the platform's
+/// roots) are read off the runtime and within [`OPEN_FILES_LIMIT`], so that a
+/// hung mount cannot hang the caller.
 pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    Ok(Arc::new(TenureStore::new(url, opts)?))
+    let (u, o) = (url.to_string(), opts.clone());
+    match tokio::time::timeout(OPEN_FILES_LIMIT, tokio::task::spawn_blocking(move || TenureStore::new(&u, &o))).await {
+        Ok(Ok(store)) => Ok(Arc::new(store?)),
+        Ok(Err(e)) => Err(tenure_core::Error::store(client::redact(url), "opening the store", e)),
+        Err(_) => Err(tenure_core::Error::store(
+            client::redact(url),
+            "reading the files the URL names",
+            "no answer within 10s: is their file system hung?",
+        )),
+    }
 }
+
+/// Longest wait for the files a `tenure://` URL names.
+pub const OPEN_FILES_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);

@@ -695,7 +695,7 @@ fn predecessor(p: PredIn<'_>, asker: &Arc<Holder>) -> Predecessor {
     }
 }
 
-fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     url.split_once('?').map_or_else(|| url.to_string(), |(base, _)| format!("{base}?…"))
 }
 
