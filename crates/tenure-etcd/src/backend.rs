@@ -393,17 +393,21 @@ fn hint(tls: bool, s: &Status, connecting: bool) -> Option<Hint> {
             "the server's certificate is not trusted under this name: give the CA that signed it in ca_file= \
              (and server_name= if the certificate names another host)",
         )
-    } else if tls && text.contains("handshake") {
+    } else if tls && (text.contains("handshake") || text.contains("corrupt message")) {
         guess("etcd did not answer the TLS handshake: if it speaks plain HTTP on this port, drop tls=true")
     } else if !connecting
         || !matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled)
-        || !["connection closed", "canceled", "reset", "broken pipe"].iter().any(|w| text.contains(w))
+        || !["connection closed", "canceled", "reset", "broken pipe", "protocol error", "frame"]
+            .iter()
+            .any(|w| text.contains(w))
     {
         None
     } else if tls {
+        // A plain-HTTP member may reset the connection instead of answering, as
+        // may one that wants a client certificate: name both.
         guess(
-            "etcd closed the connection during TLS: if it asks for client certificates (--client-cert-auth), \
-             give cert_file= and key_file=",
+            "etcd closed the connection during TLS: if it speaks plain HTTP on this port, drop tls=true; \
+             if it asks for client certificates (--client-cert-auth), give cert_file= and key_file=",
         )
     } else {
         guess("if etcd speaks TLS on this port, add tls=true (and ca_file= for a private CA)")
@@ -603,12 +607,19 @@ mod tests {
         // etcd refusing us (no client certificate) may arrive as an alert or a closed connection.
         let alert = Status::unavailable("transport error: received fatal alert: BadCertificate");
         assert!(hint_for(true, alert).contains("cert_file="));
-        assert!(hint_for(true, Status::unavailable("connection error: broken pipe")).contains("cert_file="));
+        let closed = hint_for(true, Status::unavailable("connection error: broken pipe"));
+        assert!(closed.contains("cert_file=") && closed.contains("drop tls=true"), "{closed}");
+        let reset = hint_for(true, Status::unavailable("Connection reset by peer (os error 104)"));
+        assert!(reset.contains("drop tls=true"), "{reset}");
         // Its certificate not trusted by us.
         let untrusted = Status::unavailable("invalid peer certificate: UnknownIssuer");
         assert!(hint_for(true, untrusted).contains("ca_file="));
         // TLS against plain HTTP, and plain HTTP against TLS.
         assert!(hint_for(true, Status::unavailable("tls handshake eof")).contains("drop tls=true"));
+        let corrupt = Status::unavailable("received corrupt message of type InvalidContentType");
+        assert!(hint_for(true, corrupt).contains("drop tls=true"));
+        let h2 = Status::unknown("h2 protocol error: frame with invalid size");
+        assert!(hint_for(false, h2).contains("add tls=true"));
         assert!(hint_for(false, Status::unavailable("connection reset")).contains("add tls=true"));
         // A certificate check or an alert is certain: a configuration error, not an outage.
         let certain = |m: &str| hint(true, &Status::unavailable(m), true).is_some_and(|h| h.certain);
