@@ -397,10 +397,9 @@ fn hint(tls: bool, s: &Status, connecting: bool) -> Option<Hint> {
         guess("etcd did not answer the TLS handshake: if it speaks plain HTTP on this port, drop tls=true")
     } else if !connecting
         || !matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled)
-        || !["connection closed", "canceled", "reset", "broken pipe", "protocol error", "frame"]
-            .iter()
-            .any(|w| text.contains(w))
+        || ["refused", "timed out", "deadline", "dns error", "unreachable", "no route"].iter().any(|w| text.contains(w))
     {
+        // Not a TLS mismatch: nothing listens, or nothing answers, or no such host.
         None
     } else if tls {
         // A plain-HTTP member may reset the connection instead of answering, as
