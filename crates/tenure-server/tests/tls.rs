@@ -161,6 +161,18 @@ async fn a_tls_client_whose_server_never_answers_gives_up_at_its_timeout() {
 /// to take the connection for TLS, never enough to finish.
 const CLIENT_HELLO_START: &[u8] = &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03];
 
+/// Sends a ClientHello one byte every 100 ms until the server closes the
+/// connection; how long after `started` that was.
+async fn drip_until_closed(drip: &mut TcpStream, started: Instant) -> Duration {
+    for b in CLIENT_HELLO_START.iter().cycle() {
+        if drip.write_all(&[*b]).await.is_err() || common::abuse::closed_by_peer(drip, Duration::from_millis(100)).await
+        {
+            break;
+        }
+    }
+    started.elapsed()
+}
+
 #[tokio::test]
 async fn a_dripping_or_missing_handshake_is_cut_off_at_the_hello_deadline() {
     let clock = ManualClock::new();
@@ -172,16 +184,7 @@ async fn a_dripping_or_missing_handshake_is_cut_off_at_the_hello_deadline() {
     let mut drip = TcpStream::connect(server.addr()).await.expect("connect");
     let mut mute = TcpStream::connect(server.addr()).await.expect("connect");
     let started = Instant::now();
-    let dripping = async {
-        for b in CLIENT_HELLO_START.iter().cycle() {
-            if drip.write_all(&[*b]).await.is_err()
-                || common::abuse::closed_by_peer(&mut drip, Duration::from_millis(100)).await
-            {
-                return started.elapsed();
-            }
-        }
-        unreachable!()
-    };
+    let dripping = drip_until_closed(&mut drip, started);
     let muted = async {
         assert!(common::abuse::closed_by_peer(&mut mute, PATIENCE).await, "the mute connection is closed");
         started.elapsed()
@@ -314,16 +317,7 @@ async fn the_http_port_over_tls_serves_its_pages_and_tells_plaintext_to_use_http
     // closed at the first head's deadline, as a plaintext connection is.
     let started = Instant::now();
     let mut drip = TcpStream::connect(addr).await.expect("connect");
-    let dripping = async {
-        for b in CLIENT_HELLO_START.iter().cycle() {
-            if drip.write_all(&[*b]).await.is_err()
-                || common::abuse::closed_by_peer(&mut drip, Duration::from_millis(100)).await
-            {
-                return started.elapsed();
-            }
-        }
-        unreachable!()
-    };
+    let dripping = drip_until_closed(&mut drip, started);
     let mute = async {
         let tcp = TcpStream::connect(addr).await.expect("connect");
         let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");

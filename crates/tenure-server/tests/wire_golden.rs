@@ -187,11 +187,53 @@ fn responses() -> Vec<(Response, &'static str)> {
     ]
 }
 
+/// A request's variant index, by an exhaustive match: a new variant must be
+/// added here, and the tests below then fail until it has a pinned case.
+fn request_index(req: &Request<'_>) -> u8 {
+    match req {
+        Request::Hello { .. } => 0,
+        Request::Acquire { .. } => 1,
+        Request::Upgrade(_) => 2,
+        Request::Renew(_) => 3,
+        Request::Release(_) => 4,
+        Request::Inspect(_) => 5,
+        Request::List { .. } => 6,
+        Request::Break { .. } => 7,
+        Request::Ping => 8,
+    }
+}
+
+/// A response's variant index, and an acquisition reply's, as for requests.
+fn response_index(resp: &Response) -> (u8, Option<u8>) {
+    match resp {
+        Response::Hello { .. } => (0, None),
+        Response::Acquired(reply) => (
+            1,
+            Some(match reply {
+                AcquireReply::Granted(_) => 0,
+                AcquireReply::Busy { .. } => 1,
+                AcquireReply::Quarantine { .. } => 2,
+                AcquireReply::Exhausted { .. } => 3,
+            }),
+        ),
+        Response::Granted(_) => (2, None),
+        Response::Released(_) => (3, None),
+        Response::State(_) => (4, None),
+        Response::Names { .. } => (5, None),
+        Response::Done => (6, None),
+        Response::Pong => (7, None),
+        Response::Error { .. } => (8, None),
+    }
+}
+
 #[test]
 fn every_request_frame_has_its_pinned_bytes_and_decodes_to_what_was_sent() {
+    let indices: Vec<u8> = requests().iter().map(|(r, _)| request_index(r)).collect();
+    assert_eq!(indices, (0..=8).collect::<Vec<u8>>(), "one pinned case per variant, in order");
     for (req, want) in requests() {
         let mut frame = Vec::new();
         wire::encode_request(&mut frame, 9, &req);
+        assert_eq!(frame[8], request_index(&req), "the body starts with the variant index: {req:?}");
         assert_eq!(hex(&frame), hex(&unhex(want)), "{req:?}");
         assert_eq!(wire::frame_len(&frame, 4, wire::MAX_REQUEST), Ok(Some(frame.len())));
         let (id, body) = wire::split_request(&frame).expect("a request frame");
@@ -203,9 +245,18 @@ fn every_request_frame_has_its_pinned_bytes_and_decodes_to_what_was_sent() {
 
 #[test]
 fn every_response_frame_has_its_pinned_bytes_and_decodes_to_what_was_sent() {
+    let indices: Vec<(u8, Option<u8>)> = responses().iter().map(|(r, _)| response_index(r)).collect();
+    let every: Vec<(u8, Option<u8>)> =
+        [(0, None)].into_iter().chain((0..=3).map(|a| (1, Some(a)))).chain((2..=8).map(|i| (i, None))).collect();
+    assert_eq!(indices, every, "one pinned case per variant (and acquisition reply), in order");
     for (resp, want) in responses() {
         let mut frame = Vec::new();
         wire::encode_response(&mut frame, 9, 1, &resp);
+        let (index, reply) = response_index(&resp);
+        assert_eq!(frame[16], index, "the body starts with the variant index: {resp:?}");
+        if let Some(reply) = reply {
+            assert_eq!(frame[17], reply, "then the acquisition reply's: {resp:?}");
+        }
         assert_eq!(hex(&frame), hex(&unhex(want)), "{resp:?}");
         let (id, time, body) = wire::split_response(&frame).expect("a response frame");
         assert_eq!((id, time), (9, 1));
