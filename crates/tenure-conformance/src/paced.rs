@@ -159,4 +159,7 @@ impl LeaseStore for Noting {
     async fn wait_for_change(&self, busy: &Busy, max: Duration) {
         self.inner.wait_for_change(busy, max).await
     }
+    async fn acquire_queued(&self, req: &AcquireRequest, wait: Duration) -> Option<Result<Attempt>> {
+        self.inner.acquire_queued(req, wait).await
+    }
 }

@@ -17,6 +17,14 @@ use crate::options::LeaseOptions;
 use crate::store::{AcquireRequest, AllAttempt, LeaseStore};
 use crate::types::{Attempt, BreakNote, Busy, Grant, LeaseState};
 
+/// Longest one wait in a store's queue: a wait without a deadline asks again
+/// after this long (at the back of the queue).
+const MAX_PARK: Duration = Duration::from_secs(3600);
+/// How much before the overall deadline a queued wait ends, at most.
+const QUEUE_MARGIN: Duration = Duration::from_millis(100);
+/// How often a queued waiter looks at who holds the lease, for `on_wait`.
+const QUEUE_REFRESH: Duration = Duration::from_secs(5);
+
 /// A holder's handle on a store: one holder identity, many leases.
 ///
 /// Leases acquired through one `Client` share its [`Holder`] identity. A client
@@ -141,23 +149,53 @@ impl Client {
         let mut backoff = opts.backoff_initial;
         // The last answer: what a wait cut short by the timeout reports.
         let mut last: Option<(Busy, Option<Error>)> = None;
+        // Whether the next attempt waits in the store's queue (one lease, after
+        // a busy answer, while the store keeps queues), and whether it does.
+        let (mut park, mut queues) = (false, true);
         loop {
             let reqs: Vec<AcquireRequest> = names.iter().map(|n| self.request(n, opts)).collect();
             let store = &self.store;
+            let asked = clock.mono();
+            // A queued wait ends a little before the overall deadline, so that
+            // the store's own answer (with who holds the lease) comes in time.
+            let wait = deadline.map_or(MAX_PARK, |d| {
+                let left = d.saturating_since(asked);
+                left.saturating_sub((left / 10).min(QUEUE_MARGIN)).min(MAX_PARK)
+            });
             let attempt = async move {
+                let one = |a: Attempt| match a {
+                    Attempt::Granted(g) => AllAttempt::Granted(vec![g]),
+                    Attempt::Busy(b) => AllAttempt::Busy(b),
+                };
                 match reqs.as_slice() {
-                    [one] => store.try_acquire(one).await.map(|a| match a {
-                        Attempt::Granted(g) => AllAttempt::Granted(vec![g]),
-                        Attempt::Busy(b) => AllAttempt::Busy(b),
-                    }),
-                    many => store.try_acquire_all(many).await,
+                    [req] if park => store.acquire_queued(req, wait).await.map(|a| a.map(one)),
+                    [req] => Some(store.try_acquire(req).await.map(one)),
+                    many => Some(store.try_acquire_all(many).await),
+                }
+            };
+            // While it waits in a queue, the caller still hears who holds the
+            // lease now and then (a terminal's line stays current).
+            let attempt = async {
+                let mut attempt = std::pin::pin!(attempt);
+                if !park {
+                    return attempt.await;
+                }
+                loop {
+                    tokio::select! {
+                        done = &mut attempt => return done,
+                        () = clock.sleep(QUEUE_REFRESH) => {
+                            if let Ok(state) = self.store.inspect(&names[0]).await {
+                                on_wait(&Busy::of(state));
+                            }
+                        }
+                    }
                 }
             };
             // The timeout bounds the whole wait, attempts included: a store that
             // hangs (a dead NFS server) ends the wait on time. (A `no_wait` attempt
             // is bounded by the store's own deadlines instead.) An attempt cut
             // short may have written a grant; nobody holds its handle, so it ends
-            // by itself after its TTL.
+            // by itself after its TTL. (A queued wait cut short is withdrawn.)
             let attempt = match deadline {
                 Some(deadline) if opts.timeout != Some(Duration::ZERO) => {
                     let left = deadline.saturating_since(clock.mono());
@@ -174,6 +212,11 @@ impl Client {
                     }
                 }
                 _ => attempt.await,
+            };
+            let Some(attempt) = attempt else {
+                // The store keeps no queue: poll it from now on.
+                (park, queues) = (false, false);
+                continue;
             };
             // `failed`: the store error of this attempt, if it failed; a wait that
             // ends on one reports the store's failure, not a busy lease.
@@ -203,7 +246,17 @@ impl Client {
                 return Err(failed.unwrap_or_else(|| self.gave_up(&busy, opts, now.saturating_since(started))));
             }
             let sleep = self.next_sleep(&busy, backoff, deadline, now);
-            self.store.wait_for_change(&busy, sleep).await;
+            // A queued wait that ran its course was the sleep (one answered at
+            // once was not); the first busy answer goes straight to the queue.
+            let was_parked = std::mem::replace(&mut park, queues && names.len() == 1 && failed.is_none());
+            let sleep = match (was_parked, park) {
+                (true, _) => sleep.saturating_sub(now.saturating_since(asked)),
+                (false, true) => Duration::ZERO,
+                (false, false) => sleep,
+            };
+            if !sleep.is_zero() {
+                self.store.wait_for_change(&busy, sleep).await;
+            }
             last = Some((busy, failed));
             backoff = (backoff * 2).min(opts.backoff_max);
         }

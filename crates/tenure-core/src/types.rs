@@ -189,6 +189,11 @@ pub struct Busy {
 }
 
 impl Busy {
+    /// What a look at the lease shows: busy as its state says.
+    pub fn of(state: LeaseState) -> Self {
+        Self { name: state.name, holders: state.holders, corrupt: state.corrupt, version: state.version, failure: None }
+    }
+
     /// One line for humans: who holds it and when it could be taken over.
     pub fn describe(&self) -> String {
         if let Some(error) = &self.failure {

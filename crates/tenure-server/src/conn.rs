@@ -66,7 +66,9 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
-type Pending = HashMap<u32, oneshot::Sender<Reply>, std::hash::BuildHasherDefault<IdHasher>>;
+/// Callers waiting for their answers, by request id, each with whether it is a
+/// queued wait (see [`Conn::call_waiting`]).
+type Pending = HashMap<u32, (oneshot::Sender<Reply>, bool), std::hash::BuildHasherDefault<IdHasher>>;
 
 #[derive(Default)]
 struct State {
@@ -74,6 +76,9 @@ struct State {
     /// A leader or the writer task is sending: others only append to `out`.
     writing: bool,
     pending: Pending,
+    /// How many of `pending` are queued waits: the server may rightly say
+    /// nothing about them for a long time.
+    parked: usize,
     next_id: u32,
     closed: Option<String>,
     /// Callers whose answers were handed over and who have not sent a request
@@ -178,9 +183,10 @@ impl Inner {
         let pending = {
             let mut st = self.state.lock();
             st.closed.get_or_insert(why.clone());
+            st.parked = 0;
             std::mem::take(&mut st.pending)
         };
-        for (_, tx) in pending {
+        for (_, (tx, _)) in pending {
             let _ = tx.send(Err(why.clone()));
         }
     }
@@ -267,30 +273,47 @@ impl Conn {
 
     /// Sends `req` and waits for its answer, undecoded.
     pub(crate) async fn call_raw(&self, req: &Request<'_>) -> Result<(u64, Bytes), String> {
+        self.send(req, false).await
+    }
+
+    /// Sends a [`Request::Wait`] and waits for its answer, however long the
+    /// server keeps it queued: the server's silence about it is no sign of
+    /// death (other requests and TCP keepalive probes still tell).
+    /// A caller that gives up before the answer (dropping the future)
+    /// withdraws the wait with a [`Request::Unwait`], so that the lease is not
+    /// granted to nobody.
+    pub(crate) async fn call_waiting(&self, req: &Request<'_>) -> Result<(u64, Bytes), String> {
+        self.send(req, true).await
+    }
+
+    async fn send(&self, req: &Request<'_>, parked: bool) -> Result<(u64, Bytes), String> {
         let (tx, rx) = oneshot::channel();
-        let (lead, first) = {
+        let (lead, first, id) = {
             let mut st = self.inner.state.lock();
             if let Some(why) = &st.closed {
                 return Err(why.clone());
             }
             // Id 0 is the server's for errors that answer no request.
-            st.next_id = st.next_id.wrapping_add(1).max(1);
-            let id = st.next_id;
+            let id = next_id(&mut st);
             wire::encode_request(&mut st.out, id, req);
             st.queued += 1;
-            st.pending.insert(id, tx);
+            st.pending.insert(id, (tx, parked));
+            st.parked += usize::from(parked);
             st.returning = st.returning.saturating_sub(1);
             let lead = !std::mem::replace(&mut st.writing, true);
-            let first = st.pending.len() == 1;
-            (lead, first)
+            let first = !parked && st.pending.len() == st.parked + 1;
+            (lead, first, id)
         };
         if first {
             self.inner.request_sent.notify_one();
         }
+        let withdraw = parked.then(|| Withdraw { inner: &self.inner, id });
         if lead {
             self.lead().await;
         }
-        rx.await.unwrap_or_else(|_| Err("the connection was closed".to_string()))
+        let answer = rx.await.unwrap_or_else(|_| Err("the connection was closed".to_string()));
+        std::mem::forget(withdraw);
+        answer
     }
 }
 
@@ -329,6 +352,35 @@ impl Conn {
             }
         }
         std::mem::forget(handover);
+    }
+}
+
+/// The next request id. Id 0 is the server's, for errors that answer no request.
+fn next_id(st: &mut State) -> u32 {
+    st.next_id = st.next_id.wrapping_add(1).max(1);
+    st.next_id
+}
+
+/// A queued wait whose caller gave up before its answer: dropping this
+/// withdraws it on the server ([`Request::Unwait`]), sent like any request.
+struct Withdraw<'a> {
+    inner: &'a Inner,
+    id: u32,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        let mut st = self.inner.state.lock();
+        if st.closed.is_some() || st.pending.remove(&self.id).is_none() {
+            return;
+        }
+        st.parked = st.parked.saturating_sub(1);
+        let unwait = next_id(&mut st);
+        wire::encode_request(&mut st.out, unwait, &Request::Unwait { id: self.id });
+        if !std::mem::replace(&mut st.writing, true) {
+            drop(st);
+            self.inner.wake_writer.notify_one();
+        }
     }
 }
 
@@ -469,12 +521,18 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
             let mut orphan = None;
             for (id, time, body) in frames.drain(..) {
                 match st.pending.remove(&id) {
-                    Some(tx) => ready.push((tx, time, body)),
-                    None => orphan = Some(body),
+                    Some((tx, parked)) => {
+                        st.parked -= usize::from(parked);
+                        ready.push((tx, time, body));
+                    }
+                    // Id 0 answers no request: the server's word before closing.
+                    // (Any other unknown id answers a withdrawn wait.)
+                    None if id == 0 => orphan = Some(body),
+                    None => {}
                 }
             }
             st.returning += ready.len();
-            (!st.pending.is_empty(), orphan)
+            (st.pending.len() > st.parked, orphan)
         };
         for (tx, time, body) in ready.drain(..) {
             let _ = tx.send(Ok((time, body)));

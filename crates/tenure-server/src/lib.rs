@@ -153,3 +153,18 @@ pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> 
 
 /// Longest wait for the files a `tenure://` URL names.
 pub const OPEN_FILES_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Turns on TCP keepalive probes, so that a peer that vanished without a word
+/// (a crash of its machine, a cut cable) is noticed within about a minute even
+/// while the connection only waits in a lease's queue and nothing is said: on
+/// the server its waits leave their queues, on the client the wait fails and
+/// is tried again.
+pub(crate) fn keepalive(stream: &tokio::net::TcpStream) {
+    let probes = socket2::TcpKeepalive::new()
+        .with_time(std::time::Duration::from_secs(30))
+        .with_interval(std::time::Duration::from_secs(10))
+        .with_retries(3);
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&probes) {
+        tracing::debug!(error = %e, "could not turn on TCP keepalive");
+    }
+}

@@ -148,7 +148,11 @@ async fn undecodable_bodies_and_a_missing_hello_are_protocol_errors() {
 
     let mut s = TcpStream::connect(srv.addr()).await.expect("connect");
     s.write_all(&frame(1, &Request::Hello { magic: MAGIC, version: 99, auth: None })).await.expect("write");
-    assert_error(&answers_until_closed(&mut s).await, ErrorCode::Version, &format!("protocol {PROTOCOL_VERSION}"));
+    assert_error(
+        &answers_until_closed(&mut s).await,
+        ErrorCode::Version,
+        &format!("to {PROTOCOL_VERSION}, the client 99"),
+    );
     still_serves(srv.addr()).await;
 }
 

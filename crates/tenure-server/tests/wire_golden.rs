@@ -89,6 +89,11 @@ fn requests() -> Vec<(Request<'static>, &'static str)> {
             "27000000 09000000 0703612f62ac02010701026e312a0168017505302e312e3001036a6f62010468756e67",
         ),
         (Request::Ping, "05000000 09000000 08"),
+        (
+            Request::Wait { ask: ask(), wait_ms: 5_000 },
+            "26000000 09000000 0903612f6201b0ea01026e312a0168017505302e312e3001036a6f620101016d8827",
+        ),
+        (Request::Unwait { id: 9 }, "06000000 09000000 0a09"),
     ]
 }
 
@@ -200,6 +205,8 @@ fn request_index(req: &Request<'_>) -> u8 {
         Request::List { .. } => 6,
         Request::Break { .. } => 7,
         Request::Ping => 8,
+        Request::Wait { .. } => 9,
+        Request::Unwait { .. } => 10,
     }
 }
 
@@ -229,7 +236,7 @@ fn response_index(resp: &Response) -> (u8, Option<u8>) {
 #[test]
 fn every_request_frame_has_its_pinned_bytes_and_decodes_to_what_was_sent() {
     let indices: Vec<u8> = requests().iter().map(|(r, _)| request_index(r)).collect();
-    assert_eq!(indices, (0..=8).collect::<Vec<u8>>(), "one pinned case per variant, in order");
+    assert_eq!(indices, (0..=10).collect::<Vec<u8>>(), "one pinned case per variant, in order");
     for (req, want) in requests() {
         let mut frame = Vec::new();
         wire::encode_request(&mut frame, 9, &req);

@@ -143,6 +143,17 @@ pub trait LeaseStore: Send + Sync + Debug + 'static {
         out
     }
 
+    /// Acquires `req`, waiting for it up to `wait` in a queue the store keeps
+    /// (the lease server does: waiters are served in order, the grant pushed
+    /// the moment the lease frees); busy if the wait ends first. `None` if the
+    /// store keeps no queue: the caller polls ([`LeaseStore::try_acquire`] and
+    /// [`LeaseStore::wait_for_change`]). A caller that gives up on the future
+    /// withdraws from the queue.
+    async fn acquire_queued(&self, req: &AcquireRequest, wait: Duration) -> Option<Result<Attempt>> {
+        let _ = (req, wait);
+        None
+    }
+
     /// Waits up to `max` for a busy lease to change. The default sleeps; stores
     /// that can watch a key wake early.
     async fn wait_for_change(&self, busy: &Busy, max: Duration) {

@@ -33,8 +33,8 @@ mod rendezvous;
 mod two_phase;
 
 use crate::wire::{
-    self, AskWire, BreakNoteWire, ErrorCode, HolderWire, MAGIC, MAX_LIST_PAGE, PROTOCOL_VERSION, RefWire, ReleaseWire,
-    RenewWire, Request, Response,
+    self, AskWire, BreakNoteWire, ErrorCode, HolderWire, MAGIC, MAX_LIST_PAGE, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    RefWire, ReleaseWire, RenewWire, Request, Response,
 };
 pub use rendezvous::rendezvous_score;
 use tenure_core::limits::{MAX_DURATION, millis};
@@ -109,6 +109,9 @@ pub struct ServerInfo {
     pub max_lease: Duration,
     /// When its current incarnation started (µs since the unix epoch).
     pub started_us: u64,
+    /// The protocol version it speaks with this client: from 3 on, it keeps
+    /// waiters in a queue ([`wire::Request::Wait`]).
+    pub protocol: u16,
 }
 
 struct Endpoint {
@@ -310,13 +313,15 @@ impl TenureStore {
         };
         match answer {
             (_, Response::Hello { version, public_key, max_lease_ms, quarantine_left_ms: _, started_us }) => {
-                if version != PROTOCOL_VERSION {
-                    let why = format!("the server speaks protocol {version}, this client {PROTOCOL_VERSION}");
+                if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
+                    let why = format!(
+                        "the server speaks protocol {version}, this client {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"
+                    );
                     return Err(Error::unsupported(&self.url, why));
                 }
                 wire::check_max_lease(max_lease_ms).map_err(|m| self.hostile(&op, m))?;
-                *e.info.lock() =
-                    Some(ServerInfo { public_key, max_lease: Duration::from_millis(max_lease_ms), started_us });
+                let max_lease = Duration::from_millis(max_lease_ms);
+                *e.info.lock() = Some(ServerInfo { public_key, max_lease, started_us, protocol: version });
             }
             (_, Response::Error { code, message }) => return Err(self.server_error(&op, code, message)),
             (_, other) => return Err(Error::store(&self.url, op, format!("unexpected hello answer {other:?}"))),
@@ -352,6 +357,7 @@ impl TenureStore {
         let tcp = tokio::net::TcpStream::connect(&addrs[..]).await.map_err(|err| Error::store(&self.url, op, err))?;
         // Requests are small writes, and so are a handshake's flights.
         let _ = tcp.set_nodelay(true);
+        crate::keepalive(&tcp);
         let Some(tls) = &self.opts.tls else { return Ok(Socket::Plain(tcp)) };
         match tls.connect(&e.addr, tcp).await {
             Ok(s) => Ok(Socket::Tls(Box::new(s))),
@@ -477,7 +483,55 @@ impl TenureStore {
             .collect();
         let sent = self.clock.mono();
         let body = self.call_raw(server, "acquiring", &Request::Acquire { tentative, asks }).await?;
-        match self.decode_in("acquiring", &body)? {
+        self.acquired(server, &body, reqs, sent, tentative)
+    }
+
+    /// Waits for `req` in its server's queue for up to `wait`; `None` if the
+    /// server keeps no queue (protocol 2).
+    async fn wait_on(&self, req: &AcquireRequest, wait: Duration) -> Option<Result<Attempt>> {
+        let server = self.server_for(req.name.as_str());
+        if let Err(e) = self.check_ttls(server, std::iter::once(req.ttl)).await {
+            return Some(Err(e));
+        }
+        if self.endpoints[server].info.lock().as_ref().is_none_or(|i| i.protocol < 3) {
+            return None;
+        }
+        let op = "waiting";
+        let ask = AskWire {
+            name: req.name.as_str(),
+            mode: req.mode,
+            ttl_ms: millis(req.ttl),
+            holder: HolderWire::of(&req.holder),
+            retake: req.retake,
+            meta: req.meta.as_deref(),
+        };
+        let wait = Request::Wait { ask, wait_ms: millis(wait).min(wire::MAX_WAIT_MS) };
+        let sent = self.clock.mono();
+        let e = &self.endpoints[server];
+        let answer = async {
+            let conn = self.conn(e).await?;
+            let answer = match conn.call_waiting(&wait).await {
+                Err(_) if conn.closed_idle() => self.conn(e).await?.call_waiting(&wait).await,
+                answer => answer,
+            };
+            answer.map(|(_, body)| body).map_err(|m| Error::store(&self.url, op, m))
+        };
+        Some(answer.await.and_then(|body| match self.acquired(server, &body, &[req], sent, false)? {
+            Ok(mut grants) => grants.pop().map(Attempt::Granted).ok_or_else(|| Error::store(&self.url, op, "no grant")),
+            Err((_, busy)) => Ok(Attempt::Busy(busy)),
+        }))
+    }
+
+    /// Decodes the answer to an acquisition of `reqs` sent at `sent`.
+    fn acquired(
+        &self,
+        server: usize,
+        body: &[u8],
+        reqs: &[&AcquireRequest],
+        sent: Mono,
+        tentative: bool,
+    ) -> Result<std::result::Result<Vec<Grant>, (usize, Busy)>> {
+        match self.decode_in("acquiring", body)? {
             ResponseIn::Acquired(AcquireReplyIn::Granted(gs)) if gs.len() == reqs.len() => {
                 let grants = gs.into_iter().zip(reqs).map(|(g, r)| grant(r, g, sent, tentative));
                 Ok(Ok(grants.collect::<std::result::Result<_, _>>().map_err(|m| self.hostile("acquiring", m))?))
@@ -707,6 +761,10 @@ impl LeaseStore for TenureStore {
 
     fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+
+    async fn acquire_queued(&self, req: &AcquireRequest, wait: Duration) -> Option<Result<Attempt>> {
+        self.wait_on(req, wait).await
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Attempt> {

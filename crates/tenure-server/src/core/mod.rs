@@ -43,7 +43,10 @@ use crate::wire::MIN_TTL_MS;
 
 use crate::witness::{BodyRef, PredRef, WitnessKind, witness_buf};
 
+mod queue;
 mod table;
+
+pub use queue::{MAX_WAITERS, Parked, Parking};
 
 pub use table::{Cursor, LeaseRow, Snapshot};
 use table::{Reservation, Shard, Slot, retire_if_idle, reweigh, slot_mut, unretire};
@@ -191,6 +194,10 @@ pub struct Stats {
     pub quarantined: AtomicU64,
     /// Retired records dropped to keep memory bounded.
     pub dropped: AtomicU64,
+    /// Acquisitions that queued to wait for their lease.
+    pub parked: AtomicU64,
+    /// Grants handed to a queued waiter when its lease freed.
+    pub handovers: AtomicU64,
 }
 
 impl Stats {
@@ -208,6 +215,8 @@ impl Stats {
             (&self.upgrades_failed, &other.upgrades_failed),
             (&self.quarantined, &other.quarantined),
             (&self.dropped, &other.dropped),
+            (&self.parked, &other.parked),
+            (&self.handovers, &other.handovers),
         ];
         for (mine, theirs) in pairs {
             mine.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -366,8 +375,12 @@ impl Core {
             let mut guard = self.shard(h).lock();
             let shard = &mut *guard;
             let now_us = self.now_us();
-            if !tentative && let Some(done) = self.acquire_in_place(shard, h, ask, now_us)? {
-                return Ok(done);
+            // First come, first served: nobody overtakes a queued waiter.
+            if self.queued(shard, h, ask.name, now_us) {
+                return self.refuse_queued(shard, h, ask.name, now_us);
+            }
+            if !tentative {
+                return self.acquire_one(shard, h, ask, now_us);
             }
             return Ok(match self.decide(shard, h, ask, now_us, tentative)? {
                 Err(holders) => self.busy(shard, h, ask.name, 0, holders),
@@ -386,6 +399,14 @@ impl Core {
         let now_us = self.now_us();
         let mut decided = Vec::with_capacity(asks.len());
         for (index, ((ask, &sid), &h)) in asks.iter().zip(&shard_ids).zip(&hashes).enumerate() {
+            let shard = guard(&mut guards, sid);
+            if self.queued(shard, h, ask.name, now_us) {
+                let busy = self.refuse_queued(shard, h, ask.name, now_us)?;
+                return Ok(match busy {
+                    Acquired::Busy { holders, version, .. } => Acquired::Busy { index, holders, version },
+                    granted => granted,
+                });
+            }
             let decided_one = self.decide(guard(&mut guards, sid), h, ask, now_us, tentative).map_err(|r| match r {
                 Refusal::Exhausted { last_token, .. } => Refusal::Exhausted { index, last_token },
                 other => other,
@@ -403,6 +424,17 @@ impl Core {
             .map(|(((ask, &sid), &h), d)| self.commit(guard(&mut guards, sid), h, ask, d, now_us, tentative))
             .collect();
         Ok(Acquired::Granted(out))
+    }
+
+    /// One full ask, under its shard's lock.
+    fn acquire_one(&self, shard: &mut Shard, h: u64, ask: &Ask<'_>, now_us: u64) -> Result<Acquired, Refusal> {
+        if let Some(done) = self.acquire_in_place(shard, h, ask, now_us)? {
+            return Ok(done);
+        }
+        Ok(match self.decide(shard, h, ask, now_us, false)? {
+            Err(holders) => self.busy(shard, h, ask.name, 0, holders),
+            Ok(d) => Acquired::Granted(vec![self.commit(shard, h, ask, d, now_us, false)]),
+        })
     }
 
     /// The hot path: one full ask decided on the record itself, without a copy.
@@ -755,6 +787,7 @@ impl Core {
             slot.reservations.retain(|r| !(r.id == id && r.holder.nonce == nonce));
             let released = slot.reservations.len() < before;
             reweigh(&mut shard.weight, slot);
+            self.serve(shard, h, name, self.now_us());
             retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
             return Ok(released);
         }
@@ -774,6 +807,8 @@ impl Core {
                 slot.modified_ms = now_ms;
                 reweigh(&mut shard.weight, slot);
                 bump(&shard.stats.releases);
+                self.serve(shard, h, name, self.now_us());
+                let Some(slot) = slot_mut(&mut shard.slots, h, name) else { return Ok(true) };
                 if !slot.is_live(now_ms) {
                     retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
                 }

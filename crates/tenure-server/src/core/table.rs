@@ -37,6 +37,8 @@ pub(super) struct Slot {
     /// Its shared holders and reservations, as last counted into the shard's
     /// [`Shard::weight`].
     pub(super) weight: usize,
+    /// Acquisitions waiting for it, first come first served (see [`super::queue`]).
+    pub(super) waiters: VecDeque<super::queue::Waiter>,
 }
 
 impl Slot {
@@ -51,6 +53,7 @@ impl Slot {
             busy: 0,
             retired: 0,
             weight: 0,
+            waiters: VecDeque::new(),
         }
     }
 
@@ -73,8 +76,10 @@ impl Slot {
         Ok(())
     }
 
+    /// Whether it must stay in the table: a live grant or reservation, or waiters.
     pub(super) fn is_live(&self, now_ms: u64) -> bool {
-        self.record.entries().any(|(e, _)| e.deadline_ms > now_ms)
+        !self.waiters.is_empty()
+            || self.record.entries().any(|(e, _)| e.deadline_ms > now_ms)
             || self.reservations.iter().any(|r| r.deadline_ms > now_ms)
     }
 }
@@ -104,6 +109,10 @@ pub(super) struct Shard {
     pub(super) weight: usize,
     /// This shard's counters.
     pub(super) stats: Stats,
+    /// Waiters queued on its slots.
+    pub(super) waiting: usize,
+    /// The last waiter's id.
+    pub(super) next_waiter: u64,
 }
 
 /// The slot named `name` (whose hash is `h`).
@@ -279,6 +288,7 @@ impl Core {
         }
         reweigh(&mut shard.weight, slot);
         bump(&shard.stats.breaks);
+        self.serve(shard, h, name, self.now_us());
         retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
         Ok(())
     }

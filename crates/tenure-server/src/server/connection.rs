@@ -21,6 +21,7 @@
 //! - **idle**: a client that has said hello and sends nothing for
 //!   `idle_timeout` is closed.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -31,6 +32,7 @@ use tenure_core::{Holder, human_duration};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::Shared;
@@ -39,7 +41,8 @@ use crate::admission::{self, Ticket};
 use crate::spin::Spin;
 use crate::tls::{self, Accepted, ServerStream, ServerTls};
 use crate::wire::{
-    self, ErrorCode, MAGIC, MAX_HELLO, MAX_REQUEST, MAX_RESPONSE, PROTOCOL_VERSION, Request, Response, out,
+    self, ErrorCode, MAGIC, MAX_HELLO, MAX_REQUEST, MAX_RESPONSE, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, Request,
+    Response, out,
 };
 
 /// Most frames handled before their answers are written.
@@ -79,6 +82,7 @@ pub(crate) async fn serve_one(
     let accepted = Instant::now();
     // Before any handshake: its flights are small writes too.
     let _ = stream.set_nodelay(true);
+    crate::keepalive(&stream);
     let stream = match &shared.opts.tls {
         None => Ok(Some(ServerStream::Plain(stream))),
         Some(tls) => handshake(tls, stream, &shared, &ticket, &mut stop, accepted).await,
@@ -141,6 +145,18 @@ async fn handshake(
     }
 }
 
+/// Why the serving loop woke up.
+enum Woke {
+    /// The socket was read.
+    Read(std::io::Result<usize>),
+    /// What it was waiting for did not come in time.
+    Late(Wait),
+    /// Its pre-hello slot went to a newer connection.
+    Evicted,
+    /// A queued wait ended: its answer is in `pushed`.
+    Answered,
+}
+
 /// What the connection is waiting for when it reads.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Wait {
@@ -170,6 +186,16 @@ pub(super) struct Connection {
     ticket: Option<Ticket>,
     /// Its place among the clients, from the hello on.
     permit: Option<OwnedSemaphorePermit>,
+    /// The protocol version agreed at the hello.
+    pub(super) version: u16,
+    /// Its queued waits ([`Request::Wait`]), each answering when its lease is
+    /// granted or its wait ends. Dropped with the connection, which takes every
+    /// one of them out of its queue.
+    pub(super) waits: JoinSet<Answer>,
+    /// The queued waits by request id, to withdraw one ([`Request::Unwait`]).
+    pub(super) wait_ids: HashMap<u32, AbortHandle>,
+    /// Answers of waits that ended, not yet sent.
+    pushed: Vec<Answer>,
 }
 
 impl Connection {
@@ -195,6 +221,10 @@ impl Connection {
             spin,
             ticket: Some(ticket),
             permit: None,
+            version: PROTOCOL_VERSION,
+            waits: JoinSet::new(),
+            wait_ids: HashMap::new(),
+            pushed: Vec::new(),
         }
     }
 
@@ -220,6 +250,15 @@ impl Connection {
             answers.clear();
             let mut batch_bytes = 0usize;
             let mut consumed = false;
+            // Waits that ended since the last pass: their answers go first.
+            while let Some(done) = self.waits.try_join_next() {
+                self.pushed.extend(done.ok());
+            }
+            for answer in self.pushed.drain(..) {
+                self.wait_ids.remove(&answer.id);
+                batch_bytes = batch_bytes.saturating_add(answer.resp.size_hint());
+                answers.push(answer);
+            }
             loop {
                 // Before the hello, a frame may be only as large as a hello.
                 let max = if self.greeted() { MAX_REQUEST } else { MAX_HELLO };
@@ -232,7 +271,7 @@ impl Connection {
                     }
                 };
                 consumed = true;
-                let answer = self.handle_frame(&frame);
+                let Some(answer) = self.handle_frame(&frame) else { continue };
                 let close = answer.close;
                 batch_bytes = batch_bytes.saturating_add(answer.resp.size_hint());
                 answers.push(answer);
@@ -299,40 +338,50 @@ impl Connection {
             self.rbuf.reserve(READ_CHUNK);
             // A client that tends to send again soon is polled for a moment
             // first: cheaper than sleeping and being woken (see `spin`).
-            let read = if let Some(wait) = expired {
-                Err(Some(wait))
+            let woke = if let Some(wait) = expired {
+                Woke::Late(wait)
             } else if let Some(read) = self.spin.read(&mut self.stream, &mut self.rbuf).await {
-                Ok(read)
+                Woke::Read(read)
             } else {
-                let (wait, deadline) = due.unwrap_or_else(|| (Wait::Idle, after(Instant::now(), opts.idle_timeout)));
+                // A client with queued waits is not idle: it waits for their answers.
+                let idle = if self.waits.is_empty() { opts.idle_timeout } else { FOREVER };
+                let (wait, deadline) = due.unwrap_or_else(|| (Wait::Idle, after(Instant::now(), idle)));
                 if deadline < timer.deadline() {
                     timer.as_mut().reset(deadline);
                 }
-                let read = loop {
+                let woke = loop {
                     tokio::select! {
                         _ = self.stop.changed() => return Ok(()),
-                        () = admission::evicted(self.ticket.as_ref()) => break Err(None),
-                        r = self.stream.read_buf(&mut self.rbuf) => break Ok(r),
+                        () = admission::evicted(self.ticket.as_ref()) => break Woke::Evicted,
+                        r = self.stream.read_buf(&mut self.rbuf) => break Woke::Read(r),
+                        Some(done) = self.waits.join_next(), if !self.waits.is_empty() => {
+                            // A wait that panicked or was cancelled has no answer to push.
+                            if let Ok(answer) = done {
+                                self.pushed.push(answer);
+                            }
+                            break Woke::Answered;
+                        }
                         () = &mut timer => {
                             if Instant::now() >= deadline {
-                                break Err(Some(wait));
+                                break Woke::Late(wait);
                             }
                             // Armed for an earlier wait that has since ended.
                             timer.as_mut().reset(deadline);
                         }
                     }
                 };
-                if matches!(read, Ok(Ok(n)) if n > 0) {
+                if matches!(woke, Woke::Read(Ok(n)) if n > 0) {
                     self.spin.woke();
                 }
-                read
+                woke
             };
-            match read {
-                Err(None) => {
+            let read = match woke {
+                Woke::Answered => continue,
+                Woke::Evicted => {
                     self.fail(ErrorCode::Overloaded, EVICTED).await;
                     return Err(EVICTED.into());
                 }
-                Err(Some(wait)) => {
+                Woke::Late(wait) => {
                     self.shared.conns.timed_out.fetch_add(1, Ordering::Relaxed);
                     let why = match wait {
                         Wait::Idle => {
@@ -345,15 +394,18 @@ impl Connection {
                     self.fail(ErrorCode::Protocol, &why).await;
                     return Err(why);
                 }
-                Ok(Ok(0)) if self.rbuf.is_empty() => return Ok(()),
-                Ok(Ok(0)) => {
+                Woke::Read(read) => read,
+            };
+            match read {
+                Ok(0) if self.rbuf.is_empty() => return Ok(()),
+                Ok(0) => {
                     return Err(format!("the client left in the middle of a frame ({} bytes)", self.rbuf.len()));
                 }
-                Ok(Ok(_)) => {}
+                Ok(_) => {}
                 // A TLS client that closes its socket without a close_notify
                 // alert (as most do) leaves like a plaintext one, between frames.
-                Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof && self.rbuf.is_empty() => return Ok(()),
-                Ok(Err(e)) => return Err(e.to_string()),
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && self.rbuf.is_empty() => return Ok(()),
+                Err(e) => return Err(e.to_string()),
             }
         }
     }
@@ -407,17 +459,22 @@ impl Connection {
         }
     }
 
-    fn handle_frame(&mut self, frame: &[u8]) -> Answer {
+    /// The answer to one frame: `None` for a wait that was queued (its answer
+    /// comes later, from [`Connection::waits`]).
+    fn handle_frame(&mut self, frame: &[u8]) -> Option<Answer> {
         self.shared.conns.requests.fetch_add(1, Ordering::Relaxed);
         let Some((id, body)) = wire::split_request(frame) else {
-            return error(0, ErrorCode::Protocol, "a frame shorter than its header".into(), true);
+            return Some(error(0, ErrorCode::Protocol, "a frame shorter than its header".into(), true));
         };
         let req = match wire::decode::<Request<'_>>(body) {
             Ok(r) => r,
-            Err(e) => return error(id, ErrorCode::Protocol, format!("undecodable request: {e}"), true),
+            Err(e) => return Some(error(id, ErrorCode::Protocol, format!("undecodable request: {e}"), true)),
         };
         if !self.greeted() {
-            return self.hello(id, req);
+            return Some(self.hello(id, req));
+        }
+        if matches!(req, Request::Wait { .. }) {
+            return self.wait(id, &req);
         }
         let (op, started) = (super::latency::op(&req), std::time::Instant::now());
         let answer = match self.dispatch(req) {
@@ -427,7 +484,7 @@ impl Connection {
         if let Some(op) = op {
             self.shared.conns.latency.observe(op, started.elapsed());
         }
-        answer
+        Some(answer)
     }
 
     /// The first frame: checks it, then moves the connection from the places
@@ -439,8 +496,10 @@ impl Connection {
         if magic != MAGIC {
             return error(id, ErrorCode::Protocol, "not a tenure client (bad magic)".into(), true);
         }
-        if version != PROTOCOL_VERSION {
-            let message = format!("this server speaks protocol {PROTOCOL_VERSION}, the client {version}");
+        if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
+            let message = format!(
+                "this server speaks protocol {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}, the client {version}"
+            );
             return error(id, ErrorCode::Version, message, true);
         }
         if let Some(secret) = &self.shared.opts.auth_token
@@ -461,8 +520,10 @@ impl Connection {
         self.rbuf.reserve(CLIENT_BUFFER);
         self.wbuf.reserve(CLIENT_BUFFER);
         let core = &self.shared.core;
+        // The client's version, which this server speaks too.
+        self.version = version;
         let resp = Response::Hello {
-            version: PROTOCOL_VERSION,
+            version,
             public_key: self.shared.signer.public_key(),
             max_lease_ms: tenure_core::limits::millis(core.options().max_lease),
             quarantine_left_ms: tenure_core::limits::millis(core.quarantine_left()),

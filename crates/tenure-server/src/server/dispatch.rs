@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use tenure_core::limits::millis;
 use tenure_core::{Holder, LeaseName};
 
 use super::connection::Connection;
-use crate::core::{Acquired, Ask, Granted, Refusal};
+use crate::core::{Acquired, Ask, Granted, Parking, Refusal};
 use crate::wire::{
     self, AcquireReply, BreakNoteWire, ErrorCode, HolderViewWire, HolderWire, MAX_BATCH, MAX_LIST_BYTES, MAX_LIST_PAGE,
     PredecessorWire, Request, Response, StateWire,
@@ -90,7 +91,64 @@ fn refusal(r: Refusal) -> (ErrorCode, String) {
     }
 }
 
+/// The answer to an acquisition, waited for or not.
+pub(super) fn acquired(outcome: Result<Acquired, Refusal>) -> Result<Reply, (ErrorCode, String)> {
+    let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+    Ok(Reply::Wire(Response::Acquired(match outcome {
+        Ok(Acquired::Granted(gs)) => return Ok(Reply::Acquired(gs)),
+        Ok(Acquired::Busy { index: i, holders, version }) => {
+            AcquireReply::Busy { index: index(i), holders: holders.iter().map(HolderViewWire::from).collect(), version }
+        }
+        Err(Refusal::Quarantine(left)) => AcquireReply::Quarantine { left_ms: millis(left).saturating_add(1) },
+        Err(Refusal::Exhausted { index: i, last_token }) => AcquireReply::Exhausted { index: index(i), last_token },
+        Err(r) => return Err(refusal(r)),
+    })))
+}
+
 impl Connection {
+    /// Starts a [`Request::Wait`]: answered at once if the lease is free (or
+    /// the request is refused), otherwise queued, its answer pushed when it
+    /// comes (see [`Connection::waits`]).
+    pub(super) fn wait(&mut self, id: u32, req: &Request<'_>) -> Option<Answer> {
+        let answer = move |outcome| match acquired(outcome) {
+            Ok(resp) => Answer { id, resp, close: false },
+            Err((code, message)) => error(id, code, message, false),
+        };
+        let Request::Wait { ask, wait_ms } = req else {
+            return Some(error(id, ErrorCode::Protocol, "not a wait".into(), true));
+        };
+        if self.version < 3 {
+            return Some(error(id, ErrorCode::Protocol, "a wait needs protocol 3".into(), true));
+        }
+        if let Err(m) = wire::check_request(req, millis(self.shared.core.options().max_lease)) {
+            return Some(error(id, ErrorCode::Invalid, m, false));
+        }
+        if self.waits.len() >= wire::MAX_WAITS_PER_CONNECTION {
+            let m = format!("a connection may wait for at most {} leases at once", wire::MAX_WAITS_PER_CONNECTION);
+            return Some(error(id, ErrorCode::Overloaded, m, false));
+        }
+        let holder = match self.holder(&ask.holder) {
+            Ok(h) => h,
+            Err(m) => return Some(error(id, ErrorCode::Invalid, m, false)),
+        };
+        let ask = Ask {
+            name: ask.name,
+            mode: ask.mode,
+            ttl_ms: ask.ttl_ms,
+            holder: &holder,
+            retake: ask.retake,
+            meta: ask.meta,
+        };
+        match self.shared.core.acquire_or_park(&ask, Duration::from_millis(*wait_ms)) {
+            Parking::Done(outcome) => Some(answer(outcome)),
+            Parking::Parked(parked) => {
+                let wait = self.waits.spawn(async move { answer(parked.wait().await) });
+                self.wait_ids.insert(id, wait);
+                None
+            }
+        }
+    }
+
     pub(super) fn dispatch(&mut self, req: Request<'_>) -> Result<Reply, (ErrorCode, String)> {
         let shared = self.shared.clone();
         let core = &shared.core;
@@ -102,7 +160,6 @@ impl Connection {
                 Ok(())
             }
         };
-        let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
         Ok(match req {
             Request::Hello { .. } => return Err((ErrorCode::Protocol, "hello sent twice".into())),
             Request::Acquire { tentative, asks } => {
@@ -124,22 +181,18 @@ impl Connection {
                         meta: a.meta,
                     })
                     .collect();
-                match core.acquire(&asks, tentative) {
-                    Ok(Acquired::Granted(gs)) => return Ok(Reply::Acquired(gs)),
-                    Ok(Acquired::Busy { index: i, holders, version }) => Response::Acquired(AcquireReply::Busy {
-                        index: index(i),
-                        holders: holders.iter().map(HolderViewWire::from).collect(),
-                        version,
-                    }),
-                    Err(Refusal::Quarantine(left)) => {
-                        Response::Acquired(AcquireReply::Quarantine { left_ms: millis(left).saturating_add(1) })
-                    }
-                    Err(Refusal::Exhausted { index: i, last_token }) => {
-                        Response::Acquired(AcquireReply::Exhausted { index: index(i), last_token })
-                    }
-                    Err(r) => return Err(refusal(r)),
-                }
+                return acquired(core.acquire(&asks, tentative));
             }
+            Request::Wait { .. } => return Err((ErrorCode::Protocol, "a wait is answered by its connection".into())),
+            Request::Unwait { id } => match self.wait_ids.remove(&id) {
+                // Dropping the wait takes it out of its queue, or gives back
+                // the grant it was handed and has not sent.
+                Some(wait) => {
+                    wait.abort();
+                    Response::Done
+                }
+                None => return Err((ErrorCode::Nothing, format!("no wait with request id {id} is queued"))),
+            },
             Request::Upgrade(refs) => {
                 batch(refs.len())?;
                 let mut out = Vec::with_capacity(refs.len());

@@ -26,7 +26,8 @@ pub(super) fn op(req: &Request<'_>) -> Option<usize> {
         Request::List { .. } => 5,
         Request::Break { .. } => 6,
         Request::Ping => 7,
-        Request::Hello { .. } => return None,
+        // A wait's time is how long its lease stayed held, not the server's.
+        Request::Hello { .. } | Request::Wait { .. } | Request::Unwait { .. } => return None,
     })
 }
 

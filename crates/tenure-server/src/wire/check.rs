@@ -53,12 +53,17 @@ pub fn check_request(req: &Request<'_>, max_lease_ms: u64) -> Result<(), String>
     let ttl = |what: &Field<'_>, v: u64| within(what, v, MIN_TTL_MS, max_lease_ms, " ms (the server's --max-lease)");
     let meta = |what: &Field<'_>, m: Option<&str>| m.map_or(Ok(()), |m| len(what, m, MAX_META));
     match req {
-        Request::Hello { .. } | Request::Ping | Request::Inspect(_) => {}
+        Request::Hello { .. } | Request::Ping | Request::Inspect(_) | Request::Unwait { .. } => {}
         Request::Acquire { asks, .. } => {
             for (i, a) in asks.iter().enumerate() {
                 ttl(&Field("asks", i, "ttl_ms"), a.ttl_ms)?;
                 meta(&Field("asks", i, "meta"), a.meta)?;
             }
+        }
+        Request::Wait { ask, wait_ms } => {
+            ttl(&Field("ask", 0, "ttl_ms"), ask.ttl_ms)?;
+            meta(&Field("ask", 0, "meta"), ask.meta)?;
+            within(&"wait_ms", *wait_ms, 0, super::MAX_WAIT_MS, " ms (a day)")?;
         }
         Request::Upgrade(refs) => {
             for (i, r) in refs.iter().enumerate() {

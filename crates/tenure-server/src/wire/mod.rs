@@ -14,9 +14,13 @@
 //! declaration order, so **variants and fields are only ever appended**). A
 //! response carries its request's `id`; responses may come in any order.
 //!
-//! Version 2 (this one) added the cursor of `List` and the `more` flag of its
-//! answer, the predecessor's and each holder's `acquired_ms`, and `AcquireReply::Exhausted`; a
-//! version 1 peer is refused at the hello.
+//! Version 3 (this one) added [`Request::Wait`]: waiting in the server's queue
+//! for a lease, the grant pushed when it frees. Nothing else changed, so a
+//! version 3 server speaks version 2 to a version 2 client (its hello answers
+//! with the lower version), and a version 3 client polls a version 2 server.
+//! Version 2 added the cursor of `List` and the `more` flag of its answer, the
+//! predecessor's and each holder's `acquired_ms`, and `AcquireReply::Exhausted`;
+//! a version 1 peer is refused at the hello.
 //!
 //! # Numbers from outside
 //!
@@ -40,7 +44,14 @@ pub use check::check_request;
 pub(crate) use check::{check_grant, check_max_lease, check_predecessor, check_quarantine, check_state, check_view};
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
+/// The oldest version it still speaks: a version 2 peer has no [`Request::Wait`].
+pub const MIN_PROTOCOL_VERSION: u16 = 2;
+/// Longest wait one [`Request::Wait`] may ask for (a day); a client that waits
+/// longer asks again.
+pub const MAX_WAIT_MS: u64 = 24 * 3600 * 1000;
+/// Most waits one connection may have queued at once.
+pub const MAX_WAITS_PER_CONNECTION: usize = 64;
 /// The first four bytes of the hello's payload.
 pub const MAGIC: [u8; 4] = *b"TNRW";
 /// Largest request frame a server accepts (length field included).
@@ -115,6 +126,26 @@ pub enum Request<'a> {
     },
     /// Liveness and clock check.
     Ping,
+    /// Acquire one lease, waiting for it in the server's queue for up to
+    /// `wait_ms` (version 3). Answered by [`Response::Acquired`] once granted,
+    /// or busy when the wait ends; the connection's other requests are
+    /// answered meanwhile.
+    Wait {
+        /// What to acquire.
+        #[serde(borrow)]
+        ask: AskWire<'a>,
+        /// Longest wait, ms (at most [`MAX_WAIT_MS`]).
+        wait_ms: u64,
+    },
+    /// Withdraws the queued [`Request::Wait`] sent with request id `id` on
+    /// this connection: it leaves its queue, and a grant it was just handed is
+    /// given back (version 3). Answered by [`Response::Done`] (the wait itself
+    /// then gets no answer), or [`Response::Error`] with
+    /// [`ErrorCode::Nothing`] if it had ended already.
+    Unwait {
+        /// The wait's request id.
+        id: u32,
+    },
 }
 
 /// [`BreakNote`] on the wire, borrowed (version 2).

@@ -1,0 +1,253 @@
+//! Waiting on the server: waiters queue per lease and are granted in order the
+//! moment the lease frees; a waiter that leaves is skipped. Real sockets, a
+//! manual clock (expiries happen when the test moves it).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::{AcquireRequest, Attempt, EndedHow, Holder, LeaseStore, ManualClock, Mode, ReleaseRequest};
+use tenure_server::TenureStore;
+use tenure_server::server::RunningServer;
+
+/// Long enough that no wait in these tests ends by itself.
+const WAIT: Duration = Duration::from_secs(600);
+
+fn holder(label: &str) -> Arc<Holder> {
+    Arc::new(Holder::current().with_label(label))
+}
+
+fn parked(server: &RunningServer) -> u64 {
+    server.shared().core.stats().parked.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Waits (in real time) until the server has queued `n` waits in all.
+async fn until_parked(server: &RunningServer, n: u64) {
+    for _ in 0..500 {
+        if parked(server) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the server queued {} waits, not {n}", parked(server));
+}
+
+fn granted(a: Option<tenure_core::Result<Attempt>>) -> tenure_core::Grant {
+    match a.expect("the server keeps a queue").expect("wait") {
+        Attempt::Granted(g) => g,
+        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+    }
+}
+
+/// Starts a waiter on its own connection; it sends its label once granted.
+fn waiter(
+    server: &RunningServer,
+    clock: &ManualClock,
+    req: AcquireRequest,
+    order: tokio::sync::mpsc::UnboundedSender<(String, tenure_core::Grant)>,
+) -> tokio::task::JoinHandle<Arc<TenureStore>> {
+    let store = Arc::new(common::store(&[server], clock));
+    tokio::spawn(async move {
+        let g = granted(store.acquire_queued(&req, WAIT).await);
+        let _ = order.send((req.holder.label.clone().unwrap_or_default(), g));
+        store
+    })
+}
+
+#[tokio::test]
+async fn waiters_are_granted_in_the_order_they_queued() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let first = match store.try_acquire(&common::req("q", &holder("first"))).await.expect("acquire") {
+        Attempt::Granted(g) => g,
+        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        tasks.push(waiter(&server, &clock, common::req("q", &holder(&format!("w{i}"))), tx.clone()));
+        until_parked(&server, i + 1).await;
+    }
+    // Each is granted when the one before releases, and nobody else meanwhile.
+    let mut last = first;
+    for i in 0..6 {
+        store.release(&last, &ReleaseRequest::default()).await.expect("release");
+        let (label, g) =
+            tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a grant").expect("open");
+        assert_eq!(label, format!("w{i}"), "grants out of order");
+        assert!(g.token > last.token, "tokens grow: {} then {}", last.token, g.token);
+        assert_eq!(g.predecessor.as_ref().map(|p| p.how), Some(EndedHow::Released));
+        last = g;
+    }
+    for t in tasks {
+        t.await.expect("waiter");
+    }
+}
+
+#[tokio::test]
+async fn a_newcomer_does_not_overtake_a_queued_waiter() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let mut shared = common::req("rw", &holder("reader"));
+    shared.mode = Mode::Shared;
+    let reader = match store.try_acquire(&shared).await.expect("acquire") {
+        Attempt::Granted(g) => g,
+        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+    };
+    // A writer queues behind the reader...
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let writer = waiter(&server, &clock, common::req("rw", &holder("writer")), tx.clone());
+    until_parked(&server, 1).await;
+    // ...and a second reader, who could share the lease, does not get past it.
+    let mut late = common::req("rw", &holder("late reader"));
+    late.mode = Mode::Shared;
+    match store.try_acquire(&late).await.expect("ask") {
+        Attempt::Busy(_) => {}
+        Attempt::Granted(g) => panic!("a reader overtook a queued writer (token {})", g.token),
+    }
+    store.release(&reader, &ReleaseRequest::default()).await.expect("release");
+    let (label, _) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a grant").expect("open");
+    assert_eq!(label, "writer");
+    writer.await.expect("writer");
+}
+
+#[tokio::test]
+async fn a_waiter_whose_connection_closed_is_skipped() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let held = match store.try_acquire(&common::req("gone", &holder("holder"))).await.expect("acquire") {
+        Attempt::Granted(g) => g,
+        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // The first waiter's process dies: task and connection go at once.
+    let dead = waiter(&server, &clock, common::req("gone", &holder("dead")), tx.clone());
+    until_parked(&server, 1).await;
+    dead.abort();
+    let _ = dead.await;
+    // One that gives up but keeps its connection withdraws its wait.
+    let quitter_store = common::store(&[&server], &clock);
+    let quitter = common::req("gone", &holder("quitter"));
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), quitter_store.acquire_queued(&quitter, WAIT)).await;
+    assert!(gave_up.is_err(), "the lease is held: the wait must not end");
+    let alive = waiter(&server, &clock, common::req("gone", &holder("alive")), tx.clone());
+    until_parked(&server, 3).await;
+    store.release(&held, &ReleaseRequest::default()).await.expect("release");
+    let (label, g) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a grant").expect("open");
+    assert_eq!(label, "alive", "the lease went to a waiter that left");
+    let state = store.inspect(&g.name).await.expect("inspect");
+    assert_eq!(state.holders.len(), 1);
+    assert_eq!(state.holders[0].holder.label.as_deref(), Some("alive"));
+    drop(quitter_store);
+    alive.await.expect("alive");
+}
+
+#[tokio::test]
+async fn an_expired_grant_passes_to_the_first_waiter_when_its_time_is_up() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let mut crashed = common::req("expiry", &holder("crashed"));
+    crashed.ttl = Duration::from_secs(2);
+    let held = match store.try_acquire(&crashed).await.expect("acquire") {
+        Attempt::Granted(g) => g,
+        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let next = waiter(&server, &clock, common::req("expiry", &holder("next")), tx);
+    until_parked(&server, 1).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(rx.try_recv().is_err(), "granted while the grant was live");
+    clock.advance(Duration::from_secs(3));
+    let (label, g) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a grant").expect("open");
+    assert_eq!(label, "next");
+    let p = g.predecessor.expect("predecessor");
+    assert_eq!((p.token, p.how), (held.token, EndedHow::Expired));
+    next.await.expect("next");
+}
+
+#[tokio::test]
+async fn a_wait_that_runs_out_answers_busy_and_leaves_the_queue() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let held = match store.try_acquire(&common::req("short", &holder("holder"))).await.expect("acquire") {
+        Attempt::Granted(g) => g,
+        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+    };
+    let waiting = {
+        let store = Arc::new(common::store(&[&server], &clock));
+        let req = common::req("short", &holder("impatient"));
+        tokio::spawn(async move { store.acquire_queued(&req, Duration::from_secs(1)).await })
+    };
+    until_parked(&server, 1).await;
+    clock.advance(Duration::from_secs(2));
+    match tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("answered").expect("task") {
+        Some(Ok(Attempt::Busy(b))) => assert_eq!(b.holders[0].token, held.token, "{}", b.describe()),
+        other => panic!("expected busy, got {other:?}"),
+    }
+    // Gone from the queue: a newcomer gets the lease once it is released.
+    store.release(&held, &ReleaseRequest::default()).await.expect("release");
+    match store.try_acquire(&common::req("short", &holder("later"))).await.expect("acquire") {
+        Attempt::Granted(_) => {}
+        Attempt::Busy(b) => panic!("a waiter that ran out still blocks: {}", b.describe()),
+    }
+}
+
+#[tokio::test]
+async fn the_client_waits_in_the_queue_and_is_handed_the_lease() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let holder_client =
+        tenure_core::Client::with_holder(Arc::new(common::store(&[&server], &clock)), Holder::current());
+    let opts = tenure_core::LeaseOptions::exclusive().with_ttl(common::MAX_LEASE).with_timeout(WAIT);
+    let lease = holder_client.acquire("client", &opts).await.expect("acquire");
+    let waiting = {
+        let client = tenure_core::Client::new(Arc::new(common::store(&[&server], &clock)));
+        let opts = opts.clone();
+        tokio::spawn(async move { client.acquire("client", &opts).await.map(|l| l.token()) })
+    };
+    until_parked(&server, 1).await;
+    let token = lease.token();
+    lease.release().await.expect("release");
+    let next = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("granted").expect("task");
+    assert!(next.expect("lease") > token);
+    // Handed over, not polled: on this manual clock a polling waiter's
+    // backoff would never end, and it queued exactly once.
+    assert_eq!(parked(&server), 1);
+}
+
+#[tokio::test]
+async fn a_version_2_client_is_spoken_to_in_version_2_and_cannot_queue() {
+    use common::abuse::{exchange, frame, last_words};
+    use tenure_server::wire::{AskWire, ErrorCode, HolderWire, MAGIC, Request, Response};
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let mut s = tokio::net::TcpStream::connect(server.addr()).await.expect("connect");
+    let hello = frame(1, &Request::Hello { magic: MAGIC, version: 2, auth: None });
+    match exchange(&mut s, &hello, 1).await.pop() {
+        Some(Response::Hello { version: 2, .. }) => {}
+        other => panic!("expected a version 2 hello, got {other:?}"),
+    }
+    let h = Holder::current();
+    let ask = AskWire {
+        name: "v2",
+        mode: Mode::Exclusive,
+        ttl_ms: 1000,
+        holder: HolderWire::of(&h),
+        retake: false,
+        meta: None,
+    };
+    let wait = frame(2, &Request::Wait { ask, wait_ms: 1000 });
+    tokio::io::AsyncWriteExt::write_all(&mut s, &wait).await.expect("write");
+    match last_words(&mut s).await.pop() {
+        Some(Response::Error { code: ErrorCode::Protocol, message }) => {
+            assert!(message.contains("protocol 3"), "{message}")
+        }
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+}
