@@ -251,3 +251,41 @@ async fn a_version_2_client_is_spoken_to_in_version_2_and_cannot_queue() {
         other => panic!("expected a protocol error, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn waiters_show_on_the_status_json_and_in_the_metrics() {
+    use common::abuse::http_get;
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let http = listener.local_addr().expect("addr");
+    let opts = tenure_server::http::HttpOptions::default();
+    let site =
+        tokio::spawn(tenure_server::http::serve(listener, server.shared().clone(), opts, std::future::pending()));
+    let store = common::store(&[&server], &clock);
+    let held = match store.try_acquire(&common::req("seen", &holder("holder"))).await.expect("acquire") {
+        Attempt::Granted(g) => g,
+        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let a = waiter(&server, &clock, common::req("seen", &holder("a")), tx.clone());
+    let b = waiter(&server, &clock, common::req("seen", &holder("b")), tx);
+    until_parked(&server, 2).await;
+    let (_, json) = http_get(http, "/status.json").await;
+    let json: serde_json::Value = serde_json::from_str(&json).expect("json");
+    let row = json["leases"].as_array().expect("leases").iter().find(|l| l["name"] == "seen").expect("row");
+    assert_eq!(row["waiters"], 2, "{row}");
+    let (_, metrics) = http_get(http, "/metrics").await;
+    assert!(metrics.lines().any(|l| l == "tenure_waiters 2"), "{metrics}");
+    assert!(metrics.lines().any(|l| l == "tenure_waits_total 2"), "{metrics}");
+    store.release(&held, &ReleaseRequest::default()).await.expect("release");
+    let (_, first) = rx.recv().await.expect("a grant");
+    store.release(&first, &ReleaseRequest::default()).await.expect("release");
+    rx.recv().await.expect("a grant");
+    let (_, metrics) = http_get(http, "/metrics").await;
+    assert!(metrics.lines().any(|l| l == "tenure_waiters 0"), "{metrics}");
+    assert!(metrics.lines().any(|l| l == "tenure_handovers_total 2"), "{metrics}");
+    a.await.expect("a");
+    b.await.expect("b");
+    site.abort();
+}

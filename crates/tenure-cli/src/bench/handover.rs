@@ -124,7 +124,11 @@ pub(crate) async fn measure(target: Arc<dyn Target>, clients: usize, args: &Benc
             while Instant::now() < end {
                 t.hold(w).await?;
                 baton.granted(w, Instant::now())?;
-                tokio::time::sleep(hold).await;
+                // tokio's timer rounds up to its 1 ms tick, even for zero:
+                // `--hold 0` must not hold for a millisecond.
+                if !hold.is_zero() {
+                    tokio::time::sleep(hold).await;
+                }
                 baton.releasing(w, Instant::now())?;
                 t.unhold(w).await?;
             }

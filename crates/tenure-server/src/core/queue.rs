@@ -77,6 +77,14 @@ pub struct Parked {
     until: Mono,
 }
 
+impl Waiter {
+    /// Still waiting: its connection has not gone (a waiter that left is
+    /// skipped when the queue is next served).
+    pub(super) fn is_waiting(&self) -> bool {
+        !self.tx.is_closed()
+    }
+}
+
 impl Core {
     /// Acquires `ask` (one lease, never tentative), or queues it for up to
     /// `wait`: the queue's order decides, not who asks first once it frees.

@@ -184,6 +184,8 @@ pub struct LeaseRow {
     pub last: Option<Predecessor>,
     /// Contention: asks refused while it was held.
     pub busy: u64,
+    /// Acquisitions queued for it now, in the server's wait queue.
+    pub waiters: usize,
     /// Last change, server wall ms.
     pub modified_ms: u64,
     /// Its place in the view's order (the next page starts after the last row's).
@@ -313,6 +315,11 @@ impl Core {
         }
     }
 
+    /// How many acquisitions wait in the lease queues now.
+    pub fn waiting(&self) -> usize {
+        self.shards.iter().map(|s| s.0.lock().waiting).sum()
+    }
+
     /// How many records are live and how many retired, without listing them.
     pub fn counts(&self) -> (usize, usize) {
         let (mut live, mut retired) = (0, 0);
@@ -374,6 +381,7 @@ impl Core {
                 watermark_ms: slot.record.watermark_ms,
                 last: slot.record.predecessor(),
                 busy: slot.busy,
+                waiters: slot.waiters.iter().filter(|w| w.is_waiting()).count(),
                 modified_ms: slot.modified_ms,
                 key,
             });

@@ -207,7 +207,7 @@ async fn page(State(shared): State<Arc<Shared>>, uri: Uri) -> Html<String> {
 }
 
 /// The server's counters: key (in `/status.json`'s `counters`), heading, value.
-fn counters(shared: &Shared, snap: &Snapshot) -> [(&'static str, &'static str, u64); 9] {
+fn counters(shared: &Shared, snap: &Snapshot) -> [(&'static str, &'static str, u64); 10] {
     let s = shared.core.stats();
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
@@ -216,6 +216,7 @@ fn counters(shared: &Shared, snap: &Snapshot) -> [(&'static str, &'static str, u
         ("retired", "retired records", n(snap.retired)),
         ("grants", "grants", load(&s.grants)),
         ("busy", "busy (contention)", load(&s.busy)),
+        ("waiting", "waiting in queues", n(shared.core.waiting())),
         ("expired_takeovers", "expired takeovers", load(&s.expired_takeovers)),
         ("renewals", "renewals", load(&s.renewals)),
         ("releases", "releases", load(&s.releases)),
@@ -256,8 +257,8 @@ const LEASES_HEAD: &str = "<h2>Leases</h2><table id=\"leases\"><colgroup>\
 <col style=\"width:17%\"><col style=\"width:7%\"><col style=\"width:20%\"><col style=\"width:8%\">\
 <col style=\"width:11%\"><col style=\"width:11%\"><col style=\"width:12%\"><col style=\"width:14%\"></colgroup>\
 <thead><tr><th>name</th><th>mode</th><th>holder</th><th>token</th><th>hold time</th><th>expiry</th>\
-<th title=\"Asks refused while the lease was held (busy) and live tentative reservations. \
-The server keeps no queue of waiters.\">contention</th><th>last ending</th></tr></thead><tbody id=\"lease-rows\">";
+<th title=\"Acquisitions waiting in the lease's queue (served first come, first served), \
+asks refused while the lease was held (busy), and live tentative reservations.\">contention</th><th>last ending</th></tr></thead><tbody id=\"lease-rows\">";
 
 /// Refreshes the lease table in place every few seconds from `/status.json`
 /// (the same page: same `after` cursor), so the scroll position stays. Data
@@ -302,9 +303,10 @@ const SCRIPT: &str = r#"(function () {
   }
   function contention(l) {
     var c = el("td", null, null, "contention");
+    if (l.waiters) c.appendChild(el("span", l.waiters + " waiting"));
     if (l.busy) c.appendChild(el("span", l.busy + " refused asks"));
     if (l.reservations) c.appendChild(el("span", l.reservations + " reserved"));
-    if (!l.busy && !l.reservations) c.textContent = "no contention";
+    if (!l.waiters && !l.busy && !l.reservations) c.textContent = "no contention";
     return c;
   }
   function last(l, now) {
@@ -462,13 +464,16 @@ fn holder_html(h: &tenure_core::Holder) -> String {
 /// What the server knows of contention: refused asks and live reservations.
 fn contention_html(row: &LeaseRow) -> String {
     let mut h = String::from("<td class=\"contention\">");
+    if row.waiters > 0 {
+        let _ = write!(h, "<span>{} waiting</span>", row.waiters);
+    }
     if row.busy > 0 {
         let _ = write!(h, "<span>{} refused asks</span>", row.busy);
     }
     if row.tentative > 0 {
         let _ = write!(h, "<span>{} reserved</span>", row.tentative);
     }
-    if row.busy == 0 && row.tentative == 0 {
+    if row.waiters == 0 && row.busy == 0 && row.tentative == 0 {
         h.push_str("no contention");
     }
     h.push_str("</td>");
@@ -549,6 +554,7 @@ fn lease_json(r: &LeaseRow, now_ms: u64) -> String {
         obj.insert("holders_total".into(), r.holders.len().into());
         obj.insert("reservations".into(), r.tentative.into());
         obj.insert("busy".into(), r.busy.into());
+        obj.insert("waiters".into(), r.waiters.into());
     }
     json.to_string()
 }
@@ -634,6 +640,9 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     m.add("leases_retired", "gauge", "Released records kept for their watermark and metadata.", n(retired));
     m.add("grants_total", "counter", "Grants, upgrades included.", load(&s.grants));
     m.add("busy_total", "counter", "Acquisitions refused because the lease was held.", load(&s.busy));
+    m.add("waiters", "gauge", "Acquisitions waiting in the lease queues now.", n(core.waiting()));
+    m.add("waits_total", "counter", "Acquisitions that queued to wait for their lease.", load(&s.parked));
+    m.add("handovers_total", "counter", "Grants handed to a queued waiter when the lease freed.", load(&s.handovers));
     m.add("expired_takeovers_total", "counter", "Grants that took over an expired grant.", load(&s.expired_takeovers));
     m.add("renewals_total", "counter", "Successful renewals.", load(&s.renewals));
     m.add("renewals_lost_total", "counter", "Renewals of grants no longer held.", load(&s.renewals_lost));
