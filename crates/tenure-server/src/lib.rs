@@ -7,7 +7,7 @@
 //! client, [`TenureStore`], implements [`tenure_core::LeaseStore`], so everything in
 //! tenure (keep-alive, `tenure lock`, the conformance suite) works on it unchanged.
 //!
-//! # Wire protocol (version 2)
+//! # Wire protocol (version 3)
 //!
 //! TCP, or TLS over TCP ([`tls`]: `tenure serve --tls-cert --tls-key`, and
 //! `tenure://host:port?tls=true` on the client's side); every frame is
@@ -18,8 +18,9 @@
 //! [`wire::Response`]. Clients pipeline: many requests may be in flight on one
 //! connection, and answers come back by `id`, in any order.
 //!
-//! 1. The first request must be `Hello { magic: "TNRW", version: 2, auth }`. The
-//!    server answers with its version, its ed25519 public key, its `max_lease`,
+//! 1. The first request must be `Hello { magic: "TNRW", version, auth }`, where
+//!    this build speaks versions 2 and 3. The server answers with the client's
+//!    version (a version 2 client is served as before), its ed25519 public key, its `max_lease`,
 //!    how long its quarantine still lasts, and when it started. A wrong magic or
 //!    version, or a missing or wrong shared secret (`auth`, when the server has
 //!    one: `--auth-token-file`), gets an `Error` answer and the connection closes.
@@ -29,7 +30,27 @@
 //! 2. Then any of `Acquire { tentative, asks }` (all or nothing, up to 512
 //!    leases), `Upgrade`, `Renew`, `Release` (one outcome per item), `Inspect`,
 //!    `List` (a page of names after a cursor), `Break` (conditional on the
-//!    version inspected) and `Ping`.
+//!    version inspected) and `Ping`; from version 3, `Wait { ask, wait_ms }` and
+//!    `Unwait { id }` (see below).
+//!
+//! # Waiting: a queue per lease, the grant pushed
+//!
+//! A client waiting for a busy lease does not poll: it sends `Wait`, which
+//! parks in the lease's FIFO queue ([`core`]'s queue module) and is answered
+//! when the lease is granted to it, or busy when `wait_ms` (at most a day) runs
+//! out; the connection's other requests go on meanwhile. A release, a break or
+//! an expiry hands the lease to the head of the queue in the same critical
+//! section (shared waiters together, up to the first exclusive one), so a
+//! release-to-grant gap is one pushed frame. While a lease has waiters, nobody
+//! overtakes them, not even an `Acquire` that could share the lease. A
+//! multi-lease acquisition does not queue (it polls, holding nothing while it
+//! waits), so no queue ever waits on another and waiters cannot deadlock. A
+//! waiter whose connection closes, or who sends `Unwait` with its request id,
+//! leaves the queue, and a grant it was handed but not sent is given back at
+//! once. Bounds: [`core::MAX_WAITERS`] per lease, [`wire::MAX_WAITS_PER_CONNECTION`]
+//! per connection; a connection with queued waits is not idle, and TCP
+//! keepalive probes (about a minute) notice a peer that vanished. The restart
+//! quarantine still holds: waiters queue through it and are served when it ends.
 //!
 //! # Robustness: every resource a client can take is bounded
 //!
@@ -54,7 +75,7 @@
 //! - **Deadlines that cannot be dripped**: a frame must be complete within
 //!   `--io-timeout` (10 s) of its first byte, and a batch of answers taken by
 //!   the client within `--io-timeout` of being written; a client that sends
-//!   nothing for `--idle-timeout` (5 min) is closed.
+//!   nothing for `--idle-timeout` (5 min), and has no wait queued, is closed.
 //! - **Memory per connection**: a read buffer (at most one frame), and one batch
 //!   of answers (up to 1024 frames or about 1 MiB of answers, plus the last
 //!   answer); see [`server::MAX_BATCH_BYTES`]. With TLS, rustls's buffers for

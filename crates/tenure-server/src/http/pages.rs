@@ -251,8 +251,8 @@ th{background:#eee;font-weight:600}\
 #leases td.token::before{content:\"token \"}#leases .contention span{display:inline;margin-right:.4em}}";
 
 /// The lease table's head: column widths (they add up to 100%) and headings.
-/// "contention" is what the server knows of the askers: it keeps no queue of
-/// waiters, only the asks it refused and the reservations it holds.
+/// "contention" is what the server knows of the askers: the waiters in the
+/// lease's queue, the asks it refused and the reservations it holds.
 const LEASES_HEAD: &str = "<h2>Leases</h2><table id=\"leases\"><colgroup>\
 <col style=\"width:17%\"><col style=\"width:7%\"><col style=\"width:20%\"><col style=\"width:8%\">\
 <col style=\"width:11%\"><col style=\"width:11%\"><col style=\"width:12%\"><col style=\"width:14%\"></colgroup>\
