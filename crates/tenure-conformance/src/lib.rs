@@ -150,6 +150,7 @@ macro_rules! conformance_tests {
             same_holder_retakes_its_abandoned_lease_at_once,
             release_publishes_watermark_to_the_next_holder,
             concurrent_workers_increment_a_fenced_counter_exactly,
+            waiters_are_granted_in_the_order_they_queued,
         );
     };
     (@each $make:path; $($name:ident),* $(,)?) => {

@@ -467,3 +467,56 @@ pub async fn concurrent_workers_increment_a_fenced_counter_exactly(h: &dyn Harne
 fn parse(b: &Bytes) -> u64 {
     std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()).expect("counter is a number")
 }
+
+/// Waiters are granted the lease in the order they queued, on every store that
+/// keeps a wait queue over its backend (a directory with change notifications,
+/// memory, etcd); a store without one (object stores poll) is skipped, and so
+/// is the lease server, whose queue its own tests cover.
+pub async fn waiters_are_granted_in_the_order_they_queued(h: &dyn Harness) {
+    let Some(backend) = h.backend() else { return };
+    let lease = "conf/line";
+    let store = h.store().await;
+    let first = crashed_holder(&store, lease, Holder::current().with_label("first")).await;
+    let ask = |label: String| AcquireRequest {
+        name: name(lease),
+        mode: Mode::Exclusive,
+        ttl: TTL,
+        holder: Arc::new(Holder::current().with_label(label)),
+        retake: false,
+        meta: None,
+    };
+    // A wait of no time says whether the store queues at all.
+    if store.acquire_queued(&ask("probe".into()), Duration::ZERO).await.is_none() {
+        return;
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let (s, tx, r) = (h.store().await, tx.clone(), ask(format!("w{i}")));
+        waiters.push(tokio::spawn(async move {
+            let granted = s.acquire_queued(&r, Duration::from_secs(600)).await.expect("a queue").expect("wait");
+            let Attempt::Granted(g) = granted else { panic!("w{i}: the wait ran out") };
+            let _ = tx.send((i, g, s));
+        }));
+        let mut queued = 0;
+        for _ in 0..1000 {
+            queued = tenure_core::cas::waiting(backend.as_ref(), lease).await.expect("read the queue").len();
+            if queued > i {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(queued > i, "waiter {i} never queued");
+    }
+    let (mut last, mut last_store) = (first, store);
+    for i in 0..4 {
+        last_store.release(&last, &ReleaseRequest::default()).await.expect("release");
+        let got = tokio::time::timeout(Duration::from_secs(60), rx.recv()).await.expect("a grant").expect("open");
+        assert_eq!(got.0, i, "granted out of order");
+        assert!(got.1.token > last.token, "tokens grow along the line");
+        (last, last_store) = (got.1, got.2);
+    }
+    for w in waiters {
+        w.await.expect("waiter");
+    }
+}

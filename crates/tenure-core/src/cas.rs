@@ -111,7 +111,12 @@ pub struct CasStore {
     written: Mutex<HashMap<String, (Version, LeaseRecord)>>,
     /// Whether the backend said it cannot watch.
     cannot_watch: std::sync::atomic::AtomicBool,
+    /// Whether a wait queue has asked the backend if it can watch.
+    watch_checked: std::sync::atomic::AtomicBool,
 }
+
+mod queue;
+pub use queue::waiting;
 
 /// A read record, interpreted.
 enum Read {
@@ -130,6 +135,7 @@ impl CasStore {
             watched: Mutex::default(),
             written: Mutex::default(),
             cannot_watch: Default::default(),
+            watch_checked: Default::default(),
         }
     }
 
@@ -612,6 +618,10 @@ impl LeaseStore for CasStore {
             }
             Put::Conflict => Err(changed()),
         }
+    }
+
+    async fn acquire_queued(&self, req: &AcquireRequest, wait: Duration) -> Option<Result<Attempt>> {
+        self.wait_in_line(req, wait).await
     }
 
     async fn wait_for_change(&self, busy: &Busy, max: Duration) {

@@ -1,0 +1,187 @@
+//! Waiters on a directory store (local file system: inotify) and on the memory
+//! store wait in line: granted in the order they queued, a waiter that gives up
+//! is skipped, and a waiter that crashed holds up the line only until its entry
+//! lapses.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::{
+    AcquireRequest, Attempt, Backend, Grant, Holder, LeaseName, LeaseStore, Mode, OpenOptions, PutOptions,
+    ReleaseRequest,
+};
+
+const TTL: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(60);
+
+fn req(name: &str, label: &str) -> AcquireRequest {
+    AcquireRequest {
+        name: LeaseName::new(name).expect("name"),
+        mode: Mode::Exclusive,
+        ttl: TTL,
+        holder: Arc::new(Holder::current().with_label(label)),
+        retake: false,
+        meta: None,
+    }
+}
+
+/// A fresh store on `url` (each waiter has its own, as separate processes do).
+fn store(url: &str) -> Arc<dyn LeaseStore> {
+    tenure_core::open(url, &OpenOptions::default()).expect("open")
+}
+
+/// The backend under the store at `url`.
+fn backend(url: &str) -> Arc<dyn Backend> {
+    if url.starts_with("memory://") {
+        tenure_core::store::memory::open(url).expect("memory")
+    } else {
+        Arc::new(tenure_core::store::file::open(url).expect("directory"))
+    }
+}
+
+/// The nonces of the waiters the queue record of `name` lists, in order.
+async fn line(url: &str, name: &str) -> Vec<String> {
+    let backend = backend(url);
+    let Some(stored) = backend.get(&format!("{name}~queue")).await.expect("read the queue") else { return vec![] };
+    // Not yet rewritten by a waiter (the garbage test): nobody in line.
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&stored.value) else { return vec![] };
+    let waiters = v["waiters"].as_array().cloned().unwrap_or_default();
+    waiters.iter().filter_map(|w| w["nonce"].as_str().map(str::to_string)).collect()
+}
+
+async fn queued(url: &str, name: &str) -> usize {
+    line(url, name).await.len()
+}
+
+async fn until_queued(url: &str, name: &str, n: usize) {
+    for _ in 0..500 {
+        if queued(url, name).await >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{} waiters queued, not {n}", queued(url, name).await);
+}
+
+fn held(a: Attempt) -> Grant {
+    match a {
+        Attempt::Granted(g) => g,
+        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+    }
+}
+
+async fn in_order(url: &str) {
+    let name = "line";
+    let first = held(store(url).try_acquire(&req(name, "first")).await.expect("acquire"));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        let (s, tx, r) = (store(url), tx.clone(), req(name, &format!("w{i}")));
+        waiters.push(tokio::spawn(async move {
+            let g = held(s.acquire_queued(&r, WAIT).await.expect("a queue").expect("wait"));
+            let _ = tx.send((r.holder.label.clone().unwrap_or_default(), g, s));
+        }));
+        until_queued(url, name, i + 1).await;
+    }
+    let (mut last, mut last_store) = (first, store(url));
+    for i in 0..5 {
+        last_store.release(&last, &ReleaseRequest::default()).await.expect("release");
+        let (label, g, s) = tokio::time::timeout(WAIT, rx.recv()).await.expect("a grant").expect("open");
+        assert_eq!(label, format!("w{i}"), "granted out of order");
+        assert!(g.token > last.token);
+        (last, last_store) = (g, s);
+    }
+    for w in waiters {
+        w.await.expect("waiter");
+    }
+    assert_eq!(queued(url, name).await, 0, "everyone left the line");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_waiters_are_granted_in_the_order_they_queued() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    in_order(&format!("file://{}?fsync=false", dir.path().display())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_waiters_are_granted_in_the_order_they_queued() {
+    in_order(&format!("memory://wait-queue-{}", std::process::id())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_leaves_the_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let name = "quit";
+    let holder = store(&url);
+    let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
+    let quitter = store(&url);
+    let quitting = req(name, "quitter");
+    let gave_up = tokio::time::timeout(Duration::from_millis(500), quitter.acquire_queued(&quitting, WAIT));
+    assert!(gave_up.await.is_err(), "the lease is held: the wait goes on");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let r = req(name, "next");
+    let next_nonce = r.holder.nonce.clone();
+    let next = {
+        let s = store(&url);
+        tokio::spawn(async move {
+            let g = held(s.acquire_queued(&r, WAIT).await.expect("a queue").expect("wait"));
+            let _ = tx.send(g);
+        })
+    };
+    // The quitter's entry goes in the background; then only "next" is in line.
+    for _ in 0..500 {
+        if line(&url, name).await == [next_nonce.clone()] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(line(&url, name).await, [next_nonce]);
+    holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+    // Granted at once, not after the quitter's entry lapsed.
+    let g = tokio::time::timeout(Duration::from_secs(3), rx.recv()).await.expect("granted at once").expect("open");
+    assert_eq!(g.holder.label.as_deref(), Some("next"));
+    next.await.expect("next");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_waiter_holds_up_the_line_only_until_its_entry_lapses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let name = "crash";
+    // A waiter that crashed long ago: its entry's time is in the past.
+    let backend = backend(&url);
+    let stale = serde_json::json!({"waiters": [{"nonce": "crashed", "shared": false, "until_ms": 1}]});
+    backend
+        .put(&format!("{name}~queue"), serde_json::to_vec(&stale).expect("json").into(), PutOptions::create())
+        .await
+        .expect("write");
+    let g = tokio::time::timeout(Duration::from_secs(5), store(&url).acquire_queued(&req(name, "alive"), WAIT))
+        .await
+        .expect("not held up by a dead waiter");
+    held(g.expect("a queue").expect("wait"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_in_the_queue_record_is_an_empty_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let name = "garbage";
+    backend(&url)
+        .put(&format!("{name}~queue"), b"\xff{not json".to_vec().into(), PutOptions::create())
+        .await
+        .expect("write");
+    let holder = store(&url);
+    let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let s = store(&url);
+    let next = tokio::spawn(async move {
+        let g = held(s.acquire_queued(&req(name, "next"), WAIT).await.expect("a queue").expect("wait"));
+        let _ = tx.send(g);
+    });
+    until_queued(&url, name, 1).await;
+    holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+    let g = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("granted").expect("open");
+    assert_eq!(g.holder.label.as_deref(), Some("next"));
+    next.await.expect("next");
+}
