@@ -113,6 +113,9 @@ pub struct CasStore {
     cannot_watch: std::sync::atomic::AtomicBool,
     /// Whether a wait queue has asked the backend if it can watch.
     watch_checked: std::sync::atomic::AtomicBool,
+    /// Names this store has queued for: its next attempts on them look at the
+    /// queue first (see [`queue`]), until they find it empty.
+    lined: Mutex<std::collections::HashSet<String>>,
 }
 
 mod queue;
@@ -136,6 +139,7 @@ impl CasStore {
             written: Mutex::default(),
             cannot_watch: Default::default(),
             watch_checked: Default::default(),
+            lined: Mutex::default(),
         }
     }
 
@@ -332,6 +336,9 @@ impl LeaseStore for CasStore {
             return Err(Error::InvalidOptions { reason: "a ttl of zero".into() });
         }
         crate::limits::check_duration("ttl", req.ttl, crate::limits::MAX_TTL)?;
+        if let Some(busy) = self.behind_the_line(req).await? {
+            return Ok(Attempt::Busy(busy));
+        }
         let ttl_ms = millis(req.ttl);
         let mut last_busy = None;
         let mut use_cache = true;

@@ -544,45 +544,42 @@ impl Backend for EtcdBackend {
         let seen = seen.map(|v| self.revision_of(&k, v)).transpose()?;
         let give_up = self.clock.sleep(timeout);
         let changed = async {
-            let mut from = match seen {
-                Some(rev) => rev + 1,
-                None => match self.unchanged_until(&k, None).await? {
-                    Some(rev) => rev + 1,
-                    None => return Ok(true),
-                },
+            // The watch starts at the store's next revision (start_revision 0):
+            // etcd serves it at once, whereas one that starts in the past is
+            // served from a catch-up loop that runs every 100 ms, and a waiter
+            // would sleep through that. A change before the watch began is
+            // caught by the read that follows its creation.
+            let op = || format!("watching key {k:?}");
+            let create = WatchCreateRequest { key: k.as_bytes().to_vec(), start_revision: 0, ..Default::default() };
+            let request = WatchRequest { request_union: Some(watch_request::RequestUnion::CreateRequest(create)) };
+            let attempt = || {
+                let mut watches = self.client.watch();
+                // The request stream stays open for as long as we watch:
+                // etcd ends a watch whose requests have ended.
+                let ask = futures::stream::iter([request.clone()]).chain(futures::stream::pending());
+                async move { watches.watch(ask).await.map(tonic::Response::into_inner) }
             };
+            let mut stream =
+                self.timed(&op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, self.tls, op(), e))?;
+            let mut checked = false;
             loop {
-                let op = || format!("watching key {k:?} from revision {from}");
-                let create =
-                    WatchCreateRequest { key: k.as_bytes().to_vec(), start_revision: from, ..Default::default() };
-                let request = WatchRequest { request_union: Some(watch_request::RequestUnion::CreateRequest(create)) };
-                let attempt = || {
-                    let mut watches = self.client.watch();
-                    // The request stream stays open for as long as we watch:
-                    // etcd ends a watch whose requests have ended.
-                    let ask = futures::stream::iter([request.clone()]).chain(futures::stream::pending());
-                    async move { watches.watch(ask).await.map(tonic::Response::into_inner) }
-                };
-                let mut stream =
-                    self.timed(&op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, self.tls, op(), e))?;
-                loop {
-                    match stream.message().await {
-                        Ok(Some(resp)) if !resp.events.is_empty() => return Ok(true),
-                        Ok(Some(resp)) if resp.canceled && resp.compact_revision > 0 => break,
-                        Ok(Some(resp)) if resp.canceled => {
-                            let why = format!("etcd cancelled the watch: {}", resp.cancel_reason);
-                            return Err(Error::store(&self.url, op(), why));
-                        }
-                        Ok(Some(_)) => {} // "created" and progress notifications
-                        Ok(None) => return Err(Error::store(&self.url, op(), "etcd closed the watch stream")),
-                        Err(e) => return Err(fail(&self.url, self.tls, op(), e)),
+                match stream.message().await {
+                    Ok(Some(resp)) if !resp.events.is_empty() => return Ok(true),
+                    Ok(Some(resp)) if resp.canceled => {
+                        let why = format!("etcd cancelled the watch: {}", resp.cancel_reason);
+                        return Err(Error::store(&self.url, op(), why));
                     }
-                }
-                // History from `from` on is gone: read the key instead, and watch
-                // again from the revision that read saw.
-                match self.unchanged_until(&k, seen).await? {
-                    Some(rev) => from = rev + 1,
-                    None => return Ok(true),
+                    // "created" (then progress notifications): from here on every
+                    // change comes as an event; one before it shows in a read.
+                    Ok(Some(_)) if !checked => {
+                        checked = true;
+                        if self.unchanged_until(&k, seen).await?.is_none() {
+                            return Ok(true);
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Err(Error::store(&self.url, op(), "etcd closed the watch stream")),
+                    Err(e) => return Err(fail(&self.url, self.tls, op(), e)),
                 }
             }
         };

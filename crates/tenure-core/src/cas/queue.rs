@@ -174,6 +174,28 @@ impl Drop for Leave {
 }
 
 impl CasStore {
+    /// Busy if others wait in line for the lease ahead of `req`, on a name this
+    /// store has queued for before: a holder that releases and asks again at
+    /// once (a loop of jobs) goes to the back of the line instead of taking the
+    /// lease from the waiter it was just handed to. Other newcomers do not read
+    /// the queue (that would cost every acquisition a read).
+    pub(super) async fn behind_the_line(&self, req: &AcquireRequest) -> Result<Option<Busy>> {
+        let name = req.name.as_str();
+        if !self.lined.lock().contains(name) {
+            return Ok(None);
+        }
+        let now_ms = self.clock.wall_ms();
+        let (queue, _) = read(self.backend.as_ref(), &queue_key(name), now_ms, self.opts.max_skew).await?;
+        if queue.waiters.is_empty() {
+            self.lined.lock().remove(name);
+            return Ok(None);
+        }
+        if turn(&queue, &req.holder.nonce) == Some(true) {
+            return Ok(None);
+        }
+        self.inspect(&req.name).await.map(|s| Some(Busy::of(s)))
+    }
+
     /// [`LeaseStore::acquire_queued`] for stores that can watch: `None` when
     /// this one cannot (its waiters poll).
     pub(super) async fn wait_in_line(&self, req: &AcquireRequest, wait: Duration) -> Option<Result<Attempt>> {
@@ -210,6 +232,7 @@ impl CasStore {
             Ok(())
         };
         let backend = self.backend.as_ref();
+        self.lined.lock().insert(name.to_string());
         let mut queue = match update(backend, &key, self.clock.as_ref(), skew, enter).await {
             Ok(q) => q,
             Err(e) => return Some(Err(e)),
