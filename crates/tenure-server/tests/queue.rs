@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{AcquireRequest, Attempt, EndedHow, Holder, LeaseStore, ManualClock, Mode, ReleaseRequest};
+use tenure_core::{AcquireRequest, Attempt, Clock, EndedHow, Holder, LeaseStore, ManualClock, Mode, ReleaseRequest};
 use tenure_server::TenureStore;
 use tenure_server::server::RunningServer;
 
@@ -288,4 +288,27 @@ async fn waiters_show_on_the_status_json_and_in_the_metrics() {
     a.await.expect("a");
     b.await.expect("b");
     site.abort();
+}
+
+#[tokio::test]
+async fn a_grant_after_a_long_wait_counts_its_ttl_from_the_grant_not_the_wait() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let held = match store.try_acquire(&common::req("long", &holder("holder"))).await.expect("acquire") {
+        Attempt::Granted(g) => g,
+        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut short = common::req("long", &holder("short ttl"));
+    short.ttl = Duration::from_secs(2);
+    let next = waiter(&server, &clock, short, tx);
+    until_parked(&server, 1).await;
+    // Three times the waiter's TTL passes before the lease frees.
+    clock.advance(Duration::from_secs(6));
+    store.release(&held, &ReleaseRequest::default()).await.expect("release");
+    let (_, g) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a grant").expect("open");
+    let left = g.local_deadline.saturating_since(clock.mono());
+    assert!(left > Duration::from_secs(1), "the grant is usable for its TTL, not already over: {left:?} left");
+    next.await.expect("next");
 }

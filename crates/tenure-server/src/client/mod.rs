@@ -516,10 +516,22 @@ impl TenureStore {
             };
             answer.map(|(_, body)| body).map_err(|m| Error::store(&self.url, op, m))
         };
-        Some(answer.await.and_then(|body| match self.acquired(server, &body, &[req], sent, false)? {
-            Ok(mut grants) => grants.pop().map(Attempt::Granted).ok_or_else(|| Error::store(&self.url, op, "no grant")),
-            Err((_, busy)) => Ok(Attempt::Busy(busy)),
-        }))
+        let grant = match answer.await.and_then(|body| self.acquired(server, &body, &[req], sent, false)) {
+            Ok(Ok(mut grants)) => grants.pop().ok_or_else(|| Error::store(&self.url, op, "no grant")),
+            Ok(Err((_, busy))) => return Some(Ok(Attempt::Busy(busy))),
+            Err(e) => return Some(Err(e)),
+        };
+        Some(match grant {
+            // The grant was made at some moment since the wait was sent, and
+            // only that moment is known to be early enough to count its TTL
+            // from: after a long wait little or nothing of it would be left
+            // (a wait through the restart quarantine outlasts a short TTL).
+            // A renewal at once counts the TTL from now.
+            Ok(g) if self.clock.mono().saturating_since(sent) > g.ttl / 50 => {
+                self.renew(&g).await.map(Attempt::Granted)
+            }
+            other => other.map(Attempt::Granted),
+        })
     }
 
     /// Decodes the answer to an acquisition of `reqs` sent at `sent`.

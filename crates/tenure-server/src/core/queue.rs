@@ -184,7 +184,9 @@ impl Core {
     /// Grants `name` to the waiters at the head of its queue, as many as can
     /// have it together, in order. Waiters that left are skipped.
     pub(super) fn serve(&self, shard: &mut Shard, h: u64, name: &str, now_us: u64) {
-        if shard.waiting == 0 || self.check_open().is_err() {
+        // During the quarantine nothing is granted (and a look at it is no
+        // refused request to count).
+        if shard.waiting == 0 || !self.quarantine_left().is_zero() {
             return;
         }
         loop {
