@@ -33,6 +33,14 @@ async fn until_parked(server: &RunningServer, n: u64) {
     panic!("the server queued {} waits, not {n}", parked(server));
 }
 
+/// Takes a free lease, or fails the test.
+async fn taken(store: &TenureStore, req: &AcquireRequest) -> tenure_core::Grant {
+    match store.try_acquire(req).await.expect("acquire") {
+        Attempt::Granted(g) => g,
+        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+    }
+}
+
 fn granted(a: Option<tenure_core::Result<Attempt>>) -> tenure_core::Grant {
     match a.expect("the server keeps a queue").expect("wait") {
         Attempt::Granted(g) => g,
@@ -60,10 +68,7 @@ async fn waiters_are_granted_in_the_order_they_queued() {
     let clock = ManualClock::new();
     let server = common::start_open(&clock).await;
     let store = common::store(&[&server], &clock);
-    let first = match store.try_acquire(&common::req("q", &holder("first"))).await.expect("acquire") {
-        Attempt::Granted(g) => g,
-        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
-    };
+    let first = taken(&store, &common::req("q", &holder("first"))).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = Vec::new();
     for i in 0..6 {
@@ -93,10 +98,7 @@ async fn a_newcomer_does_not_overtake_a_queued_waiter() {
     let store = common::store(&[&server], &clock);
     let mut shared = common::req("rw", &holder("reader"));
     shared.mode = Mode::Shared;
-    let reader = match store.try_acquire(&shared).await.expect("acquire") {
-        Attempt::Granted(g) => g,
-        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
-    };
+    let reader = taken(&store, &shared).await;
     // A writer queues behind the reader...
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let writer = waiter(&server, &clock, common::req("rw", &holder("writer")), tx.clone());
@@ -119,10 +121,7 @@ async fn a_waiter_whose_connection_closed_is_skipped() {
     let clock = ManualClock::new();
     let server = common::start_open(&clock).await;
     let store = common::store(&[&server], &clock);
-    let held = match store.try_acquire(&common::req("gone", &holder("holder"))).await.expect("acquire") {
-        Attempt::Granted(g) => g,
-        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
-    };
+    let held = taken(&store, &common::req("gone", &holder("holder"))).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     // The first waiter's process dies: task and connection go at once.
     let dead = waiter(&server, &clock, common::req("gone", &holder("dead")), tx.clone());
@@ -153,10 +152,7 @@ async fn an_expired_grant_passes_to_the_first_waiter_when_its_time_is_up() {
     let store = common::store(&[&server], &clock);
     let mut crashed = common::req("expiry", &holder("crashed"));
     crashed.ttl = Duration::from_secs(2);
-    let held = match store.try_acquire(&crashed).await.expect("acquire") {
-        Attempt::Granted(g) => g,
-        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
-    };
+    let held = taken(&store, &crashed).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let next = waiter(&server, &clock, common::req("expiry", &holder("next")), tx);
     until_parked(&server, 1).await;
@@ -175,10 +171,7 @@ async fn a_wait_that_runs_out_answers_busy_and_leaves_the_queue() {
     let clock = ManualClock::new();
     let server = common::start_open(&clock).await;
     let store = common::store(&[&server], &clock);
-    let held = match store.try_acquire(&common::req("short", &holder("holder"))).await.expect("acquire") {
-        Attempt::Granted(g) => g,
-        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
-    };
+    let held = taken(&store, &common::req("short", &holder("holder"))).await;
     let waiting = {
         let store = Arc::new(common::store(&[&server], &clock));
         let req = common::req("short", &holder("impatient"));
@@ -263,10 +256,7 @@ async fn waiters_show_on_the_status_json_and_in_the_metrics() {
     let site =
         tokio::spawn(tenure_server::http::serve(listener, server.shared().clone(), opts, std::future::pending()));
     let store = common::store(&[&server], &clock);
-    let held = match store.try_acquire(&common::req("seen", &holder("holder"))).await.expect("acquire") {
-        Attempt::Granted(g) => g,
-        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
-    };
+    let held = taken(&store, &common::req("seen", &holder("holder"))).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let a = waiter(&server, &clock, common::req("seen", &holder("a")), tx.clone());
     let b = waiter(&server, &clock, common::req("seen", &holder("b")), tx);
@@ -295,10 +285,7 @@ async fn a_grant_after_a_long_wait_counts_its_ttl_from_the_grant_not_the_wait() 
     let clock = ManualClock::new();
     let server = common::start_open(&clock).await;
     let store = common::store(&[&server], &clock);
-    let held = match store.try_acquire(&common::req("long", &holder("holder"))).await.expect("acquire") {
-        Attempt::Granted(g) => g,
-        Attempt::Busy(b) => panic!("busy: {}", b.describe()),
-    };
+    let held = taken(&store, &common::req("long", &holder("holder"))).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut short = common::req("long", &holder("short ttl"));
     short.ttl = Duration::from_secs(2);
