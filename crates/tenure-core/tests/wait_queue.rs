@@ -145,13 +145,17 @@ async fn a_waiter_that_gives_up_leaves_the_line() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_waiter_holds_up_the_line_only_until_its_entry_lapses() {
+async fn a_crashed_waiter_or_a_forged_entry_holds_up_nobody() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("file://{}?fsync=false", dir.path().display());
     let name = "crash";
-    // A waiter that crashed long ago: its entry's time is in the past.
+    // A waiter that crashed long ago (its entry's time is in the past), and an
+    // entry no waiter wrote, which claims to live for ever.
     let backend = backend(&url);
-    let stale = serde_json::json!({"waiters": [{"nonce": "crashed", "shared": false, "until_ms": 1}]});
+    let stale = serde_json::json!({"waiters": [
+        {"nonce": "forever", "shared": false, "until_ms": u64::MAX},
+        {"nonce": "crashed", "shared": false, "until_ms": 1},
+    ]});
     backend
         .put(&format!("{name}~queue"), serde_json::to_vec(&stale).expect("json").into(), PutOptions::create())
         .await

@@ -16,7 +16,8 @@
 //!    time is more than the store's `max_skew` past is a waiter that crashed,
 //!    and whoever writes the queue next drops it (it held nothing: only the order
 //!    is at stake, never the lease, which the record's own conditional write
-//!    still guards);
+//!    still guards); an entry that claims to live longer than any waiter
+//!    writes is not a waiter's, and is dropped too;
 //! 4. **leaves** once granted, when its wait runs out, or when the caller gives
 //!    up (the future is dropped: the entry is taken out by a task of its own).
 //!
@@ -69,22 +70,29 @@ fn queue_key(name: &str) -> String {
     format!("{name}~queue")
 }
 
-/// The queue at `key` and its version, crashed waiters left out. A record that
-/// does not parse (a careless tenant's bytes) is an empty queue, replaced by
-/// the next write.
-async fn read(backend: &dyn Backend, key: &str, now_ms: u64, skew: Duration) -> Result<(Queue, Option<Version>)> {
+/// The queue at `key` and its version, as written. A record that does not
+/// parse (a careless tenant's bytes) is an empty queue, replaced by the next
+/// write.
+async fn read_raw(backend: &dyn Backend, key: &str) -> Result<(Queue, Option<Version>)> {
     let Some(stored) = backend.get(key).await? else { return Ok((Queue::default(), None)) };
-    let mut queue: Queue = match serde_json::from_slice(&stored.value) {
-        Ok(q) => q,
-        Err(e) => {
-            tracing::debug!(key, error = %e, "unreadable queue record; taken as empty");
-            Queue::default()
-        }
-    };
-    let skew_ms = u64::try_from(skew.as_millis()).unwrap_or(u64::MAX);
-    queue.waiters.retain(|e| e.until_ms.saturating_add(skew_ms) >= now_ms);
-    queue.waiters.truncate(MAX_WAITERS);
+    let queue = serde_json::from_slice(&stored.value).unwrap_or_else(|e| {
+        tracing::debug!(key, error = %e, "unreadable queue record; taken as empty");
+        Queue::default()
+    });
     Ok((queue, Some(stored.version)))
+}
+
+/// The queue at `key` and its version, without the entries of waiters that
+/// crashed (more than `skew` past their time) and of entries no waiter wrote
+/// (claiming to live longer than any waiter writes: they would hold the line
+/// up for good).
+async fn read(backend: &dyn Backend, key: &str, now_ms: u64, skew: Duration) -> Result<(Queue, Option<Version>)> {
+    let (mut queue, version) = read_raw(backend, key).await?;
+    let skew_ms = crate::limits::millis(skew);
+    let latest = now_ms.saturating_add(crate::limits::millis(ENTRY_TTL)).saturating_add(skew_ms);
+    queue.waiters.retain(|e| e.until_ms.saturating_add(skew_ms) >= now_ms && e.until_ms <= latest);
+    queue.waiters.truncate(MAX_WAITERS);
+    Ok((queue, version))
 }
 
 /// Reads the queue, lets `change` edit it, and writes it back on the version
@@ -115,7 +123,7 @@ async fn update(
 /// waiters that crashed included until someone writes the queue): what
 /// `tenure status` and tests show.
 pub async fn waiting(backend: &dyn Backend, name: &str) -> Result<Vec<String>> {
-    let (queue, _) = read(backend, &queue_key(name), 0, Duration::ZERO).await?;
+    let (queue, _) = read_raw(backend, &queue_key(name)).await?;
     Ok(queue.waiters.into_iter().map(|e| e.nonce).collect())
 }
 
