@@ -320,25 +320,14 @@ impl Judge for Observer<'_> {
     }
 }
 
-#[async_trait]
-impl LeaseStore for CasStore {
-    fn url(&self) -> &str {
-        self.backend.url()
-    }
-
-    fn clock(&self) -> &Arc<dyn Clock> {
-        &self.clock
-    }
-
-    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Attempt> {
+impl CasStore {
+    /// One acquisition, whoever waits in line (see [`queue`]).
+    async fn acquire_now(&self, req: &AcquireRequest) -> Result<Attempt> {
         let name = req.name.as_str();
         if req.ttl.is_zero() {
             return Err(Error::InvalidOptions { reason: "a ttl of zero".into() });
         }
         crate::limits::check_duration("ttl", req.ttl, crate::limits::MAX_TTL)?;
-        if let Some(busy) = self.behind_the_line(req).await? {
-            return Ok(Attempt::Busy(busy));
-        }
         let ttl_ms = millis(req.ttl);
         let mut last_busy = None;
         let mut use_cache = true;
@@ -469,6 +458,24 @@ impl LeaseStore for CasStore {
             version: None,
             failure: None,
         })))
+    }
+}
+
+#[async_trait]
+impl LeaseStore for CasStore {
+    fn url(&self) -> &str {
+        self.backend.url()
+    }
+
+    fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Attempt> {
+        if let Some(busy) = self.behind_the_line(req).await? {
+            return Ok(Attempt::Busy(busy));
+        }
+        self.acquire_now(req).await
     }
 
     async fn renew(&self, grant: &Grant) -> Result<Grant> {

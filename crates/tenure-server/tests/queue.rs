@@ -299,3 +299,42 @@ async fn a_grant_after_a_long_wait_counts_its_ttl_from_the_grant_not_the_wait() 
     assert!(left > Duration::from_secs(1), "the grant is usable for its TTL, not already over: {left:?} left");
     next.await.expect("next");
 }
+
+#[tokio::test]
+async fn an_absurd_wait_or_an_unknown_unwait_is_refused_and_the_connection_serves_on() {
+    use common::abuse::{exchange, frame, hello};
+    use tenure_server::wire::{AskWire, ErrorCode, HolderWire, Request, Response};
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let mut s = tokio::net::TcpStream::connect(server.addr()).await.expect("connect");
+    assert!(matches!(exchange(&mut s, &hello(), 1).await.pop(), Some(Response::Hello { .. })));
+    let h = Holder::current();
+    let ask = || AskWire {
+        name: "absurd",
+        mode: Mode::Exclusive,
+        ttl_ms: 1000,
+        holder: HolderWire::of(&h),
+        retake: false,
+        meta: None,
+    };
+    let asks = [
+        (frame(2, &Request::Wait { ask: ask(), wait_ms: u64::MAX }), ErrorCode::Invalid, "wait_ms"),
+        (
+            frame(3, &Request::Wait { ask: AskWire { ttl_ms: u64::MAX, ..ask() }, wait_ms: 1000 }),
+            ErrorCode::Invalid,
+            "ttl_ms",
+        ),
+        (frame(4, &Request::Unwait { id: 77 }), ErrorCode::Nothing, "77"),
+    ];
+    for (bytes, want, field) in asks {
+        match exchange(&mut s, &bytes, 1).await.pop() {
+            Some(Response::Error { code, message }) => {
+                assert_eq!(code, want, "{message}");
+                assert!(message.contains(field), "{message:?} should name {field}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    assert_eq!(parked(&server), 0, "nothing was queued");
+    assert!(matches!(exchange(&mut s, &frame(5, &Request::Ping), 1).await.pop(), Some(Response::Pong)));
+}

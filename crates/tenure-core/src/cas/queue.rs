@@ -273,7 +273,8 @@ impl CasStore {
             let nap = nap.min(until.saturating_since(self.clock.mono()));
             let wake = self.clock.mono() + nap;
             let watched = if turn(&queue, &me.nonce) == Some(true) {
-                match self.try_acquire(req).await {
+                // Its turn, just read: no second look at the line.
+                match self.acquire_now(req).await {
                     Ok(Attempt::Granted(g)) => {
                         if let Err(e) = leave.now().await {
                             tracing::debug!(error = %e, "leaving a wait queue failed; the entry lapses");

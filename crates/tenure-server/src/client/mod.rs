@@ -33,8 +33,8 @@ mod rendezvous;
 mod two_phase;
 
 use crate::wire::{
-    self, AskWire, BreakNoteWire, ErrorCode, HolderWire, MAGIC, MAX_LIST_PAGE, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
-    RefWire, ReleaseWire, RenewWire, Request, Response,
+    self, AskWire, BreakNoteWire, ErrorCode, MAGIC, MAX_LIST_PAGE, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, RefWire,
+    ReleaseWire, RenewWire, Request, Response,
 };
 pub use rendezvous::rendezvous_score;
 use tenure_core::limits::{MAX_DURATION, millis};
@@ -470,17 +470,7 @@ impl TenureStore {
         tentative: bool,
     ) -> Result<std::result::Result<Vec<Grant>, (usize, Busy)>> {
         self.check_ttls(server, reqs.iter().map(|r| r.ttl)).await?;
-        let asks: Vec<AskWire<'_>> = reqs
-            .iter()
-            .map(|r| AskWire {
-                name: r.name.as_str(),
-                mode: r.mode,
-                ttl_ms: millis(r.ttl),
-                holder: HolderWire::of(&r.holder),
-                retake: r.retake,
-                meta: r.meta.as_deref(),
-            })
-            .collect();
+        let asks: Vec<AskWire<'_>> = reqs.iter().map(|r| AskWire::of(r)).collect();
         let sent = self.clock.mono();
         let body = self.call_raw(server, "acquiring", &Request::Acquire { tentative, asks }).await?;
         self.acquired(server, &body, reqs, sent, tentative)
@@ -497,14 +487,7 @@ impl TenureStore {
             return None;
         }
         let op = "waiting";
-        let ask = AskWire {
-            name: req.name.as_str(),
-            mode: req.mode,
-            ttl_ms: millis(req.ttl),
-            holder: HolderWire::of(&req.holder),
-            retake: req.retake,
-            meta: req.meta.as_deref(),
-        };
+        let ask = AskWire::of(req);
         let wait = Request::Wait { ask, wait_ms: millis(wait).min(wire::MAX_WAIT_MS) };
         let sent = self.clock.mono();
         let e = &self.endpoints[server];

@@ -250,6 +250,20 @@ pub struct AskWire<'a> {
     pub meta: Option<&'a str>,
 }
 
+impl<'a> AskWire<'a> {
+    /// A request as asked on the wire.
+    pub fn of(r: &'a tenure_core::AcquireRequest) -> Self {
+        Self {
+            name: r.name.as_str(),
+            mode: r.mode,
+            ttl_ms: millis(r.ttl),
+            holder: HolderWire::of(&r.holder),
+            retake: r.retake,
+            meta: r.meta.as_deref(),
+        }
+    }
+}
+
 /// Which grant (or reservation) an operation is about.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct RefWire<'a> {
