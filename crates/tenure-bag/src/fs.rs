@@ -502,4 +502,4 @@ fn manifest_exists(dir: &Dir) -> bool {
 mod storage;
 mod tree;
 
-pub use storage::{open, open_with};
+pub use storage::{from_dir_url, open, open_with};

@@ -8,7 +8,8 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use serde::Serialize;
 use tenure_core::limits::millis;
-use tenure_core::{Clock, ClockExt, Error, Result, SystemClock};
+use tenure_core::store::file::DirUrl;
+use tenure_core::{Clock, ClockExt, Error, Result, StoreUrl, SystemClock};
 use tokio::sync::{Mutex, OnceCell, watch};
 use tokio::task::JoinHandle;
 
@@ -110,13 +111,23 @@ impl Log {
     /// `s3://bucket/prefix` (with `opts.params`: `aws_endpoint`,
     /// `aws_access_key_id`, …; for a directory `fsync`, `timeout`, `io`).
     pub fn open(url: &str, opts: BagOptions) -> Result<Log> {
+        let url = StoreUrl::parse(url, &opts.params)?;
+        Self::open_url(&url, opts)
+    }
+
+    /// [`Log::open`] for a parsed URL (whose options already include
+    /// `opts.params`).
+    ///
+    /// # Errors
+    /// As [`Log::open`].
+    pub fn open_url(url: &StoreUrl, opts: BagOptions) -> Result<Log> {
         opts.settings.check().map_err(|reason| Error::InvalidOptions { reason })?;
-        if url.starts_with("file://") || !url.contains("://") {
-            let fs = crate::fs::open_with(url, &opts.params)?;
+        if url.scheme() == "file" {
+            let fs = crate::fs::from_dir_url(&DirUrl::from_url(url)?);
             return Ok(Self::on_fs(fs, opts));
         }
-        let (store, prefix) = crate::open_object_store(url, &opts.params)?;
-        Ok(Self::on_object_store(url, store, prefix, opts))
+        let (store, prefix) = tenure_object::object_store_from_store_url(url)?;
+        Ok(Self::on_object_store(url.display(), store, prefix, opts))
     }
 
     /// A log in a directory.

@@ -243,7 +243,9 @@ impl LogArgs {
         opts.params.extend(self.store_opts.iter().cloned());
         opts.read_only_hint = read_only_hint;
         opts.trust_store = self.trust_store;
-        Log::open(&self.log, opts).with_context(|| format!("opening log {}", self.log))
+        // Named without its query, which may hold a secret.
+        let url = tenure::StoreUrl::parse(&self.log, &opts.params)?;
+        Log::open_url(&url, opts).with_context(|| format!("opening log {url}"))
     }
 }
 

@@ -220,8 +220,7 @@ async fn look<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send +
 
 /// The directory store `url` names, if it names one.
 fn dir_store(url: &str) -> Option<tenure::store::file::FileBackend> {
-    let is_dir_store = url.starts_with("file://") || !url.contains("://");
-    is_dir_store.then(|| tenure::store::file::open(url).ok()).flatten()
+    tenure::store::file::open(url).ok()
 }
 
 /// Why a directory store shows no leases, if it can tell: it does not exist, or

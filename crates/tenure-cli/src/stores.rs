@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use tenure::{CasOptions, LeaseStore, OpenOptions};
+use tenure::{CasOptions, LeaseStore, OpenOptions, StoreUrl};
 
 use crate::durations::duration;
 
@@ -64,16 +64,8 @@ impl StoreArgs {
     /// cannot hang `tenure`. A value that does not parse is left to the store to
     /// refuse.
     pub(crate) fn op_timeout(&self) -> Duration {
-        let query = self.url.split_once('?').map_or("", |(_, q)| q);
-        let from_url = query.split('&').filter_map(|p| p.split_once('='));
-        let from_opts = self.store_opts.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-        // Options override the URL, as in the stores themselves: the last one wins.
-        from_url
-            .chain(from_opts)
-            .filter(|(k, _)| *k == "timeout")
-            .filter_map(|(_, v)| duration(v).ok())
-            .next_back()
-            .unwrap_or(DEFAULT_OP_TIMEOUT)
+        let url = StoreUrl::parse(&self.url, &self.open_options().params);
+        url.ok().and_then(|u| u.options().get("timeout").and_then(|v| duration(v).ok())).unwrap_or(DEFAULT_OP_TIMEOUT)
     }
 
     /// Opens the store (its errors name it already).

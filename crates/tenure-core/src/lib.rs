@@ -44,6 +44,7 @@ mod options;
 pub mod record;
 pub mod report;
 pub mod store;
+pub mod store_url;
 mod types;
 
 pub use backend::{Backend, Put, PutMode, PutOptions, Stored};
@@ -55,11 +56,12 @@ pub use fence::FencedRecord;
 pub use holder::{Holder, random_nonce};
 pub use keepalive::{Lease, LeaseSet};
 pub use name::{LeaseName, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS};
-pub use open::{OpenOptions, open, unknown_option};
+pub use open::{OpenOptions, open, open_url, unknown_option};
 pub use options::LeaseOptions;
 pub use store::file::FileBackend;
 pub use store::memory::MemoryBackend;
 pub use store::{AcquireRequest, AllAttempt, LeaseStore, ReleaseRequest};
+pub use store_url::StoreUrl;
 pub use types::{
     Attempt, BreakNote, Busy, EndedHow, Grant, Health, HolderView, LeaseState, LossReason, Mode, Predecessor, Released,
     Version, human_duration,

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use crate::cas::{CasOptions, CasStore};
 use crate::clock::{Clock, SystemClock};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::{self, LeaseStore};
+use crate::store_url::StoreUrl;
 
 /// What opening a store by URL needs besides the URL.
 #[derive(Clone, Debug)]
@@ -72,23 +73,24 @@ pub fn unknown_option(key: &str, known: &str) -> String {
 
 /// Opens a `file://`, plain-path or `memory://` store. Other schemes (`s3://`,
 /// `tenure://`, `etcd://` …) are opened by the crates that implement them; the
-/// `tenure` command knows them all.
+/// `tenure` crate's `open` knows them all.
+///
+/// # Errors
+/// [`Error::InvalidStore`] for a malformed URL, an unknown setting or another
+/// scheme.
 pub fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    let backend: Arc<dyn crate::Backend> = if url.starts_with("memory://") {
-        if let Some(key) = opts.params.keys().next() {
-            return Err(Error::InvalidStore {
-                url: url.into(),
-                reason: unknown_option(key, "none: memory:// takes no options"),
-            });
-        }
-        store::memory::open(url)?
-    } else if url.starts_with("file://") || !url.contains("://") {
-        Arc::new(store::file::open_with(url, &opts.params)?)
-    } else {
-        return Err(Error::InvalidStore {
-            url: url.into(),
-            reason: "unknown scheme (this library opens file://, memory:// and plain paths)".into(),
-        });
+    open_url(&StoreUrl::parse(url, &opts.params)?, opts)
+}
+
+/// [`open`] for a parsed URL (whose options already include `opts.params`).
+///
+/// # Errors
+/// As [`open`].
+pub fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+    let backend: Arc<dyn crate::Backend> = match url.scheme() {
+        "memory" => store::memory::open_url(url)?,
+        "file" => Arc::new(store::file::FileBackend::from_dir_url(&store::file::DirUrl::from_url(url)?)),
+        _ => return Err(url.invalid("unknown scheme (this library opens file://, memory:// and plain paths)")),
     };
     Ok(Arc::new(CasStore::new(backend, opts.clock.clone(), opts.cas.clone())))
 }

@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
 use tenure_core::backend::check_key;
-use tenure_core::{Backend, Clock, ClockExt, Error, OpenOptions, Put, PutMode, PutOptions, Result, Stored, Version};
+use tenure_core::{
+    Backend, Clock, ClockExt, Error, OpenOptions, Put, PutMode, PutOptions, Result, StoreUrl, Stored, Version,
+};
 use tonic::Status;
 
 use crate::leases::{LeasePool, LeaseRpc};
@@ -72,8 +74,16 @@ impl EtcdBackend {
     /// [`Error::InvalidStore`] for a malformed URL, unknown options or credentials
     /// etcd refuses; [`Error::Store`] when no endpoint answers in time.
     pub async fn connect(url: &str, opts: &OpenOptions) -> Result<Self> {
-        let parsed = EtcdUrl::parse(url, &opts.params)?;
-        let url = &crate::url::redacted(url);
+        Self::connect_url(&StoreUrl::parse(url, &opts.params)?, opts).await
+    }
+
+    /// [`EtcdBackend::connect`] for a parsed URL.
+    ///
+    /// # Errors
+    /// As [`EtcdBackend::connect`].
+    pub async fn connect_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Self> {
+        let parsed = EtcdUrl::from_url(url)?;
+        let url = &url.display().to_string();
         let s = &parsed.settings;
         // Requests are timed by this backend (see `timed`), not by tonic, so that
         // a timeout says which request and which endpoints.

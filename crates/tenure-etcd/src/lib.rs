@@ -122,7 +122,7 @@ pub mod url;
 
 use std::sync::Arc;
 
-use tenure_core::{CasStore, LeaseStore, OpenOptions, Result};
+use tenure_core::{CasStore, LeaseStore, OpenOptions, Result, StoreUrl};
 
 pub use backend::{EtcdBackend, SHADOW_SUFFIX};
 pub use url::EtcdUrl;
@@ -134,6 +134,14 @@ pub use url::EtcdUrl;
 /// [`tenure_core::Error::InvalidStore`] for a malformed URL, unknown option or refused
 /// credentials; [`tenure_core::Error::Store`] when no endpoint answers in time.
 pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    let backend = EtcdBackend::connect(url, opts).await?;
+    open_url(&StoreUrl::parse(url, &opts.params)?, opts).await
+}
+
+/// [`open`] for a parsed URL (whose options already include `opts.params`).
+///
+/// # Errors
+/// As [`open`].
+pub async fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+    let backend = EtcdBackend::connect_url(url, opts).await?;
     Ok(Arc::new(CasStore::new(Arc::new(backend), opts.clock.clone(), opts.cas.clone())))
 }

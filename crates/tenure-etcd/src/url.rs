@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tenure_core::{Error, LeaseName, Result};
+use tenure_core::{Error, LeaseName, Result, StoreUrl};
 
 /// The port etcd clients use when none is given.
 pub const DEFAULT_PORT: u16 = 2379;
@@ -138,30 +138,42 @@ impl EtcdUrl {
         params: &BTreeMap<String, String>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self> {
-        // The reason is redacted too (it may quote the URL); tenure's own
-        // wording never says "password=", or the redaction would eat it.
-        let invalid = |reason: String| Error::InvalidStore { url: redacted(url), reason: redacted(&reason) };
-        let rest = url.strip_prefix("etcd://").ok_or_else(|| {
-            invalid("expected etcd://host:port[,host:port…]/prefix, e.g. etcd://127.0.0.1:2379/locks".into())
-        })?;
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        if authority.contains('@') {
+        Self::from_url_with_env(&StoreUrl::parse(url, params)?, env)
+    }
+
+    /// The endpoints, prefix and settings of a parsed `etcd://` URL.
+    ///
+    /// # Errors
+    /// [`Error::InvalidStore`] naming the URL and what is wrong with it.
+    pub fn from_url(url: &StoreUrl) -> Result<Self> {
+        Self::from_url_with_env(url, |v| std::env::var(v).ok())
+    }
+
+    fn from_url_with_env(url: &StoreUrl, env: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        // The reason is redacted too: tenure's own wording never says
+        // "password=", so the redaction cannot eat it.
+        let invalid = |reason: String| url.invalid(redacted(&reason));
+        if url.scheme() != "etcd" {
+            return Err(invalid(
+                "expected etcd://host:port[,host:port…]/prefix, e.g. etcd://127.0.0.1:2379/locks".into(),
+            ));
+        }
+        if url.user().is_some() {
             return Err(invalid(format!(
                 "credentials in the URL are not supported (they would show in logs); \
                  use --store-opt user=NAME and the {PASSWORD_ENV} environment variable"
             )));
         }
-        if authority.is_empty() {
+        if url.hosts().is_empty() {
             return Err(invalid("no endpoint: expected etcd://host:port[,host:port…]/prefix".into()));
         }
-        let hosts = authority
-            .split(',')
-            .enumerate()
-            .map(|(i, e)| endpoint(e).map_err(|why| invalid(format!("endpoint {} ({e:?}): {why}", i + 1))))
-            .collect::<Result<Vec<_>>>()?;
+        let hosts: Vec<(String, u16)> =
+            url.hosts().iter().map(|h| (h.host.clone(), h.port.unwrap_or(DEFAULT_PORT))).collect();
+        if let Some(twice) = hosts.iter().enumerate().find(|(i, h)| hosts[..*i].contains(h)) {
+            return Err(invalid(format!("endpoint {}:{} is listed twice", twice.1.0, twice.1.1)));
+        }
 
-        let prefix = path.trim_end_matches('/');
+        let prefix = url.path_str("key prefix")?.trim_start_matches('/').trim_end_matches('/');
         if prefix.is_empty() {
             return Err(invalid(
                 "no key prefix: leases need a prefix of their own, e.g. etcd://127.0.0.1:2379/locks".into(),
@@ -171,13 +183,7 @@ impl EtcdUrl {
             return Err(invalid(format!("key prefix {prefix:?} {reason}")));
         }
 
-        let mut merged = BTreeMap::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').ok_or_else(|| invalid(format!("option {pair:?} is not key=value")))?;
-            merged.insert(k.to_string(), v.to_string());
-        }
-        merged.extend(params.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let (settings, allow_plaintext_auth) = settings(&merged, env).map_err(invalid)?;
+        let (settings, allow_plaintext_auth) = settings(url.options(), env).map_err(invalid)?;
         let plaintext_password = settings.credentials.is_some() && settings.tls.is_none() && !allow_plaintext_auth;
         if plaintext_password && let Some((host, _)) = hosts.iter().find(|(host, _)| !is_loopback(host)) {
             return Err(invalid(format!(
@@ -219,45 +225,6 @@ pub fn redacted(url: &str) -> String {
 fn is_loopback(host: &str) -> bool {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// `host[:port]` → `(host, port)`.
-fn endpoint(e: &str) -> std::result::Result<(String, u16), String> {
-    if e.is_empty() {
-        return Err("is empty (a doubled or trailing ',')".into());
-    }
-    let (host, port) = if let Some(v6) = e.strip_prefix('[') {
-        let (host, after) = v6.split_once(']').ok_or("has '[' without a closing ']'")?;
-        if host.is_empty() || !host.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.') {
-            return Err(format!("{host:?} is not an IPv6 address"));
-        }
-        match after {
-            "" => (format!("[{host}]"), None),
-            p => (format!("[{host}]"), Some(p.strip_prefix(':').ok_or("expected ':port' after ']'")?)),
-        }
-    } else if e.matches(':').count() > 1 {
-        return Err("looks like an IPv6 address: those go in brackets, as in [::1]:2379".into());
-    } else {
-        let (host, port) = match e.split_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (e, None),
-        };
-        if host.is_empty() {
-            return Err("has no host".into());
-        }
-        if let Some(c) = host.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))) {
-            return Err(format!("host {host:?} contains {c:?} (IPv6 addresses go in brackets: [::1]:2379)"));
-        }
-        (host.to_string(), port)
-    };
-    let port = match port {
-        None => DEFAULT_PORT,
-        Some(p) => match p.parse::<u16>() {
-            Ok(0) | Err(_) => return Err(format!("port {p:?} is not a number from 1 to 65535")),
-            Ok(p) => p,
-        },
-    };
-    Ok((host, port))
 }
 
 /// The settings, and whether a password may travel in plain text.
@@ -339,7 +306,7 @@ mod tests {
     fn reason(url: &str) -> String {
         match parse(url) {
             Err(Error::InvalidStore { url: u, reason }) => {
-                assert_eq!(u, redacted(url), "the error names the URL as given, without a password");
+                assert!(!u.contains('?') && !u.contains("secret"), "{u}: the error names the URL without secrets");
                 reason
             }
             other => panic!("{url}: expected InvalidStore, got {other:?}"),
@@ -362,17 +329,21 @@ mod tests {
             ("etcd:///locks", "no endpoint"),
             ("etcd://127.0.0.1:2379", "no key prefix"),
             ("etcd://127.0.0.1:2379/", "no key prefix"),
-            ("etcd://127.0.0.1:2379/../etc", "starts with '.'"),
+            ("etcd://127.0.0.1:2379/../etc", "'..' segment"),
+            ("etcd://127.0.0.1:2379/.hidden", "starts with '.'"),
             ("etcd://127.0.0.1:2379/a//b", "empty segment"),
             ("etcd://127.0.0.1:notaport/locks", "port \"notaport\""),
             ("etcd://127.0.0.1:0/locks", "port \"0\""),
             ("etcd://127.0.0.1:70000/locks", "port \"70000\""),
-            ("etcd://127.0.0.1:2379,,127.0.0.2/locks", "endpoint 2"),
+            ("etcd://127.0.0.1:2379,,127.0.0.2/locks", "host 2"),
+            ("etcd://127.0.0.1:2379,127.0.0.1/locks", "listed twice"),
+            ("etcd://h/a%2F%2Fb", "empty segment"),
             ("etcd://:2379/locks", "has no host"),
             ("etcd://::1:2379/locks", "in brackets"),
             ("etcd://[::1/locks", "closing ']'"),
             ("etcd://[zz]:1/locks", "not an IPv6"),
             ("etcd://root:secret@127.0.0.1:2379/locks", "credentials in the URL"),
+            ("etcd://root@127.0.0.1:2379/locks", "credentials in the URL"),
             ("etcd://h/locks?timeout=fast", "not a duration"),
             ("etcd://h/locks?timeout=0s", "more than zero"),
             ("etcd://h/locks?tls=maybe", "not true or false"),
@@ -381,7 +352,7 @@ mod tests {
             ("etcd://h/locks?tls=true&cert_file=/c.pem", "go together"),
             ("etcd://h/locks?tls=true&ca_file=", "is empty"),
             ("etcd://db.example:2379/locks?user=u&password=p", "plain text to db.example"),
-            ("etcd://h/locks?user", "not key=value"),
+            ("etcd://h/locks?user", "not KEY=VALUE"),
             ("etcd://h/locks?password=x", "without user="),
             ("etcd://h/locks?user=alice", "TENURE_ETCD_PASSWORD"),
         ];

@@ -302,7 +302,8 @@ async fn an_endpoint_that_never_answers_is_given_up_on_after_the_timeout() {
 async fn malformed_urls_are_refused_before_connecting() {
     for url in ["etcd://127.0.0.1:2379", "etcd://127.0.0.1:99999/x", "etcd://h/x?bogus=1", "etcd://h/../x"] {
         match tenure_etcd::open(url, &OpenOptions::default()).await {
-            Err(Error::InvalidStore { url: u, .. }) => assert_eq!(u, url),
+            // Named without the query, which may hold a password.
+            Err(Error::InvalidStore { url: u, .. }) => assert_eq!(u, url.split('?').next().unwrap_or_default()),
             other => panic!("{url}: expected InvalidStore, got {:?}", other.err()),
         }
     }

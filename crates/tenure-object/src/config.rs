@@ -28,7 +28,7 @@ use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::path::Path;
 use object_store::{ClientConfigKey, ObjectStore, RetryConfig};
-use tenure_core::{Error, Result};
+use tenure_core::{Error, Result, StoreUrl};
 
 /// Retries of one request (timeouts, 5xx, connection errors) inside `object_store`.
 pub const MAX_RETRIES: usize = 3;
@@ -109,46 +109,51 @@ impl Built {
 /// [`Error::InvalidStore`] naming the URL and what is wrong: an unknown scheme, a
 /// missing bucket, an unknown config key or a value `object_store` rejects.
 pub fn object_store_from_url(url: &str, params: &BTreeMap<String, String>) -> Result<(Arc<dyn ObjectStore>, Path)> {
-    let built = build(url, params)?;
+    object_store_from_store_url(&StoreUrl::parse(url, params)?)
+}
+
+/// [`object_store_from_url`] for a parsed URL.
+///
+/// # Errors
+/// As [`object_store_from_url`].
+pub fn object_store_from_store_url(url: &StoreUrl) -> Result<(Arc<dyn ObjectStore>, Path)> {
+    let built = build_url(url)?;
     Ok((built.store, built.prefix))
 }
 
 pub(crate) fn build(url: &str, params: &BTreeMap<String, String>) -> Result<Built> {
-    let display = url.split_once('?').map_or(url, |(u, _)| u).to_string();
-    let invalid = |reason: String| Error::InvalidStore { url: display.clone(), reason };
-    let parsed = url::Url::parse(url).map_err(|e| {
-        invalid(format!("not a URL ({e}); expected s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"))
-    })?;
-    let provider = Provider::from_scheme(parsed.scheme()).ok_or_else(|| {
+    build_url(&StoreUrl::parse(url, params)?)
+}
+
+/// [`build`] for a parsed URL.
+pub(crate) fn build_url(url: &StoreUrl) -> Result<Built> {
+    let display = url.display().to_string();
+    let invalid = |reason: String| url.invalid(reason);
+    let provider = Provider::from_scheme(url.scheme()).ok_or_else(|| {
         invalid(format!(
             "unknown scheme {:?}; object stores are s3:// (s3a://), gs:// (gcs://) and az:// (azure://, abfs://, abfss://, adl://)",
-            parsed.scheme()
+            url.scheme()
         ))
     })?;
-    if parsed.host_str().is_none_or(str::is_empty) {
+    let Some(parsed) = url.base() else { return Err(invalid("not a URL".into())) };
+    if url.hosts().is_empty() {
         return Err(invalid("the URL names no bucket or container, as in s3://bucket/prefix".into()));
     }
-    if parsed.fragment().is_some() {
-        return Err(invalid("a store URL has no #fragment".into()));
-    }
-    if parsed.port().is_some() || !parsed.password().unwrap_or_default().is_empty() {
+    if url.hosts().len() > 1 || url.hosts().iter().any(|h| h.port.is_some()) || url.has_password() {
         return Err(invalid(
-            "the bucket part cannot carry a port or a password; give the endpoint as an option, e.g. --store-opt aws_endpoint=http://127.0.0.1:9000".into(),
+            "the bucket part cannot carry a port, a password or a second host; give the endpoint as an option, e.g. --store-opt aws_endpoint=http://127.0.0.1:9000".into(),
         ));
     }
     let prefix = Path::from_url_path(parsed.path()).map_err(|e| invalid(format!("bad key prefix: {e}")))?;
 
-    // The query's options, then `params` over them.
-    let mut options: BTreeMap<String, String> =
-        parsed.query_pairs().map(|(k, v)| (k.to_ascii_lowercase(), v.into_owned())).collect();
-    options.extend(params.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())));
+    // object_store's keys are case-insensitive.
+    let options: BTreeMap<String, String> =
+        url.options().iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
 
     // What object_store's URL parsers see: the scheme it knows, no query.
-    let mut base = parsed.clone();
-    base.set_query(None);
     let base = match provider {
-        Provider::Gcs if parsed.scheme() == "gcs" => format!("gs{}", &base.as_str()["gcs".len()..]),
-        _ => base.to_string(),
+        Provider::Gcs if parsed.scheme() == "gcs" => format!("gs{}", &parsed.as_str()["gcs".len()..]),
+        _ => parsed.to_string(),
     };
 
     install_crypto_provider();
@@ -290,7 +295,9 @@ mod tests {
     fn unknown_scheme_and_missing_bucket_are_named() {
         assert!(reason(build("ftp://bucket/p", &BTreeMap::new())).contains("unknown scheme \"ftp\""));
         assert!(reason(build("s3:///p", &local_s3())).contains("no bucket"));
-        assert!(reason(build("not a url", &BTreeMap::new())).contains("not a URL"));
+        assert!(reason(build("not a url", &BTreeMap::new())).contains("unknown scheme \"file\""));
+        assert!(reason(build("s3://b:9000/p", &BTreeMap::new())).contains("cannot carry a port"));
+        assert!(reason(build("s3://a,b/p", &BTreeMap::new())).contains("a second host"));
     }
 
     #[test]

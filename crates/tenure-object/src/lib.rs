@@ -158,10 +158,10 @@ mod probe;
 
 use std::sync::Arc;
 
-use tenure_core::{CasStore, LeaseStore, OpenOptions, Result};
+use tenure_core::{CasStore, LeaseStore, OpenOptions, Result, StoreUrl};
 
 pub use backend::{ObjectBackend, RECORD_OBJECT};
-pub use config::{MAX_RETRIES, Provider, RETRY_TIMEOUT, object_store_from_url};
+pub use config::{MAX_RETRIES, Provider, RETRY_TIMEOUT, object_store_from_store_url, object_store_from_url};
 pub use counts::RequestCounts;
 pub use object_store;
 pub use probe::{Probe, probe};
@@ -171,7 +171,15 @@ pub use probe::{Probe, probe};
 /// # Errors
 /// See [`open_backend`].
 pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    let backend = open_backend(url, opts).await?;
+    open_url(&StoreUrl::parse(url, &opts.params)?, opts).await
+}
+
+/// [`open`] for a parsed URL (whose options already include `opts.params`).
+///
+/// # Errors
+/// See [`open_backend`].
+pub async fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+    let backend = open_backend_url(url, opts).await?;
     Ok(Arc::new(CasStore::new(backend, opts.clock.clone(), opts.cas.clone())))
 }
 
@@ -184,7 +192,15 @@ pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> 
 /// [`tenure_core::Error::Unsupported`] if the store ignores conditional writes;
 /// [`tenure_core::Error::Store`] if it cannot be reached.
 pub async fn open_backend(url: &str, opts: &OpenOptions) -> Result<Arc<ObjectBackend>> {
-    let built = config::build(url, &opts.params)?;
+    open_backend_url(&StoreUrl::parse(url, &opts.params)?, opts).await
+}
+
+/// [`open_backend`] for a parsed URL.
+///
+/// # Errors
+/// See [`open_backend`].
+pub async fn open_backend_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<ObjectBackend>> {
+    let built = config::build_url(url)?;
     let backend = Arc::new(built.backend());
     if !opts.trust_store && !opts.read_only {
         match probe(&backend).await? {

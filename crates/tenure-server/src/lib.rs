@@ -146,7 +146,7 @@ pub mod witness;
 
 use std::sync::Arc;
 
-use tenure_core::{LeaseStore, OpenOptions, Result};
+use tenure_core::{LeaseStore, OpenOptions, Result, StoreUrl};
 
 pub use client::{ClientOptions, ServerInfo, TenureStore, Upgrade, is_reservation};
 pub use core::{Core, CoreOptions};
@@ -160,12 +160,24 @@ pub use witness::{Signer, Witness, WitnessError, verify};
 /// roots) are read off the runtime and within [`OPEN_FILES_LIMIT`], so that a
 /// hung mount cannot hang the caller.
 pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    let (u, o) = (url.to_string(), opts.clone());
-    match tokio::time::timeout(OPEN_FILES_LIMIT, tokio::task::spawn_blocking(move || TenureStore::new(&u, &o))).await {
+    open_url(&StoreUrl::parse(url, &opts.params)?, opts).await
+}
+
+/// [`open`] for a parsed URL (whose options already include `opts.params`).
+///
+/// # Errors
+/// As [`TenureStore::from_url`]; a store error if the files it names cannot
+/// be read in time.
+pub async fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+    let (u, o) = (url.clone(), opts.clone());
+    let shown = url.display().to_string();
+    match tokio::time::timeout(OPEN_FILES_LIMIT, tokio::task::spawn_blocking(move || TenureStore::from_url(&u, &o)))
+        .await
+    {
         Ok(Ok(store)) => Ok(Arc::new(store?)),
-        Ok(Err(e)) => Err(tenure_core::Error::store(client::redact(url), "opening the store", e)),
+        Ok(Err(e)) => Err(tenure_core::Error::store(shown, "opening the store", e)),
         Err(_) => Err(tenure_core::Error::store(
-            client::redact(url),
+            shown,
             "reading the files the URL names",
             "no answer within 10s: is their file system hung?",
         )),

@@ -44,35 +44,34 @@ pub use tenure_server as server;
 const OBJECT_SCHEMES: [&str; 9] = ["s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl"];
 
 /// Opens the store `url` names, with `opts` (its `params` are the store's
-/// settings; they override the URL's query). A URL without a scheme is a
-/// directory.
+/// settings; they override the URL's query, key by key). A URL without a
+/// scheme is a directory. The URL is parsed once, by [`StoreUrl::parse`],
+/// whose rules (percent-decoding, several hosts, what is refused) hold for
+/// every store.
 ///
 /// # Errors
 /// [`Error::InvalidStore`] for a malformed URL, an unknown setting, or a
 /// scheme this build does not include (saying which feature adds it); the
 /// store's own errors when it cannot be reached or refuses.
 pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    match scheme(url) {
-        None | Some("file" | "memory") => tenure_core::open(url, opts),
-        #[cfg(feature = "object")]
-        Some(s) if OBJECT_SCHEMES.contains(&s) => tenure_object::open(url, opts).await,
-        #[cfg(feature = "server")]
-        Some("tenure") => tenure_server::open(url, opts).await,
-        #[cfg(feature = "etcd")]
-        Some("etcd") => tenure_etcd::open(url, opts).await,
-        Some(other) => Err(Error::InvalidStore { url: url.into(), reason: unknown(other) }),
-    }
+    open_url(&StoreUrl::parse(url, &opts.params)?, opts).await
 }
 
-/// The scheme of `url`, if it has one: letters, digits, `+`, `-` or `.`
-/// starting with a letter, before `://` (`/tmp/a://b` has none; the directory
-/// store then refuses it, as it refuses any `://` but `file://`).
-fn scheme(url: &str) -> Option<&str> {
-    let (scheme, _) = url.split_once("://")?;
-    let mut chars = scheme.chars();
-    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    valid.then_some(scheme)
+/// [`open`] for a parsed URL (whose options already include `opts.params`).
+///
+/// # Errors
+/// As [`open`].
+pub async fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+    match url.scheme() {
+        "file" | "memory" => tenure_core::open_url(url, opts),
+        #[cfg(feature = "object")]
+        s if OBJECT_SCHEMES.contains(&s) => tenure_object::open_url(url, opts).await,
+        #[cfg(feature = "server")]
+        "tenure" => tenure_server::open_url(url, opts).await,
+        #[cfg(feature = "etcd")]
+        "etcd" => tenure_etcd::open_url(url, opts).await,
+        other => Err(url.invalid(unknown(other))),
+    }
 }
 
 /// Why `scheme` cannot be opened here: left out of this build, or unknown.
@@ -121,16 +120,6 @@ mod tests {
     }
 
     #[test]
-    fn schemes_are_letters_before_colon_slash_slash_and_anything_else_is_a_path() {
-        assert_eq!(scheme("s3://b/p"), Some("s3"));
-        assert_eq!(scheme("etcd://h:1/p"), Some("etcd"));
-        assert_eq!(scheme("/tmp/locks"), None);
-        assert_eq!(scheme("/tmp/a://b"), None);
-        assert_eq!(scheme("./x://y"), None);
-        assert_eq!(scheme("9p://x"), None);
-    }
-
-    #[test]
     fn directories_and_memory_open_and_unknown_schemes_name_the_known_ones() {
         let dir = tempfile::tempdir().expect("tempdir");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
@@ -164,6 +153,30 @@ mod tests {
             };
             assert!(reason.contains("unknown option \"bogus_key\" (known: "), "{url}: {reason}");
             assert!(!reason.contains("s3cret"), "{url}: the value shows: {reason}");
+        }
+    }
+
+    #[cfg(all(feature = "object", feature = "server", feature = "etcd"))]
+    #[test]
+    fn every_store_reads_its_query_by_the_same_rules() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let urls = [
+            format!("file://{}", dir.path().display()),
+            "memory://".into(),
+            "s3://bucket/locks".into(),
+            "gs://bucket/locks".into(),
+            "az://container/locks".into(),
+            "tenure://127.0.0.1:1".into(),
+            "etcd://127.0.0.1:1/locks".into(),
+        ];
+        for url in urls {
+            // Percent-decoded before the store sees the key.
+            let why = reason(&format!("{url}?bogus%5Fkey=s3cret"));
+            assert!(why.contains("unknown option \"bogus_key\""), "{url}: {why}");
+            let why = reason(&format!("{url}?k=1&k=2"));
+            assert!(why.contains("\"k\" is given twice"), "{url}: {why}");
+            let why = reason(&format!("{url}#frag"));
+            assert!(why.contains("fragment"), "{url}: {why}");
         }
     }
 

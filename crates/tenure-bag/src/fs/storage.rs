@@ -120,6 +120,10 @@ pub fn open(url: &str) -> Result<FsStorage> {
 /// `fsync=true|false`, `timeout=DURATION` (10 ms to 10 years, default 10 s),
 /// `io=pool|inline`.
 pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FsStorage> {
-    let d = tenure_core::store::file::DirUrl::parse(url, params)?;
-    Ok(FsStorage::new(d.path, d.fsync).with_timeout(d.timeout).with_inline_io(d.inline))
+    Ok(from_dir_url(&tenure_core::store::file::DirUrl::parse(url, params)?))
+}
+
+/// The storage a parsed directory URL describes.
+pub fn from_dir_url(d: &tenure_core::store::file::DirUrl) -> FsStorage {
+    FsStorage::new(d.path.clone(), d.fsync).with_timeout(d.timeout).with_inline_io(d.inline)
 }

@@ -269,7 +269,7 @@ fn is_anchor_url(url: &str) -> bool {
 }
 
 async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>>> {
-    let scheme = url.split_once("://").map_or("file", |(s, _)| s);
+    let scheme = tenure::store_url::scheme(url).unwrap_or("file");
     Ok(match scheme {
         "redis" => vec![Arc::new(redis::RedisLock::connect(url, args.op, args.ttl).await?)],
         #[cfg(feature = "etcd")]
@@ -294,16 +294,16 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
             let store = args.store.store_args(url)?.open().await?;
             let mut v: Vec<Arc<dyn Target>> = vec![Arc::new(StoreTarget::new(url, store, args.op, args.ttl))];
             if scheme == "file" && !args.no_anchor {
-                let rest = url.trim_start_matches("file://");
-                let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+                let params = args.store.store_opts.iter().cloned().collect();
+                let dir = tenure::store::file::DirUrl::parse(url, &params)?;
+                let path = &*dir.path.to_string_lossy();
                 if args.op == Op::Handover {
                     v.push(Arc::new(handover::Flock::new(path)));
                     return Ok(v);
                 }
-                let inline = query.split('&').any(|p| p == "io=inline");
-                v.push(Arc::new(fs_raw::RawFs::new(path, false, inline)?));
-                if !query.split('&').any(|p| p == "fsync=false" || p == "fsync=0") {
-                    v.push(Arc::new(fs_raw::RawFs::new(path, true, inline)?));
+                v.push(Arc::new(fs_raw::RawFs::new(path, false, dir.inline)?));
+                if dir.fsync {
+                    v.push(Arc::new(fs_raw::RawFs::new(path, true, dir.inline)?));
                 }
             }
             v

@@ -110,6 +110,7 @@ use crate::backend::{Backend, Put, PutMode, PutOptions, Stored, check_key};
 use crate::clock::unix_ms;
 use crate::error::{Error, Result};
 use crate::limits::{MAX_DURATION, MAX_RECORD_BYTES, MAX_TOKEN};
+use crate::store_url::StoreUrl;
 use crate::types::Version;
 
 /// Versions kept below the newest one (older ones are deleted by writers). A
@@ -175,7 +176,10 @@ impl FileBackend {
         // back (a file:// URL needs an absolute path), so show it made absolute.
         let shown =
             if root.is_relative() { std::path::absolute(&root).unwrap_or_else(|_| root.clone()) } else { root.clone() };
-        let url: Arc<str> = format!("file://{}", shown.display()).into();
+        // Percent-encoded, so that a path with `%`, `?` or spaces parses back.
+        let url: Arc<str> = url::Url::from_file_path(&shown)
+            .map_or_else(|()| format!("file://{}", shown.display()), String::from)
+            .into();
         let offload = Offload::new(url.clone(), DEFAULT_TIMEOUT);
         Self {
             url,
@@ -516,8 +520,14 @@ pub fn open(url: &str) -> Result<FileBackend> {
 /// Like [`open`], with settings given apart from the URL (`--store-opt
 /// fsync=false`), which take the same keys as the query and override it.
 pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FileBackend> {
-    let d = DirUrl::parse(url, params)?;
-    Ok(FileBackend::new(d.path).with_fsync(d.fsync).with_inline_io(d.inline).with_timeout(d.timeout))
+    Ok(FileBackend::from_dir_url(&DirUrl::parse(url, params)?))
+}
+
+impl FileBackend {
+    /// The backend a parsed directory URL describes.
+    pub fn from_dir_url(d: &DirUrl) -> Self {
+        FileBackend::new(d.path.clone()).with_fsync(d.fsync).with_inline_io(d.inline).with_timeout(d.timeout)
+    }
 }
 
 /// A directory store's URL (`file:///dir?…` or a plain path) and its settings,
@@ -537,38 +547,33 @@ pub struct DirUrl {
 }
 
 impl DirUrl {
-    /// Parses `url` with `params`; refuses unknown settings, and a directory on
-    /// an NFS mount without close-to-open consistency.
+    /// Parses `url` with `params` (see [`DirUrl::from_url`]).
+    ///
+    /// # Errors
+    /// As [`DirUrl::from_url`], and for a malformed URL.
     pub fn parse(url: &str, params: &BTreeMap<String, String>) -> Result<Self> {
-        let invalid = |reason: &str| Error::InvalidStore { url: url.into(), reason: reason.into() };
-        let (path, query) = match url.strip_prefix("file://") {
-            Some(rest) => {
-                let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-                if !path.starts_with('/') {
-                    return Err(invalid("a file:// URL needs an absolute path, as in file:///var/lib/locks"));
-                }
-                (path, query)
-            }
-            // A plain path takes no options: `./d?fsync=false` would otherwise
-            // become a directory with `?` in its name, options silently ignored.
-            None if url.contains('?') => {
-                let (path, query) = url.split_once('?').unwrap_or((url, ""));
-                let abs = std::path::absolute(path).unwrap_or_else(|_| PathBuf::from(path));
-                return Err(invalid(&format!(
-                    "a plain path takes no ?options: use file://{}?{query} (or --store-opt KEY=VALUE)",
-                    abs.display()
-                )));
-            }
-            None => (url, ""),
-        };
-        if path.is_empty() {
-            return Err(invalid("the directory is empty"));
+        Self::from_url(&StoreUrl::parse(url, params)?)
+    }
+
+    /// The directory and settings of a parsed `file://` URL or plain path;
+    /// refuses unknown settings, and a directory on an NFS mount without
+    /// close-to-open consistency.
+    ///
+    /// # Errors
+    /// [`Error::InvalidStore`] saying what is wrong.
+    pub fn from_url(url: &StoreUrl) -> Result<Self> {
+        if url.scheme() != "file" {
+            return Err(url.invalid("expected a directory: a path or file:///dir"));
         }
-        let from_query = query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")));
-        let from_params = params.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-        let mut d = DirUrl { path: PathBuf::from(path), fsync: true, inline: false, timeout: DEFAULT_TIMEOUT };
-        for (key, value) in from_query.chain(from_params) {
-            match (key, value) {
+        if !url.hosts().is_empty() || url.user().is_some() {
+            return Err(url.invalid("a file:// URL names no host: write file:///var/lib/locks"));
+        }
+        if url.path().as_os_str().is_empty() {
+            return Err(url.invalid("the directory is empty"));
+        }
+        let mut d = DirUrl { path: url.path().to_path_buf(), fsync: true, inline: false, timeout: DEFAULT_TIMEOUT };
+        for (key, value) in url.options() {
+            match (key.as_str(), value.as_str()) {
                 ("fsync", "true" | "1") => d.fsync = true,
                 ("fsync", "false" | "0") => d.fsync = false,
                 ("io", "inline") => d.inline = true,
@@ -578,18 +583,19 @@ impl DirUrl {
                         .ok()
                         .filter(|t| (Duration::from_millis(10)..=MAX_DURATION).contains(t))
                         .ok_or_else(|| {
-                            invalid(&format!("timeout={v:?} is not a duration from 10ms to 10 years (e.g. 10s)"))
+                            url.invalid(format!("timeout={v:?} is not a duration from 10ms to 10 years (e.g. 10s)"))
                         })?;
                 }
-                _ => {
-                    return Err(invalid(&crate::unknown_option(
-                        key,
-                        "fsync=true|false, io=pool|inline, timeout=DURATION",
+                ("fsync" | "io", v) => {
+                    return Err(url.invalid(format!(
+                        "{key}={v:?} is not one of {}",
+                        if key == "fsync" { "true, false" } else { "pool, inline" }
                     )));
                 }
+                _ => return Err(url.unknown(key, "fsync=true|false, io=pool|inline, timeout=DURATION")),
             }
         }
-        check_mount(url, &d.path)?;
+        check_mount(url.display(), &d.path)?;
         Ok(d)
     }
 }

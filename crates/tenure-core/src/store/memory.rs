@@ -18,7 +18,8 @@ use tokio::sync::Notify;
 
 use crate::backend::{Backend, Put, PutMode, PutOptions, Stored, check_key};
 use crate::clock::{Clock, SystemClock};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::store_url::StoreUrl;
 use crate::types::Version;
 
 /// An in-memory versioned register per key.
@@ -126,9 +127,26 @@ impl Backend for MemoryBackend {
 }
 
 /// Opens a `memory://` URL.
+///
+/// # Errors
+/// [`Error::InvalidStore`] for another scheme or any setting.
 pub fn open(url: &str) -> Result<Arc<MemoryBackend>> {
-    let rest = url
-        .strip_prefix("memory://")
-        .ok_or_else(|| Error::InvalidStore { url: url.into(), reason: "expected memory://[NAME]".into() })?;
-    Ok(if rest.is_empty() { Arc::new(MemoryBackend::new(SystemClock::shared())) } else { MemoryBackend::named(rest) })
+    open_url(&StoreUrl::parse(url, &std::collections::BTreeMap::new())?)
+}
+
+/// Opens a parsed `memory://[NAME]` URL: a fresh store, or the one of that
+/// name in this process.
+///
+/// # Errors
+/// [`Error::InvalidStore`] for another scheme or any setting.
+pub fn open_url(url: &StoreUrl) -> Result<Arc<MemoryBackend>> {
+    if url.scheme() != "memory" {
+        return Err(url.invalid("expected memory://[NAME]"));
+    }
+    if let Some(key) = url.options().keys().next() {
+        return Err(url.unknown(key, "none: memory:// takes no options"));
+    }
+    let host = url.hosts().first().map(|h| h.to_string()).unwrap_or_default();
+    let name = format!("{host}{}", url.path_str("name")?);
+    Ok(if name.is_empty() { Arc::new(MemoryBackend::new(SystemClock::shared())) } else { MemoryBackend::named(&name) })
 }

@@ -22,7 +22,7 @@ use futures::future::join_all;
 use tenure_core::{
     AcquireRequest, AllAttempt, Attempt, BreakNote, Busy, Clock, Error, Grant, Holder, HolderView, LeaseName,
     LeaseState, LeaseStore, LossReason, Mode, Mono, OpenOptions, Predecessor, ReleaseRequest, Released, Result,
-    Version,
+    StoreUrl, Version,
 };
 
 use crate::conn::{Conn, Socket};
@@ -147,17 +147,32 @@ impl TenureStore {
     /// the URL's host or `server_name=NAME` against the certificate; and
     /// `allow_plaintext_auth=true`. Unknown keys are refused.
     pub fn new(url: &str, opts: &OpenOptions) -> Result<Self> {
-        let invalid = |reason: String| Error::InvalidStore { url: redact(url), reason };
-        let rest = url.strip_prefix("tenure://").ok_or_else(|| invalid("not a tenure:// URL".into()))?;
-        let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let mut params = opts.params.clone();
-        for kv in query.split('&').filter(|kv| !kv.is_empty()) {
-            let (k, v) = kv.split_once('=').ok_or_else(|| invalid(format!("query part {kv:?} is not key=value")))?;
-            params.insert(k.to_string(), v.to_string());
+        Self::from_url(&StoreUrl::parse(url, &opts.params)?, opts)
+    }
+
+    /// [`TenureStore::new`] for a parsed URL (whose options already include
+    /// `opts.params`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidStore`] saying what is wrong with the URL or a setting.
+    pub fn from_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Self> {
+        let invalid = |reason: String| url.invalid(reason);
+        if url.scheme() != "tenure" {
+            return Err(invalid("not a tenure:// URL".into()));
+        }
+        if url.user().is_some() {
+            return Err(invalid(
+                "credentials in the URL are not supported (they would show in logs): use auth_token_file= \
+                 or the TENURE_AUTH_TOKEN environment variable"
+                    .into(),
+            ));
+        }
+        if !matches!(url.path_str("path")?, "" | "/") {
+            return Err(invalid("a tenure:// URL has no path: tenure://host:port[,host:port…]".into()));
         }
         let mut copts = ClientOptions::default();
         let (mut tls, mut ca_file, mut server_name) = (false, None, None);
-        for (k, v) in &params {
+        for (k, v) in url.options() {
             match k.as_str() {
                 "tls" => tls = flag(k, v).map_err(invalid)?,
                 "ca_file" => ca_file = Some(std::path::PathBuf::from(v)),
@@ -192,7 +207,7 @@ impl TenureStore {
                         .filter(|n| (1..=64).contains(n))
                         .ok_or_else(|| invalid(format!("connections={v} is not a whole number from 1 to 64")))?
                 }
-                other => return Err(invalid(tenure_core::unknown_option(other, KNOWN_PARAMS))),
+                other => return Err(url.unknown(other, KNOWN_PARAMS)),
             }
         }
         if tls {
@@ -207,23 +222,27 @@ impl TenureStore {
         {
             copts.auth_token = Some(t.into_bytes());
         }
+        if url.hosts().is_empty() {
+            return Err(invalid("no server: expected tenure://host:port[,host:port…]".into()));
+        }
         let mut endpoints = Vec::new();
-        for host in hosts.trim_end_matches('/').split(',') {
-            let port_ok = host.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-            if !port_ok {
-                return Err(invalid(format!("{host:?} is not host:port")));
+        for host in url.hosts() {
+            if host.port.is_none() {
+                return Err(invalid(format!("{:?} is not host:port", host.host)));
             }
-            if endpoints.iter().any(|e: &Endpoint| e.addr == host) {
-                return Err(invalid(format!("{host} is listed twice")));
+            let addr = host.to_string();
+            if endpoints.iter().any(|e: &Endpoint| e.addr == addr) {
+                return Err(invalid(format!("{addr} is listed twice")));
             }
             endpoints.push(Endpoint {
-                addr: host.to_string(),
+                addr,
                 slots: (0..copts.connections).map(|_| parking_lot::Mutex::new(None)).collect(),
                 connecting: (0..copts.connections).map(|_| tokio::sync::Mutex::new(())).collect(),
                 next: AtomicUsize::new(0),
                 info: parking_lot::Mutex::new(None),
             });
         }
+        let hosts = url.hosts().iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
         Ok(Self { url: format!("tenure://{hosts}"), clock: opts.clock.clone(), endpoints, opts: copts })
     }
 
@@ -742,10 +761,6 @@ fn predecessor(p: PredIn<'_>, asker: &Arc<Holder>) -> Predecessor {
         // for people, and the grant is valid without it.
         broken: p.broken.and_then(|(by, reason)| BreakNoteWire { by, reason }.to_note().ok()),
     }
-}
-
-pub(crate) fn redact(url: &str) -> String {
-    url.split_once('?').map_or_else(|| url.to_string(), |(base, _)| format!("{base}?…"))
 }
 
 #[async_trait]
