@@ -1,6 +1,6 @@
-//! TLS for the server's two ports and for the `tenure://` client (rustls, with
-//! the ring provider): [`ServerTls`] is the one place a server's acceptor is
-//! built, [`ClientTls`] the one place a client's connector is.
+//! TLS for the server's two ports (rustls, with the ring provider):
+//! [`ServerTls`] is the one place a server's acceptor is built. The client's
+//! side, [`ClientTls`], and the file readers both use, are in `tenure-client`.
 //!
 //! - **Server**: `tenure serve --tls-cert FILE --tls-key FILE` (PEM: the
 //!   certificate chain, leaf first, and its private key). With them, the lease
@@ -28,30 +28,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use rustls::ServerConfig;
+use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{CertificateError, ClientConfig, RootCertStore, ServerConfig};
+pub use tenure_client::tls::{ClientTls, MAX_PEM_FILE, TlsError};
+use tenure_client::tls::{certificates, pem_why, provider, read_pem_file};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio_rustls::{TlsAcceptor, TlsConnector};
-
-/// The largest certificate, key or CA file read (a chain of a few certificates
-/// is a few KiB; a bundle of every public root about 200 KiB).
-pub const MAX_PEM_FILE: u64 = 1024 * 1024;
+use tokio_rustls::TlsAcceptor;
 
 /// The first byte of a TLS connection: a handshake record.
 const TLS_HANDSHAKE: u8 = 0x16;
-
-/// A TLS configuration that cannot be used: which file, and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct TlsError(String);
-
-/// The crypto provider of every TLS configuration here. Given explicitly, not
-/// taken from the process default: another crate may have installed another.
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
 
 /// The server's side: its certificate chain and key, ready to accept.
 #[derive(Clone)]
@@ -80,15 +67,17 @@ impl ServerTls {
         let key = private_key(key_name, key_pem)?;
         let config = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError(format!("TLS: {e}")))?
+            .map_err(|e| TlsError::new(format!("TLS: {e}")))?
             .with_no_client_auth()
             .with_single_cert(certs, key)
             .map_err(|e| match e {
-                rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => TlsError(format!(
+                rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => TlsError::new(format!(
                     "TLS key file {key_name}: the private key does not match the certificate in {cert_name} \
                      (the first certificate must be the server's own, signed for this key)"
                 )),
-                other => TlsError(format!("TLS key file {key_name}: the key cannot be used with {cert_name}: {other}")),
+                other => {
+                    TlsError::new(format!("TLS key file {key_name}: the key cannot be used with {cert_name}: {other}"))
+                }
             })?;
         Ok(Self { acceptor: TlsAcceptor::from(Arc::new(config)) })
     }
@@ -96,140 +85,6 @@ impl ServerTls {
     pub(crate) fn acceptor(&self) -> &TlsAcceptor {
         &self.acceptor
     }
-}
-
-/// The client's side: whom it trusts, and the name it checks.
-#[derive(Clone)]
-pub struct ClientTls {
-    connector: TlsConnector,
-    /// Checked instead of the URL's host (`server_name=`).
-    server_name: Option<ServerName<'static>>,
-    /// Whom it trusts, for errors: "the CA in FILE" or "this machine's roots".
-    trust: String,
-}
-
-impl std::fmt::Debug for ClientTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientTls").field("trust", &self.trust).field("server_name", &self.server_name).finish()
-    }
-}
-
-impl ClientTls {
-    /// Trusts the CA certificates in `ca_file` (PEM), or without one the
-    /// platform's trusted roots (`SSL_CERT_FILE` and `SSL_CERT_DIR` are
-    /// honoured); checks `server_name` instead of the host it connects to, if given.
-    pub fn new(ca_file: Option<&Path>, server_name: Option<&str>) -> Result<Self, TlsError> {
-        let mut roots = RootCertStore::empty();
-        let trust = match ca_file {
-            Some(path) => {
-                let name = path.display().to_string();
-                let pem = read_pem_file("CA file", path)?;
-                for (i, cert) in certificates("CA file", &name, &pem)?.into_iter().enumerate() {
-                    roots.add(cert).map_err(|e| {
-                        TlsError(format!("CA file {name}: certificate {} cannot be trusted as a CA: {e}", i + 1))
-                    })?;
-                }
-                format!("the CA in {name}")
-            }
-            None => {
-                let found = rustls_native_certs::load_native_certs();
-                let (added, _) = roots.add_parsable_certificates(found.certs);
-                if added == 0 {
-                    let why = found.errors.first().map(|e| format!(" ({e})")).unwrap_or_default();
-                    return Err(TlsError(format!(
-                        "tls=true: no trusted root certificates found on this machine{why}; \
-                         give the CA that signed the server's certificate with ca_file=PATH"
-                    )));
-                }
-                "this machine's trusted roots".to_string()
-            }
-        };
-        let server_name = server_name
-            .map(|n| {
-                ServerName::try_from(n.to_string())
-                    .map_err(|_| TlsError(format!("server_name={n}: not a DNS name or an IP address")))
-            })
-            .transpose()?;
-        let config = ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError(format!("TLS: {e}")))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Ok(Self { connector: TlsConnector::from(Arc::new(config)), server_name, trust })
-    }
-
-    /// The TLS handshake with the server at `addr` (`host:port` as in the URL)
-    /// over `tcp`. No deadline of its own: the caller times it.
-    pub(crate) async fn connect(
-        &self,
-        addr: &str,
-        tcp: TcpStream,
-    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, HandshakeError> {
-        let name = match &self.server_name {
-            Some(n) => n.clone(),
-            None => {
-                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-                let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-                ServerName::try_from(host.to_string()).map_err(|_| {
-                    HandshakeError::Permanent(format!(
-                        "{host:?} is not a name a certificate can be checked against; set server_name=NAME"
-                    ))
-                })?
-            }
-        };
-        let shown = name.to_str().into_owned();
-        self.connector.connect(name, tcp).await.map_err(|e| self.explain(&e, &shown))
-    }
-
-    /// What a failed handshake means, and what to do about it.
-    fn explain(&self, e: &std::io::Error, name: &str) -> HandshakeError {
-        use HandshakeError::{Permanent, Transient};
-        let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) else {
-            return match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => Transient(
-                    "the server closed the connection during the TLS handshake (is it serving TLS? \
-                     it needs --tls-cert and --tls-key)"
-                        .into(),
-                ),
-                _ => Transient(format!("TLS handshake: {e}")),
-            };
-        };
-        match tls {
-            // A bad signature: a trusted CA of the same name did not sign it.
-            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer | CertificateError::BadSignature) => {
-                Permanent(format!(
-                    "the server's certificate is not signed by a CA this client trusts ({}): \
-                     give the CA that signed it with ca_file=PATH",
-                    self.trust
-                ))
-            }
-            rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            ) => Permanent(format!(
-                "the server's certificate is not valid for the name {name:?} ({tls}): connect by a name \
-                 the certificate lists, or set server_name=NAME to one of them"
-            )),
-            rustls::Error::InvalidCertificate(_) => Permanent(format!("the server's certificate was refused: {tls}")),
-            rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => Permanent(
-                "the server did not answer in TLS: it is not serving TLS (drop tls=true, or start it \
-                 with --tls-cert and --tls-key)"
-                    .into(),
-            ),
-            rustls::Error::AlertReceived(alert) => {
-                Permanent(format!("the server refused the TLS handshake (alert: {alert:?})"))
-            }
-            other => Permanent(format!("TLS handshake: {other}")),
-        }
-    }
-}
-
-/// Why a client's TLS handshake failed.
-#[derive(Debug)]
-pub(crate) enum HandshakeError {
-    /// Trying again will not help until something is changed: the message says what.
-    Permanent(String),
-    /// The connection failed during the handshake; another may succeed.
-    Transient(String),
 }
 
 /// A new connection to a TLS port, after its handshake (or instead of one).
@@ -343,54 +198,15 @@ impl AsyncWrite for ServerStream {
     }
 }
 
-/// Reads a PEM file whole: only a regular file, at most [`MAX_PEM_FILE`] bytes.
-fn read_pem_file(what: &str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    let fail = |why: String| TlsError(format!("{what} {}: {why}", path.display()));
-    tenure_core::limits::read_small_file(path, MAX_PEM_FILE).map_err(|e| {
-        fail(match e.kind() {
-            std::io::ErrorKind::NotFound => "no such file".to_string(),
-            std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-            std::io::ErrorKind::InvalidData => format!("larger than {} KiB: not a PEM file", MAX_PEM_FILE / 1024),
-            _ => e.to_string(),
-        })
-    })
-}
-
-/// The certificates in PEM text (at least one).
-fn certificates(what: &str, name: &str, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let mut certs = Vec::new();
-    for cert in CertificateDer::pem_slice_iter(pem) {
-        certs.push(cert.map_err(|e| TlsError(format!("{what} {name}: not valid PEM: {}", pem_why(&e))))?);
-    }
-    if certs.is_empty() {
-        return Err(TlsError(format!(
-            "{what} {name}: no certificate in it (PEM, \"-----BEGIN CERTIFICATE-----\", expected)"
-        )));
-    }
-    Ok(certs)
-}
-
 /// The first private key in PEM text.
 fn private_key(name: &str, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
     PrivateKeyDer::from_pem_slice(pem).map_err(|e| match e {
-        pem::Error::NoItemsFound => TlsError(format!(
+        pem::Error::NoItemsFound => TlsError::new(format!(
             "TLS key file {name}: no private key in it (an unencrypted PEM key, \"-----BEGIN PRIVATE KEY-----\" \
              or the RSA or EC kind, expected)"
         )),
-        other => TlsError(format!("TLS key file {name}: not valid PEM: {}", pem_why(&other))),
+        other => TlsError::new(format!("TLS key file {name}: not valid PEM: {}", pem_why(&other))),
     })
-}
-
-/// A PEM error without the file's bytes in it (a key file's would be secret).
-fn pem_why(e: &pem::Error) -> String {
-    match e {
-        pem::Error::MissingSectionEnd { .. } => "a section has no END line".into(),
-        pem::Error::IllegalSectionStart { .. } => "a BEGIN line is malformed".into(),
-        pem::Error::Base64Decode(_) => "a section is not valid base64".into(),
-        pem::Error::Io(e) => e.to_string(),
-        pem::Error::NoItemsFound => "nothing in it".into(),
-        _ => "malformed".into(),
-    }
 }
 
 #[cfg(test)]

@@ -24,14 +24,17 @@
 //! ```
 //!
 //! Everything but [`open`] is [`tenure_core`]'s, re-exported. Each remote store
-//! is a cargo feature, all on by default: `object`, `server`, `etcd`; their
-//! crates are re-exported as [`object`], [`server`] and [`etcd`] for what is
-//! particular to them.
+//! is a cargo feature, all on by default: `object` (s3, gs, az), `client`
+//! (`tenure://`), `etcd`; their crates are re-exported as `object`, `client`
+//! and `etcd` for what is particular to them. The lease server itself is the
+//! `server` feature (off by default), re-exported as `server`.
 
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
 
+#[cfg(feature = "client")]
+pub use tenure_client as client;
 pub use tenure_core::*;
 #[cfg(feature = "etcd")]
 pub use tenure_etcd as etcd;
@@ -66,8 +69,8 @@ pub async fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn Leas
         "file" | "memory" => tenure_core::open_url(url, opts),
         #[cfg(feature = "object")]
         s if OBJECT_SCHEMES.contains(&s) => tenure_object::open_url(url, opts).await,
-        #[cfg(feature = "server")]
-        "tenure" => tenure_server::open_url(url, opts).await,
+        #[cfg(feature = "client")]
+        "tenure" => tenure_client::open_url(url, opts).await,
         #[cfg(feature = "etcd")]
         "etcd" => tenure_etcd::open_url(url, opts).await,
         other => Err(url.invalid(unknown(other))),
@@ -78,7 +81,7 @@ pub async fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn Leas
 fn unknown(scheme: &str) -> String {
     let feature = match scheme {
         s if OBJECT_SCHEMES.contains(&s) => Some("object"),
-        "tenure" => Some("server"),
+        "tenure" => Some("client"),
         "etcd" => Some("etcd"),
         _ => None,
     };
@@ -97,7 +100,7 @@ pub fn schemes() -> Vec<&'static str> {
     if cfg!(feature = "object") {
         known.extend(["s3://", "gs://", "az://"]);
     }
-    if cfg!(feature = "server") {
+    if cfg!(feature = "client") {
         known.push("tenure://");
     }
     if cfg!(feature = "etcd") {
@@ -130,21 +133,27 @@ mod tests {
         assert!(why.contains("unknown store scheme \"ftp\"") && why.contains("file://"), "{why}");
     }
 
-    #[cfg(all(feature = "object", feature = "server", feature = "etcd"))]
+    /// A URL of every store, `dir` for the directory; none is reached, since
+    /// every test here is refused before that.
+    fn every_store(dir: &str) -> [String; 7] {
+        [
+            dir,
+            "memory://",
+            "s3://bucket/locks",
+            "gs://bucket/locks",
+            "az://container/locks",
+            "tenure://127.0.0.1:1",
+            "etcd://127.0.0.1:1/locks",
+        ]
+        .map(String::from)
+    }
+
+    #[cfg(all(feature = "object", feature = "client", feature = "etcd"))]
     #[test]
     fn every_store_refuses_an_unknown_option_in_the_same_words_without_its_value() {
         let dir = tempfile::tempdir().expect("tempdir");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        let urls = [
-            dir.path().to_string_lossy().into_owned(),
-            "memory://".into(),
-            "s3://bucket/locks".into(),
-            "gs://bucket/locks".into(),
-            "az://container/locks".into(),
-            "tenure://127.0.0.1:1".into(),
-            "etcd://127.0.0.1:1/locks".into(),
-        ];
-        for url in urls {
+        for url in every_store(&dir.path().to_string_lossy()) {
             let opts = OpenOptions::default().with_param("bogus_key", "s3cret-value");
             let reason = match rt.block_on(open(&url, &opts)) {
                 Err(Error::InvalidStore { reason, .. }) => reason,
@@ -156,20 +165,11 @@ mod tests {
         }
     }
 
-    #[cfg(all(feature = "object", feature = "server", feature = "etcd"))]
+    #[cfg(all(feature = "object", feature = "client", feature = "etcd"))]
     #[test]
     fn every_store_reads_its_query_by_the_same_rules() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let urls = [
-            format!("file://{}", dir.path().display()),
-            "memory://".into(),
-            "s3://bucket/locks".into(),
-            "gs://bucket/locks".into(),
-            "az://container/locks".into(),
-            "tenure://127.0.0.1:1".into(),
-            "etcd://127.0.0.1:1/locks".into(),
-        ];
-        for url in urls {
+        for url in every_store(&format!("file://{}", dir.path().display())) {
             // Percent-decoded before the store sees the key.
             let why = reason(&format!("{url}?bogus%5Fkey=s3cret"));
             assert!(why.contains("unknown option \"bogus_key\""), "{url}: {why}");
@@ -180,7 +180,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "server")]
+    #[cfg(feature = "client")]
     #[test]
     fn a_token_file_that_never_ends_is_refused_at_once() {
         for path in ["/dev/zero", "/"] {

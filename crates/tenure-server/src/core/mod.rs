@@ -60,8 +60,8 @@ struct Decided {
 
 /// Number of shards of the table.
 pub const SHARDS: usize = 64;
-/// Longest metadata a holder may leave with a lease, in bytes.
-pub const MAX_META: usize = 1024;
+/// Longest metadata a holder may leave with a lease, in bytes (protocol).
+pub use tenure_client::wire::MAX_META;
 /// Most live shared holders of one lease. Every answer that lists a lease's
 /// holders (inspect, busy) then stays far below the largest frame (about 1.4 KB
 /// a holder at most), and one lease cannot take the server's memory.
@@ -132,20 +132,7 @@ pub struct Ask<'a> {
     pub meta: Option<&'a str>,
 }
 
-/// A grant (or reservation, or renewal) as decided.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Granted {
-    /// Fencing token (0 for a tentative reservation: no fenced write accepts it).
-    pub token: u64,
-    /// Absolute deadline, server wall ms.
-    pub deadline_ms: u64,
-    /// The record's version after this change (a reservation id for tentative ones).
-    pub version: u64,
-    /// What came before.
-    pub predecessor: Option<Predecessor>,
-    /// The witness body to sign.
-    pub witness: Vec<u8>,
-}
+pub use tenure_client::wire::Granted;
 
 /// The outcome of an all-or-nothing acquisition.
 #[derive(Clone, Debug, PartialEq, Eq)]

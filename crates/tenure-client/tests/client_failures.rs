@@ -1,9 +1,9 @@
 //! The client against servers that misbehave: silent, gone, or speaking garbage.
 //! Every waiting caller gets an error, and the next call reconnects.
 
+use tenure_client::TenureStore;
+use tenure_client::wire::{self, ErrorCode, MAX_REQUEST, PROTOCOL_VERSION, Response};
 use tenure_core::{Error, LeaseName, LeaseStore, OpenOptions};
-use tenure_server::TenureStore;
-use tenure_server::wire::{self, ErrorCode, MAX_REQUEST, PROTOCOL_VERSION, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -22,7 +22,7 @@ fn witness_bytes_keep_the_plain_sequence_wire_format() {
 
 #[test]
 fn the_servers_borrowed_answers_encode_exactly_as_the_owned_responses() {
-    use crate::core::Granted;
+    use super::Granted;
     let holder = Arc::new(Holder {
         nonce: "9f2c4e1ab3d07c55".into(),
         pid: 4242,

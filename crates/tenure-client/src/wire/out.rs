@@ -8,13 +8,15 @@ use serde::Serialize;
 use serde::ser::{SerializeSeq, SerializeStruct, Serializer};
 use tenure_core::Predecessor;
 
+use super::Granted;
 use super::HolderWire;
-use crate::core::Granted;
 
 /// `Response::Acquired(AcquireReply::Granted(grants))`.
-pub(crate) struct Acquired<'a>(pub(crate) &'a [Granted]);
+#[derive(Debug)]
+pub struct Acquired<'a>(pub &'a [Granted]);
 /// `Response::Granted(outcomes)`: `Ok` grants, or `Lost` with why.
-pub(crate) struct Outcomes<'a>(pub(crate) &'a [Result<Granted, String>]);
+#[derive(Debug)]
+pub struct Outcomes<'a>(pub &'a [Result<Granted, String>]);
 
 struct Grants<'a>(&'a [Granted]);
 struct Grant<'a>(&'a Granted);

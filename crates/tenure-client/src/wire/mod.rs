@@ -631,7 +631,8 @@ pub fn encode_response(out: &mut Vec<u8>, id: u32, server_time_us: u64, resp: &R
 
 /// Appends a response frame for request `id` to `out`, the body being anything
 /// that serialises exactly as a [`Response`] does (the server's borrowed forms).
-pub(crate) fn encode_response_as<T: Serialize>(out: &mut Vec<u8>, id: u32, server_time_us: u64, resp: &T) {
+#[doc(hidden)]
+pub fn encode_response_as<T: Serialize>(out: &mut Vec<u8>, id: u32, server_time_us: u64, resp: &T) {
     let mut header = [0; 12];
     header[..4].copy_from_slice(&id.to_le_bytes());
     header[4..].copy_from_slice(&server_time_us.to_le_bytes());
@@ -652,7 +653,8 @@ fn append_frame<T: Serialize + ?Sized>(out: &mut Vec<u8>, header: &[u8], body: &
     out[start..start + 4].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
 }
 
-pub(crate) mod out;
+#[doc(hidden)]
+pub mod out;
 
 pub(crate) mod inbound;
 
@@ -693,3 +695,21 @@ pub fn split_request(frame: &[u8]) -> Option<(u32, &[u8])> {
 
 #[cfg(test)]
 mod tests;
+
+/// Longest metadata a holder may leave with a lease, in bytes.
+pub const MAX_META: usize = 1024;
+
+/// A grant (or reservation, or renewal) as decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Granted {
+    /// Fencing token (0 for a tentative reservation: no fenced write accepts it).
+    pub token: u64,
+    /// Absolute deadline, server wall ms.
+    pub deadline_ms: u64,
+    /// The record's version after this change (a reservation id for tentative ones).
+    pub version: u64,
+    /// What came before.
+    pub predecessor: Option<tenure_core::Predecessor>,
+    /// The witness body to sign.
+    pub witness: Vec<u8>,
+}

@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 const LATE: u32 = 4;
 
 /// A socket that can be read without waiting (`WouldBlock` when nothing is there).
-pub(crate) trait TryRead {
+pub trait TryRead {
     fn try_read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize>;
 }
 
@@ -35,13 +35,13 @@ impl TryRead for TcpStream {
 /// One poll of an async reader (a TLS stream, which has no `try_read`):
 /// `WouldBlock` unless data (or the end) is there at once. The waker given to
 /// that poll does nothing; the next real wait registers its own.
-pub(crate) fn read_now<R: AsyncRead + Unpin + ?Sized>(r: &mut R, buf: &mut BytesMut) -> std::io::Result<usize> {
+pub fn read_now<R: AsyncRead + Unpin + ?Sized>(r: &mut R, buf: &mut BytesMut) -> std::io::Result<usize> {
     r.read_buf(buf).now_or_never().unwrap_or_else(|| Err(std::io::ErrorKind::WouldBlock.into()))
 }
 
 /// One reader's spin state.
 #[derive(Debug)]
-pub(crate) struct Spin {
+pub struct Spin {
     window: Duration,
     /// The peer's last answer came within the window.
     quick: bool,
@@ -50,7 +50,7 @@ pub(crate) struct Spin {
 }
 
 impl Spin {
-    pub(crate) fn new(window: Duration) -> Self {
+    pub fn new(window: Duration) -> Self {
         Self { window, quick: !window.is_zero(), since: Instant::now() }
     }
 
@@ -58,7 +58,7 @@ impl Spin {
     /// window (`Some`, with what the read returned). `None`: it did not, or the
     /// peer is not quick; the caller waits the usual way, then calls
     /// [`Spin::woke`].
-    pub(crate) async fn read<S: TryRead + ?Sized>(
+    pub async fn read<S: TryRead + ?Sized>(
         &mut self,
         stream: &mut S,
         buf: &mut BytesMut,
@@ -83,7 +83,7 @@ impl Spin {
     /// The usual wait that followed a `None` got data: spin next time if it came
     /// within [`LATE`] windows. (Only within one window made each late answer cost
     /// the next wait a sleep too: at one request at a time, p99 doubled.)
-    pub(crate) fn woke(&mut self) {
+    pub fn woke(&mut self) {
         self.quick = self.since.elapsed() < self.window * LATE;
     }
 }

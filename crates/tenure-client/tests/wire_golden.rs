@@ -1,19 +1,20 @@
 //! The wire protocol's bytes, pinned. The format is documented as stable
-//! (variants and fields only ever appended; see `tenure_server::wire`), and so
+//! (variants and fields only ever appended; see `tenure_client::wire`), and so
 //! are witnesses and rendezvous scores (every client must compute the same):
 //! each frame below is encoded and compared with the bytes an earlier build
 //! wrote, then the bytes are decoded again and compared with what was encoded.
 //! A change that moves a byte fails here; a deliberate extension appends a
 //! case.
 
-use tenure_core::{EndedHow, Mode};
-use tenure_server::client::rendezvous_score;
-use tenure_server::wire::{
+use tenure_client::client::rendezvous_score;
+use tenure_client::wire::{
     self, AcquireReply, AskWire, BreakNoteWire, ErrorCode, GrantWire, HolderOwned, HolderViewWire, Outcome,
     PredecessorWire, RefWire, ReleaseWire, RenewWire, Request, Response, StateWire,
 };
-use tenure_server::witness::{WitnessKind, WitnessPredecessor};
-use tenure_server::{Signer, Witness, verify};
+use tenure_client::witness::seal_batch;
+use tenure_client::witness::{WitnessKind, WitnessPredecessor};
+use tenure_client::{Witness, verify};
+use tenure_core::{EndedHow, Mode};
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -274,7 +275,7 @@ fn every_response_frame_has_its_pinned_bytes_and_decodes_to_what_was_sent() {
 
 #[test]
 fn a_signed_witness_has_its_pinned_bytes_and_verifies_to_its_content() {
-    let signer = Signer::from_seed(&[7; 32]);
+    let signer = TestSigner(ed25519_dalek::SigningKey::from_bytes(&[7; 32]));
     let witness = Witness {
         kind: WitnessKind::Grant,
         name: "a/b".into(),
@@ -361,5 +362,21 @@ fn every_error_code_has_its_pinned_index() {
             Response::Error { code: back, .. } => assert_eq!(back, code),
             other => panic!("{other:?}"),
         }
+    }
+}
+
+/// Signs as the server does (ed25519 is deterministic: the server's aws-lc
+/// signer gives the same bytes, which its own tests check), with the
+/// protocol's Merkle sealing.
+struct TestSigner(ed25519_dalek::SigningKey);
+
+impl TestSigner {
+    fn public_key(&self) -> [u8; 32] {
+        self.0.verifying_key().to_bytes()
+    }
+
+    fn sign_batch(&self, bodies: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, tenure_client::WitnessError> {
+        use ed25519_dalek::Signer as _;
+        seal_batch(bodies, |message| self.0.sign(message).to_bytes())
     }
 }

@@ -8,11 +8,11 @@
 //! message naming the field: a hostile or buggy peer gets a clear error, never
 //! an arithmetic overflow, a wrapped deadline or a panic.
 
+use super::MAX_META;
 use super::{
     HolderViewWire, MAX_HOLDER_FIELD, MAX_NAME_LEN, MAX_TIME_MS, MAX_TOKEN, MAX_TTL, MIN_TTL_MS, Request, StateWire,
     millis,
 };
-use crate::core::MAX_META;
 
 /// `Err` naming `what` unless `lo <= v <= hi`.
 fn within(what: &dyn std::fmt::Display, v: u64, lo: u64, hi: u64, why: &str) -> Result<(), String> {

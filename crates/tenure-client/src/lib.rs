@@ -1,0 +1,102 @@
+//! The `tenure://` client and the lease server's wire protocol.
+//!
+//! [`TenureStore`] implements [`tenure_core::LeaseStore`] over one or more
+//! `tenure serve` servers (sharded by lease name with rendezvous hashing), so
+//! everything in tenure (keep-alive, `tenure lock`, the conformance suite) works
+//! on it unchanged. The protocol's messages and codec ([`wire`]), its witnesses
+//! ([`witness`]: format and verification) and rendezvous scores are defined
+//! here, once; the server (`tenure-server`) depends on this crate, so a
+//! client-only user builds neither the server nor its HTTP stack.
+//!
+//! # Wire protocol (version 3)
+//!
+//! TCP, or TLS over TCP ([`tls`]: `tenure serve --tls-cert --tls-key`, and
+//! `tenure://host:port?tls=true` on the client's side); every frame is
+//! `len:u32 id:u32 [server_time_us:u64] body`, little-endian,
+//! where `len` counts the bytes after itself, responses carry the server's time
+//! (so clients see their skew: [`TenureStore::skew_us`]) and `body` is a
+//! [postcard](https://docs.rs/postcard)-encoded [`wire::Request`] or
+//! [`wire::Response`]. Clients pipeline: many requests may be in flight on one
+//! connection, and answers come back by `id`, in any order.
+//!
+//! 1. The first request must be `Hello { magic: "TNRW", version, auth }`, where
+//!    this build speaks versions 2 and 3. The server answers with the client's
+//!    version (a version 2 client is served as before), its ed25519 public key, its `max_lease`,
+//!    how long its quarantine still lasts, and when it started. A wrong magic or
+//!    version, or a missing or wrong shared secret (`auth`, when the server has
+//!    one: `--auth-token-file`), gets an `Error` answer and the connection closes.
+//!    The client sends its token only over TLS or to a loopback address,
+//!    unless told otherwise (`allow_plaintext_auth=true`), and `tenure serve`
+//!    likewise refuses a token without TLS on an address that is not loopback.
+//! 2. Then any of `Acquire { tentative, asks }` (all or nothing, up to 512
+//!    leases), `Upgrade`, `Renew`, `Release` (one outcome per item), `Inspect`,
+//!    `List` (a page of names after a cursor), `Break` (conditional on the
+//!    version inspected) and `Ping`; from version 3, `Wait { ask, wait_ms }` and
+//!    `Unwait { id }` (see below).
+//!
+#![forbid(unsafe_code)]
+
+pub mod client;
+mod conn;
+#[doc(hidden)]
+pub mod spin;
+pub mod tls;
+pub mod wire;
+pub mod witness;
+
+use std::sync::Arc;
+
+use tenure_core::{LeaseStore, OpenOptions, Result, StoreUrl};
+
+pub use client::{ClientOptions, ServerInfo, TenureStore, Upgrade, is_reservation, rendezvous_score};
+pub use tls::{ClientTls, TlsError};
+pub use witness::{Witness, WitnessError, verify};
+
+/// Opens a `tenure://host:port[,host:port…]` store. Connections are made on first use.
+///
+/// The files the URL names (`auth_token_file`, `ca_file`, the platform's
+/// roots) are read off the runtime and within [`OPEN_FILES_LIMIT`], so that a
+/// hung mount cannot hang the caller.
+pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+    open_url(&StoreUrl::parse(url, &opts.params)?, opts).await
+}
+
+/// [`open`] for a parsed URL (whose options already include `opts.params`).
+///
+/// # Errors
+/// As [`TenureStore::from_url`]; a store error if the files it names cannot
+/// be read in time.
+pub async fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+    let (u, o) = (url.clone(), opts.clone());
+    let shown = url.display().to_string();
+    match tokio::time::timeout(OPEN_FILES_LIMIT, tokio::task::spawn_blocking(move || TenureStore::from_url(&u, &o)))
+        .await
+    {
+        Ok(Ok(store)) => Ok(Arc::new(store?)),
+        Ok(Err(e)) => Err(tenure_core::Error::store(shown, "opening the store", e)),
+        Err(_) => Err(tenure_core::Error::store(
+            shown,
+            "reading the files the URL names",
+            "no answer within 10s: is their file system hung?",
+        )),
+    }
+}
+
+/// Longest wait for the files a `tenure://` URL names.
+pub const OPEN_FILES_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Turns on TCP keepalive probes, so that a peer that vanished without a word
+/// (a crash of its machine, a cut cable) is noticed within about a minute even
+/// while the connection only waits in a lease's queue and nothing is said: on
+/// the server its waits leave their queues, on the client the wait fails and
+/// is tried again.
+#[doc(hidden)]
+pub fn keepalive(stream: &tokio::net::TcpStream) {
+    let probes = socket2::TcpKeepalive::new()
+        .with_time(std::time::Duration::from_secs(30))
+        .with_interval(std::time::Duration::from_secs(10))
+        .with_retries(3);
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&probes) {
+        tracing::debug!(error = %e, "could not turn on TCP keepalive");
+    }
+}
