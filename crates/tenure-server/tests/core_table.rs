@@ -121,6 +121,22 @@ fn live_leases_are_bounded() {
 }
 
 #[test]
+fn a_batch_takes_no_more_places_than_the_limit() {
+    let clock = ManualClock::new();
+    let mut opts = CoreOptions::new(Duration::from_secs(10));
+    opts.max_live = 64;
+    let c = core(&clock, opts);
+    let me = Arc::new(Holder::current());
+    let names: Vec<String> = (0..512).map(|i| format!("batch/{i}")).collect();
+    let asks: Vec<Ask<'_>> = names.iter().map(|n| ask(n, &me)).collect();
+    // 512 names over 64 shards of one place each: some shard gets two, and
+    // each ask alone would fit in an empty table.
+    assert!(matches!(c.acquire(&asks, false), Err(Refusal::Overloaded(_))));
+    assert!(c.list("", None, usize::MAX, usize::MAX).0.is_empty(), "all or nothing: nothing was granted");
+    acquire(&c, "batch/alone", &me).expect("one lease still fits");
+}
+
+#[test]
 fn invalid_asks_are_refused_with_a_reason() {
     let clock = ManualClock::new();
     let c = core(&clock, CoreOptions::new(Duration::from_secs(10)));

@@ -132,6 +132,42 @@ pub struct Ask<'a> {
     pub meta: Option<&'a str>,
 }
 
+impl<'a> Ask<'a> {
+    /// The record's view of this ask, at `now_ms`, its token above `floor`.
+    fn record_ask(&self, now_ms: u64, floor: u64) -> record::Ask<'a> {
+        record::Ask {
+            mode: self.mode,
+            ttl_ms: self.ttl_ms,
+            holder: self.holder,
+            retake: self.retake,
+            now_ms,
+            token_floor: floor,
+            meta: self.meta.map(str::to_string),
+        }
+    }
+
+    /// The witness body of a `kind` of grant of this ask.
+    fn witness(
+        &self,
+        kind: WitnessKind,
+        token: u64,
+        deadline_ms: u64,
+        now_us: u64,
+        pred: Option<&Predecessor>,
+    ) -> Vec<u8> {
+        encoded(BodyRef {
+            kind,
+            name: self.name,
+            mode: self.mode,
+            token,
+            deadline_ms,
+            server_time_us: now_us,
+            holder_nonce: &self.holder.nonce,
+            predecessor: pred.map(PredRef::of),
+        })
+    }
+}
+
 pub use tenure_client::wire::Granted;
 
 /// The outcome of an all-or-nothing acquisition.
@@ -369,7 +405,7 @@ impl Core {
             if !tentative {
                 return self.acquire_one(shard, h, ask, now_us);
             }
-            return Ok(match self.decide(shard, h, ask, now_us, tentative)? {
+            return Ok(match self.decide(shard, h, ask, now_us, tentative, 0)? {
                 Err(holders) => self.busy(shard, h, ask.name, 0, holders),
                 Ok(d) => Acquired::Granted(vec![self.commit(shard, h, ask, d, now_us, tentative)]),
             });
@@ -385,8 +421,14 @@ impl Core {
             order.iter().map(|&i| (i, self.shards[i].0.lock())).collect();
         let now_us = self.now_us();
         let mut decided = Vec::with_capacity(asks.len());
+        // Room the batch's earlier asks will take, by shard: nothing is
+        // committed before every ask is decided, so `full` alone would let a
+        // batch of k go k - 1 places past the limit.
+        let mut pending: Vec<(usize, usize)> = Vec::new();
         for (index, ((ask, &sid), &h)) in asks.iter().zip(&shard_ids).zip(&hashes).enumerate() {
             let shard = guard(&mut guards, sid);
+            let earlier = pending.iter().find(|(id, _)| *id == sid).map_or(0, |(_, n)| *n);
+            let exists = shard.slots.find(h, |s| &*s.name == ask.name).is_some();
             if self.queued(shard, h, ask.name, now_us) {
                 let busy = self.refuse_queued(shard, h, ask.name, now_us)?;
                 return Ok(match busy {
@@ -394,13 +436,19 @@ impl Core {
                     granted => granted,
                 });
             }
-            let decided_one = self.decide(guard(&mut guards, sid), h, ask, now_us, tentative).map_err(|r| match r {
+            let decided_one = self.decide(shard, h, ask, now_us, tentative, earlier).map_err(|r| match r {
                 Refusal::Exhausted { last_token, .. } => Refusal::Exhausted { index, last_token },
                 other => other,
             })?;
             match decided_one {
                 Err(holders) => return Ok(self.busy(guard(&mut guards, sid), h, ask.name, index, holders)),
                 Ok(d) => decided.push(d),
+            }
+            if Self::takes_room(exists, ask, tentative) {
+                match pending.iter_mut().find(|(id, _)| *id == sid) {
+                    Some((_, n)) => *n += 1,
+                    None => pending.push((sid, 1)),
+                }
             }
         }
         let out = asks
@@ -418,7 +466,7 @@ impl Core {
         if let Some(done) = self.acquire_in_place(shard, h, ask, now_us)? {
             return Ok(done);
         }
-        Ok(match self.decide(shard, h, ask, now_us, false)? {
+        Ok(match self.decide(shard, h, ask, now_us, false, 0)? {
             Err(holders) => self.busy(shard, h, ask.name, 0, holders),
             Ok(d) => Acquired::Granted(vec![self.commit(shard, h, ask, d, now_us, false)]),
         })
@@ -447,27 +495,12 @@ impl Core {
         {
             return Ok(None);
         }
+        self.check_room(full, existing.is_some(), ask, false)?;
         let slot = match existing {
-            Some(_) if full && ask.mode == Mode::Shared => return Err(self.full_refusal()),
             Some(slot) => slot,
-            None => {
-                LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
-                if full {
-                    return Err(self.full_refusal());
-                }
-                let slot = Slot::new(Arc::from(ask.name), h, now_ms);
-                shard.slots.insert_unique(h, slot, |s| s.hash).into_mut()
-            }
+            None => shard.slots.insert_unique(h, Slot::new(Arc::from(ask.name), h, now_ms), |s| s.hash).into_mut(),
         };
-        let rask = record::Ask {
-            mode: ask.mode,
-            ttl_ms: ask.ttl_ms,
-            holder: ask.holder,
-            retake: ask.retake,
-            now_ms,
-            token_floor: floor,
-            meta: ask.meta.map(str::to_string),
-        };
+        let rask = ask.record_ask(now_ms, floor);
         let stats = &shard.stats;
         let record::Acquired { token, predecessor } =
             match record::acquire(&mut slot.record, &rask, &ClockJudge { now_ms }) {
@@ -491,21 +524,14 @@ impl Core {
         let seq = std::mem::take(&mut slot.retired);
         unretire(&mut shard.retired, &mut shard.retire_queue, seq);
         let deadline_ms = now_ms.saturating_add(ask.ttl_ms);
-        let witness = encoded(BodyRef {
-            kind: WitnessKind::Grant,
-            name: ask.name,
-            mode: ask.mode,
-            token,
-            deadline_ms,
-            server_time_us: now_us,
-            holder_nonce: &ask.holder.nonce,
-            predecessor: predecessor.as_ref().map(PredRef::of),
-        });
+        let witness = ask.witness(WitnessKind::Grant, token, deadline_ms, now_us, predecessor.as_ref());
         let granted = Granted { token, deadline_ms, version: slot.version, predecessor, witness };
         Ok(Some(Acquired::Granted(vec![granted])))
     }
 
     /// Decides one ask against its shard: `Ok(Err(holders))` if busy.
+    /// `pending` is the room earlier asks of the same batch will take in
+    /// this shard.
     fn decide(
         &self,
         shard: &Shard,
@@ -513,19 +539,13 @@ impl Core {
         ask: &Ask<'_>,
         now_us: u64,
         tentative: bool,
+        pending: usize,
     ) -> Result<Result<Decided, Vec<HolderView>>, Refusal> {
         let now_ms = now_us / 1000;
         let slot = shard.slots.find(h, |s| &*s.name == ask.name);
-        match slot {
-            None => {
-                LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
-                if self.full(shard) {
-                    return Err(self.full_refusal());
-                }
-            }
-            // A new shared holder or reservation takes room as a new lease does.
-            Some(_) if (tentative || ask.mode == Mode::Shared) && self.full(shard) => return Err(self.full_refusal()),
-            Some(s) => s.check_crowd(ask, now_ms, tentative)?,
+        self.check_room(self.full_with(shard, pending), slot.is_some(), ask, tentative)?;
+        if let Some(s) = slot {
+            s.check_crowd(ask, now_ms, tentative)?;
         }
         let blocked_by_reservation = slot.is_some_and(|s| {
             s.reservations.iter().any(|r| {
@@ -534,15 +554,7 @@ impl Core {
                     && (ask.mode == Mode::Exclusive || r.mode == Mode::Exclusive)
             })
         });
-        let rask = record::Ask {
-            mode: ask.mode,
-            ttl_ms: ask.ttl_ms,
-            holder: ask.holder,
-            retake: ask.retake,
-            now_ms,
-            token_floor: now_us.max(shard.dropped_floor),
-            meta: ask.meta.map(str::to_string),
-        };
+        let rask = ask.record_ask(now_ms, now_us.max(shard.dropped_floor));
         let judge = ClockJudge { now_ms };
         match record::decide_acquire(ask.name, slot.map(|s| &s.record), &rask, &judge) {
             Decision::Busy(holders) => Ok(Err(holders)),
@@ -606,16 +618,7 @@ impl Core {
         if tentative {
             shard.next_reservation = res_id;
         }
-        let witness = encoded(BodyRef {
-            kind,
-            name: ask.name,
-            mode: ask.mode,
-            token,
-            deadline_ms,
-            server_time_us: now_us,
-            holder_nonce: &ask.holder.nonce,
-            predecessor: predecessor.as_ref().map(PredRef::of),
-        });
+        let witness = ask.witness(kind, token, deadline_ms, now_us, predecessor.as_ref());
         Granted { token, deadline_ms, version, predecessor, witness }
     }
 
@@ -655,16 +658,10 @@ impl Core {
             bump(&stats.upgrades_failed);
             return Ok(Err("the reservation expired".into()));
         }
-        let rask = record::Ask {
-            mode: r.mode,
-            ttl_ms: r.ttl_ms,
-            holder: &r.holder,
-            retake: true,
-            now_ms,
-            token_floor: floor,
-            meta: r.meta.clone(),
-        };
-        match record::decide_acquire(name, Some(&slot.record), &rask, &ClockJudge { now_ms }) {
+        // The reservation, asked again in full (it may re-take its own grant).
+        let ask =
+            Ask { name, mode: r.mode, ttl_ms: r.ttl_ms, holder: &r.holder, retake: true, meta: r.meta.as_deref() };
+        match record::decide_acquire(name, Some(&slot.record), &ask.record_ask(now_ms, floor), &ClockJudge { now_ms }) {
             Decision::Busy(_) => {
                 bump(&stats.upgrades_failed);
                 Ok(Err("a full grant took the lease".into()))
@@ -680,16 +677,7 @@ impl Core {
                 reweigh(&mut shard.weight, slot);
                 bump(&stats.grants);
                 let deadline_ms = now_ms.saturating_add(r.ttl_ms);
-                let witness = encoded(BodyRef {
-                    kind: WitnessKind::Upgrade,
-                    name,
-                    mode: r.mode,
-                    token,
-                    deadline_ms,
-                    server_time_us: now_us,
-                    holder_nonce: nonce,
-                    predecessor: predecessor.as_ref().map(PredRef::of),
-                });
+                let witness = ask.witness(WitnessKind::Upgrade, token, deadline_ms, now_us, predecessor.as_ref());
                 Ok(Ok(Granted { token, deadline_ms, version: slot.version, predecessor, witness }))
             }
         }
@@ -808,8 +796,31 @@ impl Core {
     /// shared holders and reservations beyond them, each count as one (memory
     /// grows with each of them alike).
     fn full(&self, shard: &Shard) -> bool {
-        let used = (shard.slots.len() - shard.retired).saturating_add(shard.weight);
+        self.full_with(shard, 0)
+    }
+
+    /// [`Core::full`] once `pending` more places are taken.
+    fn full_with(&self, shard: &Shard, pending: usize) -> bool {
+        let used = (shard.slots.len() - shard.retired).saturating_add(shard.weight).saturating_add(pending);
         used >= (self.opts.max_live / SHARDS).max(1)
+    }
+
+    /// Whether `ask` may take room in a shard that is `full` or not: a new
+    /// lease (whose name is checked first), a new shared holder and a
+    /// reservation each take a place; a lease already there taken in full
+    /// does not.
+    fn check_room(&self, full: bool, exists: bool, ask: &Ask<'_>, tentative: bool) -> Result<(), Refusal> {
+        if !exists {
+            LeaseName::new(ask.name).map_err(|e| Refusal::Invalid(e.to_string()))?;
+        }
+        if full && Self::takes_room(exists, ask, tentative) {
+            return Err(self.full_refusal());
+        }
+        Ok(())
+    }
+
+    fn takes_room(exists: bool, ask: &Ask<'_>, tentative: bool) -> bool {
+        !exists || tentative || ask.mode == Mode::Shared
     }
 
     fn full_refusal(&self) -> Refusal {

@@ -200,7 +200,7 @@ impl Core {
             let (holder, meta) = (w.holder.clone(), w.meta.clone());
             let ask =
                 Ask { name, mode: w.mode, ttl_ms: w.ttl_ms, holder: &holder, retake: w.retake, meta: meta.as_deref() };
-            let served = match self.decide(shard, h, &ask, now_us, false) {
+            let served = match self.decide(shard, h, &ask, now_us, false, 0) {
                 Ok(Err(_busy)) => return,
                 Ok(Ok(d)) => Ok(self.commit(shard, h, &ask, d, now_us, false)),
                 Err(refusal) => Err(refusal),
