@@ -203,6 +203,7 @@ pub struct PredRef<'a> {
 }
 
 impl<'a> PredRef<'a> {
+    #[inline]
     pub fn of(p: &'a tenure_core::Predecessor) -> Self {
         Self {
             token: p.token,
@@ -216,6 +217,7 @@ impl<'a> PredRef<'a> {
 
 impl BodyRef<'_> {
     /// Writes the body.
+    #[inline]
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&[FORMAT, kind_code(self.kind), mode_code(self.mode)]);
         for v in [self.token, self.deadline_ms, self.server_time_us] {
@@ -245,6 +247,7 @@ impl BodyRef<'_> {
 
 /// Strings longer than 255 bytes are cut (names are at most 255 bytes; nonces are
 /// short): the witness stays well-formed whatever it is given.
+#[inline]
 fn put_str(out: &mut Vec<u8>, s: &str) {
     let mut end = s.len().min(255);
     while !s.is_char_boundary(end) {
@@ -359,6 +362,7 @@ fn decode_body(body: &[u8]) -> Result<Witness, WitnessError> {
     Ok(Witness { kind, name, mode, token, deadline_ms, server_time_us, holder_nonce, predecessor })
 }
 
+#[inline]
 fn kind_code(k: WitnessKind) -> u8 {
     match k {
         WitnessKind::Grant => 0,
@@ -368,6 +372,7 @@ fn kind_code(k: WitnessKind) -> u8 {
     }
 }
 
+#[inline]
 fn mode_code(m: Mode) -> u8 {
     match m {
         Mode::Exclusive => 0,
@@ -375,6 +380,7 @@ fn mode_code(m: Mode) -> u8 {
     }
 }
 
+#[inline]
 fn how_code(h: EndedHow) -> u8 {
     match h {
         EndedHow::Released => 0,
@@ -495,6 +501,7 @@ pub fn seal(witnesses: &mut [&mut Vec<u8>], sign: impl FnOnce(&[u8; 48]) -> [u8;
 /// A buffer for a witness whose body is `name_len`-ish: two bytes for the length,
 /// then room for the body, a path for batches up to 64 and the signature.
 #[doc(hidden)]
+#[inline]
 pub fn witness_buf(name_len: usize) -> Vec<u8> {
     let mut w = Vec::with_capacity(2 + 96 + 2 * name_len + 1 + 6 * 33 + 64);
     w.extend_from_slice(&[0, 0]);

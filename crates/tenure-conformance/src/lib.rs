@@ -131,10 +131,23 @@ pub fn server_from_env(var: &str) -> Option<String> {
 
 /// Expands to one test per conformance behaviour. `$make` is an `async fn() ->
 /// Option<H>` where `H: Harness` (`None` skips, after saying why).
+///
+/// `conformance_tests!(paused $make)` runs them on tokio's paused clock, for
+/// stores that live in the test's process and do no I/O (memory): each real
+/// wait for background work is then exact, as long as that work needs, and
+/// takes no real time. Stores that do I/O, even to a local disk, keep real
+/// time: a paused runtime would jump its clock over their operations'
+/// deadlines while they run on another thread.
 #[macro_export]
 macro_rules! conformance_tests {
+    (paused $make:path) => {
+        $crate::conformance_tests!(@all $make; #[tokio::test(start_paused = true)]);
+    };
     ($make:path) => {
-        $crate::conformance_tests!(@each $make;
+        $crate::conformance_tests!(@all $make; #[tokio::test(flavor = "multi_thread", worker_threads = 4)]);
+    };
+    (@all $make:path; #[$runtime:meta]) => {
+        $crate::conformance_tests!(@each $make; #[$runtime];
             exclusive_lease_excludes_everyone_else,
             shared_leases_coexist_and_exclude_exclusive,
             expired_lease_is_taken_over_after_ttl_and_not_before,
@@ -153,9 +166,9 @@ macro_rules! conformance_tests {
             waiters_are_granted_in_the_order_they_queued,
         );
     };
-    (@each $make:path; $($name:ident),* $(,)?) => {
+    (@each $make:path; #[$runtime:meta]; $($name:ident),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            #[$runtime]
             async fn $name() {
                 if let Some(h) = $make().await {
                     $crate::$name(&$crate::Paced::new(h)).await;

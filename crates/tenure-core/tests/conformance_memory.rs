@@ -1,4 +1,4 @@
-//! The conformance suite on `memory://`.
+//! The conformance suite on `memory://`, on tokio's paused clock.
 
 use std::sync::Arc;
 
@@ -34,4 +34,4 @@ async fn memory() -> Option<Memory> {
     Some(Memory { backend: Arc::new(MemoryBackend::new(clock.shared())), clock })
 }
 
-conformance_tests!(memory);
+conformance_tests!(paused memory);

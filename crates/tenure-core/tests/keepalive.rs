@@ -78,7 +78,7 @@ async fn advance_until(s: &Setup, limit: Duration, mut done: impl FnMut() -> boo
     tenure_core::Clock::mono(&s.clock)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn failing_renewals_put_the_lease_at_risk_then_lose_it_to_the_outage_before_its_deadline() {
     let s = setup();
     let lease = s.client.try_acquire("l", &opts()).await.expect("acquire");
@@ -94,7 +94,7 @@ async fn failing_renewals_put_the_lease_at_risk_then_lose_it_to_the_outage_befor
     assert!(lost_at < stop_by, "lost at {lost_at:?}, after stop_by {stop_by:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn one_failed_renewal_recovers_to_held() {
     let s = setup();
     let lease = s.client.try_acquire("l", &opts()).await.expect("acquire");
@@ -105,7 +105,7 @@ async fn one_failed_renewal_recovers_to_held() {
     assert!(matches!(lease.health(), Health::Held { .. }), "{:?}", lease.health());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_hung_store_cannot_carry_the_holder_past_its_stop_time() {
     let s = setup();
     let lease = s.client.try_acquire("l", &opts()).await.expect("acquire");
@@ -116,7 +116,7 @@ async fn a_hung_store_cannot_carry_the_holder_past_its_stop_time() {
     assert!(lost_at <= stop_by, "lost at {lost_at:?}, after stop_by {stop_by:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_holder_paused_past_its_deadline_is_lost_on_waking_even_if_renewal_would_succeed() {
     let s = setup();
     let lease = s.client.try_acquire("l", &opts()).await.expect("acquire");
@@ -126,7 +126,7 @@ async fn a_holder_paused_past_its_deadline_is_lost_on_waking_even_if_renewal_wou
     assert_eq!(lease.health(), Health::Lost(LossReason::Expired));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn dropping_a_lease_releases_it_as_dropped() {
     let s = setup();
     let lease = s.client.try_acquire("l", &opts()).await.expect("acquire");
@@ -142,7 +142,7 @@ async fn dropping_a_lease_releases_it_as_dropped() {
     assert_eq!(next.release().await.expect("release"), Released::Released);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn waiting_gives_up_at_the_timeout_naming_the_holder() {
     let s = setup();
     let _held = s.client.try_acquire("l", &opts()).await.expect("acquire");
@@ -159,7 +159,7 @@ async fn waiting_gives_up_at_the_timeout_naming_the_holder() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn waiting_rides_out_a_store_outage() {
     let s = setup();
     s.flaky.writes.store(FAIL, Ordering::SeqCst);
@@ -173,7 +173,7 @@ async fn waiting_rides_out_a_store_outage() {
     assert!(task.await.expect("join").is_ok());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_waiter_wakes_on_release_through_the_store_watch_without_waiting_out_its_backoff() {
     let s = setup();
     let held = s.client.try_acquire("l", &opts()).await.expect("acquire");
@@ -194,7 +194,7 @@ async fn a_waiter_wakes_on_release_through_the_store_watch_without_waiting_out_i
     assert!(task.await.expect("join").is_ok());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_wait_through_a_store_outage_says_the_store_failed_and_ends_with_its_error() {
     let s = setup();
     s.flaky.writes.store(FAIL, Ordering::SeqCst);
