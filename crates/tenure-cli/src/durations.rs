@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use tenure::human_duration;
 use tenure::limits::{MAX_DURATION, MAX_TTL};
+use tenure_core::human_duration;
 
 /// Parses `30s`, `5m`, `1h30m`, `250ms`, or a bare number of seconds (`5`, `0.5`),
 /// at most [`MAX_DURATION`]: every duration flag (and `TENURE_MAX_SKEW`,

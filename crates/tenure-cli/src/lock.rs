@@ -91,8 +91,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use tenure::{
     Client, Clock, Health, Holder, Lease, LeaseName, LeaseOptions, LeaseStore, LossReason, Mode, Mono, Released,
-    human_duration,
 };
+use tenure_core::human_duration;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::durations::{duration, ttl};

@@ -270,7 +270,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         writeln!(
             out,
             "tenure serve: restart quarantine, no grants for {}",
-            tenure::human_duration(core.quarantine_left())
+            tenure_core::human_duration(core.quarantine_left())
         )?;
         out.flush()
     };

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use clap::Args;
-use tenure::{Clock, HolderView, LeaseName, LeaseState, LeaseStore, SystemClock, human_duration, report};
+use tenure::{Clock, HolderView, LeaseName, LeaseState, LeaseStore, SystemClock, report};
+use tenure_core::human_duration;
 
 use crate::exit::{self, Fail};
 use crate::stores::StoreArgs;

@@ -13,7 +13,8 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use tenure::{Busy, Clock, Holder, HolderView, SystemClock, human_duration};
+use tenure::{Busy, Clock, Holder, HolderView, SystemClock};
+use tenure_core::human_duration;
 
 /// The first reminder off a terminal comes this long after the wait starts.
 const FIRST_REMINDER: Duration = Duration::from_secs(30);

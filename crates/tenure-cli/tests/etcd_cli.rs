@@ -32,7 +32,7 @@ impl Etcd {
                 return None;
             }
         };
-        let prefix = format!("tenure-test/cli-{what}-{}", tenure::random_nonce());
+        let prefix = format!("tenure-test/cli-{what}-{}", tenure_core::random_nonce());
         let url = format!("etcd://{}/{prefix}", endpoint.trim_start_matches("http://"));
         Some(Self { endpoint, url, prefix })
     }

@@ -23,7 +23,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Everything but [`open`] is [`tenure_core`]'s, re-exported. Each remote store
+//! The root holds what a program that takes leases needs; the modules
+//! ([`backend`], [`cas`], [`store`], [`record`], …) what a store's
+//! implementer needs. All of it is [`tenure_core`]'s, re-exported, but
+//! [`open`]. Each remote store
 //! is a cargo feature, all on by default: `object` (s3, gs, az), `client`
 //! (`tenure://`), `etcd`; their crates are re-exported as `object`, `client`
 //! and `etcd` for what is particular to them. The lease server itself is the
@@ -35,7 +38,17 @@ use std::sync::Arc;
 
 #[cfg(feature = "client")]
 pub use tenure_client as client;
-pub use tenure_core::*;
+// What a program that takes leases needs, at the root; what a store's
+// implementer needs, in the modules below.
+pub use tenure_core::{
+    AcquireRequest, AllAttempt, Attempt, BoxError, BreakNote, Busy, CasOptions, Client, Clock, EndedHow, Error,
+    FencedRecord, Grant, Health, Holder, HolderView, Lease, LeaseName, LeaseOptions, LeaseSet, LeaseState, LeaseStore,
+    LossReason, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS, ManualClock, Mode, Mono, OpenOptions, Predecessor,
+    ReleaseRequest, Released, Result, StoreUrl, SystemClock, Version,
+};
+/// The storage layer under the lease logic: [`backend::Backend`] and its
+/// writes, for a store of your own (run it through [`cas::CasStore`]).
+pub use tenure_core::{backend, cas, clock, fence, limits, record, report, store, store_url};
 #[cfg(feature = "etcd")]
 pub use tenure_etcd as etcd;
 #[cfg(feature = "object")]

@@ -31,7 +31,7 @@ impl CoreTarget {
     pub(crate) fn new(max_clients: usize, ttl: Duration) -> Self {
         let mut opts = CoreOptions::new(ttl.max(Duration::from_secs(60)));
         opts.quarantine = Duration::ZERO;
-        let run = tenure::random_nonce();
+        let run = tenure_core::random_nonce();
         Self {
             core: Core::new(SystemClock::shared(), opts),
             workers: (0..max_clients)

@@ -60,7 +60,7 @@ impl EtcdLock {
             endpoint: hosts.to_string(),
             client,
             ttl: ttl.max(Duration::from_secs(2)),
-            run: tenure::random_nonce(),
+            run: tenure_core::random_nonce(),
             sessions: std::sync::Mutex::new(Vec::new()),
             locked: std::sync::Mutex::new(Vec::new()),
         })

@@ -35,7 +35,7 @@ impl EtcdRaw {
         let client = Etcd::connect(std::slice::from_ref(&endpoint), &how)
             .await
             .with_context(|| format!("connecting to {endpoint}"))?;
-        Ok(Self { endpoint, client, ttl_secs: ttl.as_secs().max(1) as i64, run: tenure::random_nonce() })
+        Ok(Self { endpoint, client, ttl_secs: ttl.as_secs().max(1) as i64, run: tenure_core::random_nonce() })
     }
 }
 

@@ -21,7 +21,7 @@ pub(crate) struct RawFs {
 
 impl RawFs {
     pub(crate) fn new(dir: &str, fsync: bool, inline: bool) -> Result<Self> {
-        let dir = PathBuf::from(dir).join(format!(".bench-raw-{}", tenure::random_nonce()));
+        let dir = PathBuf::from(dir).join(format!(".bench-raw-{}", tenure_core::random_nonce()));
         Ok(Self { dir, fsync, inline })
     }
 

@@ -169,7 +169,7 @@ pub(crate) struct Flock {
 
 impl Flock {
     pub(crate) fn new(dir: &str) -> Self {
-        let path = PathBuf::from(dir).join(format!(".bench-flock-{}", tenure::random_nonce()));
+        let path = PathBuf::from(dir).join(format!(".bench-flock-{}", tenure_core::random_nonce()));
         Self { path, files: Mutex::new(Vec::new()) }
     }
 
@@ -241,7 +241,7 @@ pub(crate) struct Backoff {
 impl Backoff {
     pub(crate) fn new() -> Self {
         let defaults = tenure::LeaseOptions::exclusive();
-        let seed = tenure::random_nonce()
+        let seed = tenure_core::random_nonce()
             .bytes()
             .fold(0x9E37_79B9_7F4A_7C15u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3));
         Self { next: defaults.backoff_initial, max: defaults.backoff_max, seed: seed | 1 }

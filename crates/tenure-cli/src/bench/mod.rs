@@ -394,7 +394,7 @@ impl StoreTarget {
             requests: std::sync::RwLock::new(Vec::new()),
             held: Mutex::new(Vec::new()),
             contenders: std::sync::Mutex::new(Vec::new()),
-            run: tenure::random_nonce()[..6].to_string(),
+            run: tenure_core::random_nonce()[..6].to_string(),
         }
     }
 

@@ -59,8 +59,8 @@ impl RedisLock {
             renew: Script::new(RENEW),
             op,
             ttl_ms: ttl.as_millis() as u64,
-            run: tenure::random_nonce(),
-            holder: tenure::random_nonce(),
+            run: tenure_core::random_nonce(),
+            holder: tenure_core::random_nonce(),
             keys: std::sync::RwLock::new(Vec::new()),
         })
     }
