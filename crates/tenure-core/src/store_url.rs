@@ -7,14 +7,17 @@
 //!
 //! - **Settings** come from the URL's query and from the options given apart
 //!   from it (the CLI's `--store-opt KEY=VALUE`, [`crate::OpenOptions::params`]).
-//!   **Options given apart override the query**, key by key. A key given twice
-//!   in the query, a pair without `=` and an empty key are refused.
+//!   **Options given apart override the query**, key by key; a key given twice
+//!   in the query takes its last value. A pair without `=` and an empty key
+//!   are refused.
 //! - **Percent-decoding:** `%XX` in the path, the query's keys and its values is
 //!   decoded (`file:///srv/my%20locks`, `auth_token=a%26b`); `+` stays a plus
 //!   sign (secrets are often base64). A plain path is taken as written.
 //! - **Several hosts** are separated by commas (`etcd://a:2379,b:2379/locks`);
 //!   each is parsed as the host of a URL of its own.
-//! - A `#fragment` is refused: it is no part of a store.
+//! - A `#fragment` is refused: it is no part of a store; so are control
+//!   characters and spaces at either end of a URL, which the url crate would
+//!   drop silently.
 //! - [`StoreUrl::display`] never shows the query or a password: they may hold
 //!   secrets.
 //!
@@ -102,6 +105,11 @@ impl StoreUrl {
         }
         let Some(scheme) = scheme(text) else { return Self::plain_path(text, params, invalid) };
         let scheme = scheme.to_ascii_lowercase();
+        // The url crate drops tabs and newlines anywhere and spaces at the
+        // ends: `file:///a\nb` would open `/ab`. Refused, not rewritten.
+        if text.chars().any(char::is_control) || text.trim() != text {
+            return Err(invalid("a URL may not hold control characters, nor start or end with a space".into()));
+        }
         if text.contains('#') {
             return Err(invalid("a store URL has no #fragment (write %23 for a '#' in a name)".into()));
         }
@@ -140,7 +148,9 @@ impl StoreUrl {
             "" => None,
             u => Some(decode(u, "the user name").map_err(invalid)?),
         };
-        let path_bytes: Vec<u8> = percent_decode_str(base.path()).collect();
+        // `file://` has no path: the url crate would make it `/`.
+        let path_bytes: Vec<u8> =
+            if path_text.is_empty() { Vec::new() } else { percent_decode_str(base.path()).collect() };
         if path_bytes.contains(&0) {
             return Err(invalid("the path contains a NUL byte (%00)".into()));
         }
@@ -160,6 +170,15 @@ impl StoreUrl {
     fn plain_path(text: &str, params: &BTreeMap<String, String>, invalid: impl Fn(String) -> Error) -> Result<Self> {
         // `./d?fsync=false` would otherwise become a directory with `?` in its
         // name, its settings silently ignored.
+        // `/tmp/a://b`, `9p://x`, ` s3://b` (a stray space): meant as a URL,
+        // or a path that is one character from being read as a URL.
+        if text.contains("://") {
+            return Err(invalid(
+                "not a URL (a scheme is a letter, then letters, digits, '+', '-' or '.', and nothing before it) \
+                 and not a plain path either: a directory store's path may not contain '://'"
+                    .into(),
+            ));
+        }
         // Only the directory's own settings are shown: another value may be a
         // secret meant for another store.
         if let Some((path, query)) = text.split_once('?') {
@@ -341,9 +360,9 @@ fn options(
         if key.is_empty() {
             return Err(format!("setting {} of the query has no key", i + 1));
         }
-        if out.insert(key.clone(), value).is_some() {
-            return Err(format!("{key:?} is given twice in the query"));
-        }
+        // Given twice, the last one counts: a script may append to a URL
+        // to override what it holds.
+        out.insert(key, value);
     }
     for (k, v) in params {
         if k.is_empty() {
@@ -399,8 +418,9 @@ mod tests {
     }
 
     #[test]
-    fn a_query_key_twice_a_pair_without_equals_and_an_empty_key_are_refused() {
-        assert!(refused("file:///d?fsync=true&fsync=false").contains("given twice"));
+    fn a_pair_without_equals_and_an_empty_key_are_refused_and_the_last_of_a_key_counts() {
+        let u = parse("file:///d?fsync=true&fsync=false");
+        assert_eq!(u.options().get("fsync").map(String::as_str), Some("false"));
         assert!(refused("file:///d?fsync").contains("not KEY=VALUE"));
         assert!(refused("file:///d?=1").contains("no key"));
         assert!(refused("file:///d?k=%FF").contains("not UTF-8"));
@@ -438,9 +458,16 @@ mod tests {
             assert!(refused(dots).contains("'..' segment"), "{dots}");
         }
         assert_eq!(parse("../locks").path(), std::path::Path::new("../locks"), "a plain path is as written");
+        for near in [" file:///a", "9p://x", "/tmp/a://b"] {
+            assert!(refused(near).contains("may not contain '://'"), "{near:?}");
+        }
         assert!(refused("/a\0b").contains("NUL"));
         assert!(refused(&format!("file:///{}", "a".repeat(MAX_URL_LEN))).contains("longer than"));
         assert!(refused("").contains("empty"));
+        for bad in ["file:///a\nb", "file:///a\tb", "file:///a ", "etcd://h/p\r"] {
+            assert!(refused(bad).contains("control characters"), "{bad:?}");
+        }
+        assert_eq!(parse("file://").path(), std::path::Path::new(""), "no path is not the root");
     }
 
     #[test]
