@@ -126,8 +126,8 @@ impl Log {
             let fs = crate::fs::from_dir_url(&DirUrl::from_url(url)?);
             return Ok(Self::on_fs(fs, opts));
         }
-        let (store, prefix) = tenure_object::object_store_from_store_url(url)?;
-        Ok(Self::on_object_store(url.display(), store, prefix, opts))
+        let backend = tenure_object::backend_from_url(url)?;
+        Ok(Self::with_backend(Backend::Object(ObjectStorage::on_backend(backend)), opts, true))
     }
 
     /// A log in a directory.

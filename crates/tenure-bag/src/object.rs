@@ -49,8 +49,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload};
 use tenure_core::{Error, Result};
+use tenure_object::{ObjectBackend, Probe, Provider};
 
 use tenure_core::limits::MAX_TIME_MS;
 
@@ -70,12 +71,28 @@ pub struct ObjectStorage {
     url: Arc<str>,
     store: Arc<dyn ObjectStore>,
     prefix: Path,
+    /// The lease store's view of the same objects, for its probe.
+    backend: Arc<ObjectBackend>,
 }
 
 impl ObjectStorage {
-    /// A log under `prefix` of `store`; `url` names it in messages.
+    /// A log under `prefix` of `store`; `url` names it in messages. The store
+    /// is taken to be S3-like for the probe's sake (see [`Self::on_backend`]).
     pub fn new(url: impl Into<String>, store: Arc<dyn ObjectStore>, prefix: Path) -> Self {
-        Self { url: url.into().into(), store, prefix }
+        let url: String = url.into();
+        Self::on_backend(ObjectBackend::new(store, prefix, Provider::S3, url))
+    }
+
+    /// A log under the lease backend's prefix of its store, as a URL opens it
+    /// (with its provider's quirks known to the probe).
+    pub fn on_backend(backend: ObjectBackend) -> Self {
+        let url = tenure_core::Backend::url(&backend).into();
+        Self {
+            url,
+            store: backend.object_store().clone(),
+            prefix: backend.prefix().clone(),
+            backend: Arc::new(backend),
+        }
     }
 
     fn key(&self, rest: &str) -> Path {
@@ -125,30 +142,19 @@ impl ObjectStorage {
         }
     }
 
-    /// Checks that the store enforces create-if-absent, the one condition the bag
-    /// protocol rests on (prelocks, manifests and batches are all created only if
-    /// absent): creates a probe object, requires a second create to be refused, then
-    /// deletes it. Three requests, once per handle, before its first write.
+    /// Checks that the store enforces conditional writes, with the lease
+    /// store's probe (one probe, so a fix to it lands once): the bag protocol
+    /// rests on create-if-absent (prelocks, manifests and batches are all
+    /// created only if absent). A few requests, once per handle, before its
+    /// first write.
     pub(crate) async fn check_create_if_absent(&self) -> Result<()> {
-        let key = self.key(&format!("~probe-{}", tenure_core::random_nonce()));
-        let first = self.create(&key, Bytes::from_static(b"1")).await;
-        let second = match first {
-            Ok(_) => self.create(&key, Bytes::from_static(b"2")).await,
-            Err(e) => Err(e),
-        };
-        // The probe object is ours alone (a random name); an unconditional delete is safe.
-        if let Err(e) = self.store.delete(&key).await {
-            tracing::warn!(store = &*self.url, %key, error = %e, "could not delete the probe object");
-        }
-        match second? {
-            false => Ok(()),
-            true => Err(Error::unsupported(
+        match tenure_object::probe(&self.backend).await? {
+            Probe::Enforced { .. } => Ok(()),
+            Probe::ReadOnly { detail } => Err(Error::unsupported(
                 &*self.url,
-                "this store does not enforce conditional writes: a create-if-absent (If-None-Match: *) \
-                 overwrote an existing object. Two closers could then both publish a manifest and writers \
-                 would be told wrong verdicts, so tenure refuses to write bags to it. If you are certain the \
-                 store is safe, pass --trust-store (BagOptions::trust_store) to skip this check",
+                format!("these credentials may not write ({detail}): a log can be read with them, not written"),
             )),
+            other => Err(Error::unsupported(&*self.url, format!("the store's probe answered {other:?}"))),
         }
     }
 

@@ -195,6 +195,16 @@ pub async fn open_backend(url: &str, opts: &OpenOptions) -> Result<Arc<ObjectBac
     open_backend_url(&StoreUrl::parse(url, &opts.params)?, opts).await
 }
 
+/// The [`ObjectBackend`] a parsed URL names, without the probe (nothing is
+/// sent to the store): for programs that run [`probe`] themselves, when they
+/// first write.
+///
+/// # Errors
+/// [`tenure_core::Error::InvalidStore`] for a bad URL or option.
+pub fn backend_from_url(url: &StoreUrl) -> Result<ObjectBackend> {
+    Ok(config::build_url(url)?.backend())
+}
+
 /// [`open_backend`] for a parsed URL.
 ///
 /// # Errors

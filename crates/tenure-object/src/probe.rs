@@ -82,7 +82,8 @@ fn refuse(url: &str, why: &str) -> Error {
     Error::unsupported(
         url,
         format!(
-            "this store does not enforce conditional writes: {why}. Leases on it would not exclude anyone, so tenure refuses to use it. \
+            "this store does not enforce conditional writes: {why}. Leases on it would not exclude anyone, and two closers of a \
+             bag could both publish its manifest, so tenure refuses to use it. \
              If you are certain the store is safe (for example the probe was misled by a proxy in between), pass --trust-store \
              (OpenOptions::trust_store) to skip this check"
         ),
