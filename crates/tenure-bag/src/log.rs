@@ -115,12 +115,13 @@ impl Log {
         Self::open_url(&url, opts)
     }
 
-    /// [`Log::open`] for a parsed URL (whose options already include
-    /// `opts.params`).
+    /// [`Log::open`] for a parsed URL; `opts.params` go over its
+    /// settings.
     ///
     /// # Errors
     /// As [`Log::open`].
     pub fn open_url(url: &StoreUrl, opts: BagOptions) -> Result<Log> {
+        let url = &url.with_params(&opts.params);
         opts.settings.check().map_err(|reason| Error::InvalidOptions { reason })?;
         if url.scheme() == "file" {
             let fs = crate::fs::from_dir_url(&DirUrl::from_url(url)?);

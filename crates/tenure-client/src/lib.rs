@@ -32,7 +32,7 @@
 //!    leases), `Upgrade`, `Renew`, `Release` (one outcome per item), `Inspect`,
 //!    `List` (a page of names after a cursor), `Break` (conditional on the
 //!    version inspected) and `Ping`; from version 3, `Wait { ask, wait_ms }` and
-//!    `Unwait { id }` (see below).
+//!    `Unwait { id }` (the server's crate docs say how a queue serves them).
 //!
 #![forbid(unsafe_code)]
 
@@ -61,7 +61,7 @@ pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> 
     open_url(&StoreUrl::parse(url, &opts.params)?, opts).await
 }
 
-/// [`open`] for a parsed URL (whose options already include `opts.params`).
+/// [`open`] for a parsed URL; `opts.params` go over its settings.
 ///
 /// # Errors
 /// As [`TenureStore::from_url`]; a store error if the files it names cannot

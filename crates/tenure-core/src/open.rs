@@ -82,11 +82,12 @@ pub fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
     open_url(&StoreUrl::parse(url, &opts.params)?, opts)
 }
 
-/// [`open`] for a parsed URL (whose options already include `opts.params`).
+/// [`open`] for a parsed URL; `opts.params` go over its settings.
 ///
 /// # Errors
 /// As [`open`].
 pub fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+    let url = &url.with_params(&opts.params);
     let backend: Arc<dyn crate::Backend> = match url.scheme() {
         "memory" => store::memory::open_url(url)?,
         "file" => Arc::new(store::file::FileBackend::from_dir_url(&store::file::DirUrl::from_url(url)?)),

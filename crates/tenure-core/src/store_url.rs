@@ -125,6 +125,11 @@ impl StoreUrl {
         // The url crate resolves `.` and `..` away (`etcd://h/a/../b` would be
         // prefix `b`): a store is named as written, or not at all.
         let path_text = rest.split('?').next().unwrap_or_default();
+        // `file:` is special to the url crate, which reads `\` as `/` (and
+        // would then resolve `..\..`): refused in every URL's path.
+        if path_text.contains('\\') {
+            return Err(invalid("the path contains '\\': write '/' (or %5C for a backslash in a name)".into()));
+        }
         let dots = |seg: &str| matches!(decode(seg, "").unwrap_or_default().to_ascii_lowercase().as_str(), "." | "..");
         if path_text.split('/').any(dots) {
             return Err(invalid("the path has a '.' or '..' segment: write the path it means".into()));
@@ -134,7 +139,8 @@ impl StoreUrl {
         let mut hosts = Vec::new();
         if !(hosts_text.is_empty() && user.is_none()) {
             for (i, part) in hosts_text.split(',').enumerate() {
-                let host = host(&scheme, part).map_err(|why| invalid(format!("host {} ({part:?}) {why}", i + 1)))?;
+                let quoted = if has_secret(text) { String::new() } else { format!(" ({part:?})") };
+                let host = host(&scheme, part).map_err(|why| invalid(format!("host {}{quoted} {why}", i + 1)))?;
                 hosts.extend(host);
             }
         }
@@ -205,6 +211,15 @@ impl StoreUrl {
         })
     }
 
+    /// This URL with `params` over its settings, key by key: what a store's
+    /// `open_url` reads, so that options given apart are never dropped
+    /// whichever way the URL was parsed.
+    pub fn with_params(&self, params: &BTreeMap<String, String>) -> Self {
+        let mut out = self.clone();
+        out.options.extend(params.iter().map(|(k, v)| (k.clone(), v.clone())));
+        out
+    }
+
     /// The scheme, lower-case; `file` for a plain path.
     pub fn scheme(&self) -> &str {
         &self.scheme
@@ -246,7 +261,8 @@ impl StoreUrl {
 
     /// The URL without its query, as the `url` crate parsed it (first host
     /// only); `None` for a plain path. For stores that hand it to another
-    /// library, such as `object_store`.
+    /// library, such as `object_store`. It keeps a password written in it:
+    /// never show it (show [`StoreUrl::display`]).
     pub fn base(&self) -> Option<&url::Url> {
         self.base.as_ref()
     }
@@ -285,17 +301,25 @@ pub fn scheme(text: &str) -> Option<&str> {
 
 /// `text` as it may be shown: no query, no fragment, no password.
 fn shown(text: &str) -> String {
-    let base = text.split(['?', '#']).next().unwrap_or_default();
-    let Some(s) = scheme(text) else { return base.into() };
-    let after = &base[s.len() + "://".len()..];
-    let end = after.find('/').unwrap_or(after.len());
-    match after[..end].rsplit_once('@') {
-        Some((userinfo, hosts)) if userinfo.contains(':') => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{s}://{user}:***@{hosts}{}", &after[end..])
-        }
-        _ => base.into(),
+    let Some(s) = scheme(text) else { return text.split('?').next().unwrap_or_default().into() };
+    // The userinfo ends at the last '@' before the query, even when the
+    // password holds a '/' or a '#' it should have encoded.
+    let before_query = text.split('?').next().unwrap_or_default();
+    let after = &before_query[s.len() + "://".len()..];
+    if let Some((userinfo, rest)) = after.rsplit_once('@')
+        && userinfo.contains(':')
+    {
+        let user = userinfo.split([':', '/', '#']).next().unwrap_or_default();
+        let rest = rest.split('#').next().unwrap_or_default();
+        return format!("{s}://{user}:***@{rest}");
     }
+    before_query.split('#').next().unwrap_or_default().into()
+}
+
+/// Whether `text` carries a password (then no part of its authority is
+/// quoted in an error).
+fn has_secret(text: &str) -> bool {
+    shown(text).contains(":***@")
 }
 
 /// One host of the authority, parsed by the url crate, with a reason that
@@ -311,6 +335,9 @@ fn host(scheme: &str, part: &str) -> std::result::Result<Option<Host>, String> {
         return Err("looks like an IPv6 address: those go in brackets, as in [::1]:2379".into());
     }
     let port_text = || part.rsplit_once(':').map_or("", |(_, p)| p).to_string();
+    if part.ends_with(':') {
+        return Err("has ':' and no port after it".into());
+    }
     let u = url::Url::parse(&format!("{scheme}://{part}/")).map_err(|e| match e {
         url::ParseError::InvalidPort => format!("port {:?} is not a number from 1 to 65535", port_text()),
         url::ParseError::InvalidIpv6Address => "is not an IPv6 address".into(),
@@ -325,8 +352,9 @@ fn host(scheme: &str, part: &str) -> std::result::Result<Option<Host>, String> {
         None => return Ok(None),
         Some(url::Host::Domain("")) => return Err("has no host".into()),
         Some(url::Host::Domain(d)) => {
-            if let Some(c) = d.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))) {
-                return Err(format!("{d:?} contains {c:?}: a host is letters, digits, '.', '-' and '_'"));
+            // `$`: Azure's own containers (`$web`, `$root`, `$logs`).
+            if let Some(c) = d.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '$'))) {
+                return Err(format!("{d:?} contains {c:?}: a host is letters, digits, '.', '-', '_' and '$'"));
             }
             d.to_string()
         }
@@ -448,6 +476,11 @@ mod tests {
         assert!(!format!("{u} {u:?}").contains("hunter2"));
         let u = parse("etcd://u:hunter2@h:1/p");
         assert!(u.has_password() && !format!("{u} {u:?}").contains("hunter2"));
+        // A password with a '/' or a '#' it should have encoded.
+        for text in ["s3://AKIA:se/cret@bucket/p", "etcd://u:p#w@h/x", "tenure://u:a/b@h:1?x=1"] {
+            let e = StoreUrl::parse(text, &BTreeMap::new()).map(|u| u.to_string()).unwrap_or_else(|e| e.to_string());
+            assert!(!e.contains("cret") && !e.contains("p#w") && !e.contains("a/b"), "{text}: {e}");
+        }
     }
 
     #[test]
@@ -458,6 +491,10 @@ mod tests {
             assert!(refused(dots).contains("'..' segment"), "{dots}");
         }
         assert_eq!(parse("../locks").path(), std::path::Path::new("../locks"), "a plain path is as written");
+        assert!(refused("file:///srv/locks\\..\\..\\etc").contains("'\\'"));
+        assert!(refused("etcd://h:/locks").contains("no port"));
+        assert!(refused("etcd://[::1]:/locks").contains("no port"));
+        assert_eq!(parse("az://$web/locks").hosts()[0].host, "$web");
         for near in [" file:///a", "9p://x", "/tmp/a://b"] {
             assert!(refused(near).contains("may not contain '://'"), "{near:?}");
         }

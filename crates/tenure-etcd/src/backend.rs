@@ -82,6 +82,7 @@ impl EtcdBackend {
     /// # Errors
     /// As [`EtcdBackend::connect`].
     pub async fn connect_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Self> {
+        let url = &url.with_params(&opts.params);
         let parsed = EtcdUrl::from_url(url)?;
         let url = &url.display().to_string();
         let s = &parsed.settings;

@@ -137,7 +137,7 @@ pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> 
     open_url(&StoreUrl::parse(url, &opts.params)?, opts).await
 }
 
-/// [`open`] for a parsed URL (whose options already include `opts.params`).
+/// [`open`] for a parsed URL; `opts.params` go over its settings.
 ///
 /// # Errors
 /// As [`open`].

@@ -173,7 +173,8 @@ impl EtcdUrl {
             return Err(invalid(format!("endpoint {}:{} is listed twice", twice.1.0, twice.1.1)));
         }
 
-        let prefix = url.path_str("key prefix")?.trim_start_matches('/').trim_end_matches('/');
+        let path = url.path_str("key prefix")?;
+        let prefix = path.strip_prefix('/').unwrap_or(path).trim_end_matches('/');
         if prefix.is_empty() {
             return Err(invalid(
                 "no key prefix: leases need a prefix of their own, e.g. etcd://127.0.0.1:2379/locks".into(),
@@ -338,6 +339,7 @@ mod tests {
             ("etcd://127.0.0.1:2379,,127.0.0.2/locks", "host 2"),
             ("etcd://127.0.0.1:2379,127.0.0.1/locks", "listed twice"),
             ("etcd://h/a%2F%2Fb", "empty segment"),
+            ("etcd://h//locks", "empty segment"),
             ("etcd://:2379/locks", "has no host"),
             ("etcd://::1:2379/locks", "in brackets"),
             ("etcd://[::1/locks", "closing ']'"),

@@ -174,7 +174,7 @@ pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> 
     open_url(&StoreUrl::parse(url, &opts.params)?, opts).await
 }
 
-/// [`open`] for a parsed URL (whose options already include `opts.params`).
+/// [`open`] for a parsed URL; `opts.params` go over its settings.
 ///
 /// # Errors
 /// See [`open_backend`].
@@ -210,6 +210,7 @@ pub fn backend_from_url(url: &StoreUrl) -> Result<ObjectBackend> {
 /// # Errors
 /// See [`open_backend`].
 pub async fn open_backend_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<ObjectBackend>> {
+    let url = &url.with_params(&opts.params);
     let built = config::build_url(url)?;
     let backend = Arc::new(built.backend());
     if !opts.trust_store && !opts.read_only {

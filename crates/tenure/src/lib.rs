@@ -25,8 +25,8 @@
 //!
 //! The root holds what a program that takes leases needs; the modules
 //! ([`backend`], [`cas`], [`store`], [`record`], …) what a store's
-//! implementer needs. All of it is [`tenure_core`]'s, re-exported, but
-//! [`open`]. Each remote store
+//! implementer needs, re-exported from [`tenure_core`]; [`open`] is this
+//! crate's own. Each remote store
 //! is a cargo feature, all on by default: `object` (s3, gs, az), `client`
 //! (`tenure://`), `etcd`; their crates are re-exported as `object`, `client`
 //! and `etcd` for what is particular to them. The lease server itself is the
@@ -73,7 +73,7 @@ pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> 
     open_url(&StoreUrl::parse(url, &opts.params)?, opts).await
 }
 
-/// [`open`] for a parsed URL (whose options already include `opts.params`).
+/// [`open`] for a parsed URL; `opts.params` go over its settings.
 ///
 /// # Errors
 /// As [`open`].
@@ -190,6 +190,25 @@ mod tests {
             assert!(why.contains("setting 1 of the query is not KEY=VALUE"), "{url}: {why}");
             let why = reason(&format!("{url}#frag"));
             assert!(why.contains("fragment"), "{url}: {why}");
+        }
+    }
+
+    #[cfg(all(feature = "object", feature = "client", feature = "etcd"))]
+    #[test]
+    fn options_given_to_open_url_are_never_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        for text in every_store(&dir.path().to_string_lossy()) {
+            // Parsed without the options, opened with them: they still count.
+            let url = StoreUrl::parse(&text, &Default::default()).expect("parses");
+            let opts = OpenOptions::default().with_param("bogus_key", "x");
+            match rt.block_on(open_url(&url, &opts)) {
+                Err(Error::InvalidStore { reason, .. }) => {
+                    assert!(reason.contains("\"bogus_key\""), "{text}: {reason}")
+                }
+                Err(other) => panic!("{text}: expected InvalidStore, got {other}"),
+                Ok(_) => panic!("{text}: opened with an unknown option"),
+            }
         }
     }
 

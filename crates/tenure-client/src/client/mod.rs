@@ -150,12 +150,13 @@ impl TenureStore {
         Self::from_url(&StoreUrl::parse(url, &opts.params)?, opts)
     }
 
-    /// [`TenureStore::new`] for a parsed URL (whose options already include
-    /// `opts.params`).
+    /// [`TenureStore::new`] for a parsed URL; `opts.params` go over its
+    /// settings.
     ///
     /// # Errors
     /// [`Error::InvalidStore`] saying what is wrong with the URL or a setting.
     pub fn from_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Self> {
+        let url = &url.with_params(&opts.params);
         let invalid = |reason: String| url.invalid(reason);
         if url.scheme() != "tenure" {
             return Err(invalid("not a tenure:// URL".into()));
@@ -167,7 +168,7 @@ impl TenureStore {
                     .into(),
             ));
         }
-        if !matches!(url.path_str("path")?, "" | "/") {
+        if !url.path_str("path")?.chars().all(|c| c == '/') {
             return Err(invalid("a tenure:// URL has no path: tenure://host:port[,host:port…]".into()));
         }
         let mut copts = ClientOptions::default();

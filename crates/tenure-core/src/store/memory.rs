@@ -146,6 +146,11 @@ pub fn open_url(url: &StoreUrl) -> Result<Arc<MemoryBackend>> {
     if let Some(key) = url.options().keys().next() {
         return Err(url.unknown(key, "none: memory:// takes no options"));
     }
+    // One name: `memory://a,b`, `memory://x@a` and `memory://a:1` would all
+    // be `a` otherwise.
+    if url.user().is_some() || url.hosts().len() > 1 || url.hosts().iter().any(|h| h.port.is_some()) {
+        return Err(url.invalid("a memory:// store has one name: letters, digits, '.', '-', '_' and '/'"));
+    }
     let host = url.hosts().first().map(|h| h.to_string()).unwrap_or_default();
     let name = format!("{host}{}", url.path_str("name")?);
     Ok(if name.is_empty() { Arc::new(MemoryBackend::new(SystemClock::shared())) } else { MemoryBackend::named(&name) })
