@@ -76,7 +76,7 @@ pub fn unknown_option(key: &str, known: &str) -> String {
 /// `tenure` crate's `open` knows them all.
 ///
 /// # Errors
-/// [`Error::InvalidStore`] for a malformed URL, an unknown setting or another
+/// [`crate::Error::InvalidStore`] for a malformed URL, an unknown setting or another
 /// scheme.
 pub fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
     open_url(&StoreUrl::parse(url, &opts.params)?, opts)

@@ -88,7 +88,7 @@
 //! # Waiters
 //!
 //! A waiter on a held lease is woken by inotify when a version file appears in
-//! the lease's directory, instead of polling (see [`watch`]); on NFS and other
+//! the lease's directory, instead of polling (see its `watch` module); on NFS and other
 //! network file systems, where another machine's write raises no event, waiters
 //! poll as before.
 //!
@@ -506,7 +506,7 @@ impl Backend for FileBackend {
     }
 
     /// Woken by inotify on a local file system; `Unsupported` on network ones
-    /// (see [`watch`]).
+    /// (see the `watch` module).
     async fn watch(&self, key: &str, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
         self.watch_dir(key, seen, timeout).await
     }

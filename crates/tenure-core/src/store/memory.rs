@@ -129,7 +129,7 @@ impl Backend for MemoryBackend {
 /// Opens a `memory://` URL.
 ///
 /// # Errors
-/// [`Error::InvalidStore`] for another scheme or any setting.
+/// [`crate::Error::InvalidStore`] for another scheme or any setting.
 pub fn open(url: &str) -> Result<Arc<MemoryBackend>> {
     open_url(&StoreUrl::parse(url, &std::collections::BTreeMap::new())?)
 }
@@ -138,7 +138,7 @@ pub fn open(url: &str) -> Result<Arc<MemoryBackend>> {
 /// name in this process.
 ///
 /// # Errors
-/// [`Error::InvalidStore`] for another scheme or any setting.
+/// [`crate::Error::InvalidStore`] for another scheme or any setting.
 pub fn open_url(url: &StoreUrl) -> Result<Arc<MemoryBackend>> {
     if url.scheme() != "memory" {
         return Err(url.invalid("expected memory://[NAME]"));
