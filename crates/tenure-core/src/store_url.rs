@@ -174,8 +174,6 @@ impl StoreUrl {
 
     /// A plain path: a directory, taken as written, with `params` only.
     fn plain_path(text: &str, params: &BTreeMap<String, String>, invalid: impl Fn(String) -> Error) -> Result<Self> {
-        // `./d?fsync=false` would otherwise become a directory with `?` in its
-        // name, its settings silently ignored.
         // `/tmp/a://b`, `9p://x`, ` s3://b` (a stray space): meant as a URL,
         // or a path that is one character from being read as a URL.
         if text.contains("://") {
@@ -185,8 +183,10 @@ impl StoreUrl {
                     .into(),
             ));
         }
-        // Only the directory's own settings are shown: another value may be a
-        // secret meant for another store.
+        // `./d?fsync=false` would otherwise become a directory with `?` in its
+        // name, its settings silently ignored. Only the directory's own
+        // settings are shown: another value may be a secret meant for another
+        // store.
         if let Some((path, query)) = text.split_once('?') {
             let abs = std::path::absolute(path).unwrap_or_else(|_| PathBuf::from(path));
             let shown = |pair: &str| match pair.split_once('=') {
