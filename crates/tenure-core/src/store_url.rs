@@ -138,9 +138,11 @@ impl StoreUrl {
         // has none.
         let mut hosts = Vec::new();
         if !(hosts_text.is_empty() && user.is_none()) {
+            // No part of an authority that carries a password is quoted.
+            let quote = |part: &str| if shown.contains(":***@") { String::new() } else { format!(" ({part:?})") };
             for (i, part) in hosts_text.split(',').enumerate() {
-                let quoted = if has_secret(text) { String::new() } else { format!(" ({part:?})") };
-                let host = host(&scheme, part).map_err(|why| invalid(format!("host {}{quoted} {why}", i + 1)))?;
+                let host =
+                    host(&scheme, part).map_err(|why| invalid(format!("host {}{} {why}", i + 1, quote(part))))?;
                 hosts.extend(host);
             }
         }
@@ -314,12 +316,6 @@ fn shown(text: &str) -> String {
         return format!("{s}://{user}:***@{rest}");
     }
     before_query.split('#').next().unwrap_or_default().into()
-}
-
-/// Whether `text` carries a password (then no part of its authority is
-/// quoted in an error).
-fn has_secret(text: &str) -> bool {
-    shown(text).contains(":***@")
 }
 
 /// One host of the authority, parsed by the url crate, with a reason that
