@@ -162,4 +162,7 @@ impl LeaseStore for Noting {
     async fn acquire_queued(&self, req: &AcquireRequest, wait: Duration) -> Option<Result<Attempt>> {
         self.inner.acquire_queued(req, wait).await
     }
+    async fn waiting(&self, name: &LeaseName) -> Result<Option<usize>> {
+        self.inner.waiting(name).await
+    }
 }

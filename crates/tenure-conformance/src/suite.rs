@@ -468,12 +468,16 @@ fn parse(b: &Bytes) -> u64 {
     std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()).expect("counter is a number")
 }
 
-/// Waiters are granted the lease in the order they queued, on every store that
-/// keeps a wait queue over its backend (a directory with change notifications,
-/// memory, etcd); a store without one (object stores poll) is skipped, and so
-/// is the lease server, whose queue its own tests cover.
+/// Waiters are granted the lease in the order they queued, and one that gives
+/// up (its future dropped, as when its process is interrupted) leaves the line
+/// and is skipped, on every store that keeps a wait line (a directory with
+/// change notifications, memory, etcd); a store without one (object stores
+/// poll) is skipped, and so is the lease server, whose queue its own tests
+/// cover.
 pub async fn waiters_are_granted_in_the_order_they_queued(h: &dyn Harness) {
-    let Some(backend) = h.backend() else { return };
+    if h.backend().is_none() {
+        return;
+    }
     let lease = "conf/line";
     let store = h.store().await;
     let first = crashed_holder(&store, lease, Holder::current().with_label("first")).await;
@@ -489,27 +493,34 @@ pub async fn waiters_are_granted_in_the_order_they_queued(h: &dyn Harness) {
     if store.acquire_queued(&ask("probe".into()), Duration::ZERO).await.is_none() {
         return;
     }
+    let onlooker = h.store().await;
+    let until_queued = async |n: usize| {
+        let mut queued = 0;
+        for _ in 0..1000 {
+            queued = onlooker.waiting(&name(lease)).await.expect("read the line").expect("a line");
+            if queued == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{queued} waiters in line, never {n}");
+    };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut waiters = Vec::new();
-    for i in 0..4 {
+    for i in 0..5 {
         let (s, tx, r) = (h.store().await, tx.clone(), ask(format!("w{i}")));
         waiters.push(tokio::spawn(async move {
             let granted = s.acquire_queued(&r, Duration::from_secs(600)).await.expect("a queue").expect("wait");
             let Attempt::Granted(g) = granted else { panic!("w{i}: the wait ran out") };
             let _ = tx.send((i, g, s));
         }));
-        let mut queued = 0;
-        for _ in 0..1000 {
-            queued = tenure_core::cas::waiting(backend.as_ref(), lease).await.expect("read the queue").len();
-            if queued > i {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert!(queued > i, "waiter {i} never queued");
+        until_queued(i + 1).await;
     }
+    // The third waiter gives up: it leaves the line, and the lease skips it.
+    waiters.remove(2).abort();
+    until_queued(4).await;
     let (mut last, mut last_store) = (first, store);
-    for i in 0..4 {
+    for i in [0, 1, 3, 4] {
         last_store.release(&last, &ReleaseRequest::default()).await.expect("release");
         let got = tokio::time::timeout(Duration::from_secs(60), rx.recv()).await.expect("a grant").expect("open");
         assert_eq!(got.0, i, "granted out of order");
@@ -519,4 +530,5 @@ pub async fn waiters_are_granted_in_the_order_they_queued(h: &dyn Harness) {
     for w in waiters {
         w.await.expect("waiter");
     }
+    until_queued(0).await;
 }

@@ -124,6 +124,53 @@ pub trait Backend: Send + Sync + Debug + 'static {
         let _ = (key, seen, timeout);
         Err(Error::unsupported(self.url(), "watching keys"))
     }
+
+    /// The store's own wait line, if it keeps one (etcd: a key per waiter, in
+    /// revision order). Others get one record per lease over
+    /// [`Backend::put`] and [`Backend::watch`] (see [`crate::cas`]).
+    fn line(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<dyn Line>> {
+        None
+    }
+}
+
+/// One waiter in a lease's wait line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter {
+    /// The waiting holder's nonce.
+    pub nonce: String,
+    /// It waits for a shared grant.
+    pub shared: bool,
+}
+
+/// Whether `waiter` may try the lease with `line` as it stands: nobody is
+/// ahead of it, or only shared waiters are and it is one. `None`: it is not
+/// in the line.
+pub fn may_try(line: &[Waiter], waiter: &Waiter) -> Option<bool> {
+    let at = line.iter().position(|w| w.nonce == waiter.nonce)?;
+    Some(at == 0 || (waiter.shared && line[..at].iter().all(|w| w.shared)))
+}
+
+/// A wait line per lease: who waits for it, in the order they came, so that
+/// a freed lease goes to the first of them (see [`crate::cas`]'s queue for
+/// the waiting itself). Every operation ends by its deadline.
+#[async_trait]
+pub trait Line: Send + Sync + Debug + 'static {
+    /// Puts `waiter` at the back of `name`'s line, or keeps it where it is if
+    /// it is there: a waiter calls this again every few seconds to show it is
+    /// alive, and one that stops (it crashed) leaves the line by itself.
+    async fn enter(&self, name: &str, waiter: &Waiter) -> Result<()>;
+
+    /// The waiters of `name`'s line, first first.
+    async fn waiters(&self, name: &str) -> Result<Vec<Waiter>>;
+
+    /// `Some(true)` at once if `waiter` may try the lease ([`may_try`]);
+    /// otherwise waits until the line ahead of it may have moved, or for
+    /// `timeout`, and says `Some(false)`. `None`: it is not in the line (it
+    /// was taken for crashed).
+    async fn turn(&self, name: &str, waiter: &Waiter, timeout: Duration) -> Result<Option<bool>>;
+
+    /// Takes the waiter `nonce` out of `name`'s line.
+    async fn leave(&self, name: &str, nonce: &str) -> Result<()>;
 }
 
 /// Checks a backend key: lease-name segments, optionally ending in `~suffix`.

@@ -49,7 +49,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::backend::{Backend, Put, PutOptions, Stored};
+use crate::backend::{Backend, Line, Put, PutOptions, Stored};
 use crate::clock::{Clock, Mono};
 use crate::error::{Error, Result};
 use crate::limits::{MAX_RECORD_BYTES, millis};
@@ -116,10 +116,12 @@ pub struct CasStore {
     /// Names this store has queued for: its next attempts on them look at the
     /// queue first (see [`queue`]), until they find it empty.
     lined: Mutex<std::collections::HashSet<String>>,
+    /// The wait line: the backend's own, or one record per lease.
+    line: Arc<dyn Line>,
 }
 
 mod queue;
-pub use queue::waiting;
+pub use queue::{ENTRY_TTL, MAX_WAITERS, REFRESH, RecordLine, full};
 
 /// A read record, interpreted.
 enum Read {
@@ -131,7 +133,11 @@ enum Read {
 impl CasStore {
     /// Leases over `backend`, measured on `clock`.
     pub fn new(backend: Arc<dyn Backend>, clock: Arc<dyn Clock>, opts: CasOptions) -> Self {
+        let line = backend.clone().line().unwrap_or_else(|| {
+            Arc::new(RecordLine::new(backend.clone(), clock.clone(), opts.max_skew)) as Arc<dyn Line>
+        });
         Self {
+            line,
             backend,
             clock,
             opts,
@@ -636,6 +642,13 @@ impl LeaseStore for CasStore {
 
     async fn acquire_queued(&self, req: &AcquireRequest, wait: Duration) -> Option<Result<Attempt>> {
         self.wait_in_line(req, wait).await
+    }
+
+    async fn waiting(&self, name: &LeaseName) -> Result<Option<usize>> {
+        if !self.can_queue(name.as_str()).await {
+            return Ok(None);
+        }
+        Ok(Some(self.line.waiters(name.as_str()).await?.len()))
     }
 
     async fn wait_for_change(&self, busy: &Busy, max: Duration) {

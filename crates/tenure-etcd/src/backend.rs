@@ -8,18 +8,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::StreamExt;
-use tenure_core::backend::check_key;
-use tenure_core::{
-    Backend, Clock, ClockExt, Error, OpenOptions, Put, PutMode, PutOptions, Result, StoreUrl, Stored, Version,
-};
+use tenure_core::backend::{Line, check_key};
+use tenure_core::{Backend, Clock, Error, OpenOptions, Put, PutMode, PutOptions, Result, StoreUrl, Stored, Version};
 use tonic::Status;
 
 use crate::leases::{LeasePool, LeaseRpc};
-use crate::proto::etcdserverpb::{
-    LeaseGrantRequest, RangeRequest, RangeResponse, ResponseHeader, TxnRequest, WatchCreateRequest, WatchRequest,
-    watch_request,
-};
+use crate::proto::etcdserverpb::{LeaseGrantRequest, RangeRequest, RangeResponse, ResponseHeader, TxnRequest};
 use crate::rpc::{self, Etcd};
 use crate::url::EtcdUrl;
 
@@ -132,6 +126,16 @@ impl EtcdBackend {
         Ok(backend)
     }
 
+    /// The clock waits are measured on.
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The error of request `op` that etcd failed.
+    pub(crate) fn fail(&self, op: String, e: Status) -> Error {
+        fail(&self.url, self.tls, op, e)
+    }
+
     /// The etcd key that backend key `key` is stored under.
     pub fn etcd_key(&self, key: &str) -> String {
         format!("{}{key}", self.root)
@@ -146,7 +150,7 @@ impl EtcdBackend {
     /// `attempt` makes the request; it is made again (within the same timeout)
     /// after errors that `resend` allows, and once after a new authentication
     /// when etcd says our token expired (it refused the request unapplied).
-    async fn timed<T, F: Future<Output = std::result::Result<T, Status>>>(
+    pub(crate) async fn timed<T, F: Future<Output = std::result::Result<T, Status>>>(
         &self,
         op: &(dyn Fn() -> String + Sync),
         resend: Resend,
@@ -181,7 +185,7 @@ impl EtcdBackend {
 
     /// One linearizable `Range`, resent on any "unavailable" error (reads are
     /// idempotent).
-    async fn range(&self, op: &(dyn Fn() -> String + Sync), req: RangeRequest) -> Result<RangeResponse> {
+    pub(crate) async fn range(&self, op: &(dyn Fn() -> String + Sync), req: RangeRequest) -> Result<RangeResponse> {
         self.try_range(op, req).await?.map_err(|e| fail(&self.url, self.tls, op(), e))
     }
 
@@ -224,7 +228,7 @@ impl EtcdBackend {
 
     /// One `Range` of `k`: the revision up to which it is still at `seen` (its
     /// mod_revision, `None` for absent), or `None` if it has moved on.
-    async fn unchanged_until(&self, k: &str, seen: Option<i64>) -> Result<Option<i64>> {
+    pub(crate) async fn unchanged_until(&self, k: &str, seen: Option<i64>) -> Result<Option<i64>> {
         let req = RangeRequest { keys_only: true, ..rpc::range(k) };
         let resp = self.range(&|| format!("reading key {k:?}"), req).await?;
         let now = resp.kvs.first().map(|kv| kv.mod_revision);
@@ -233,7 +237,7 @@ impl EtcdBackend {
     }
 
     /// An etcd lease for a write of `k` with expiry hint `d` (see [`crate::leases`]).
-    async fn lease_for(&self, k: &str, d: Duration) -> Result<i64> {
+    pub(crate) async fn lease_for(&self, k: &str, d: Duration) -> Result<i64> {
         self.leases.lease_for(self, d).await.map_err(|e| match e {
             Error::Store { store, op, source } => {
                 Error::Store { store, op: format!("writing key {k:?}: {op}"), source }
@@ -286,7 +290,7 @@ const UNAVAILABLE: i32 = 14;
 
 /// Which errors a request may be sent again after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Resend {
+pub(crate) enum Resend {
     /// Only when it certainly was not applied: the connection to the chosen
     /// endpoint could not be made, or the member refused it for want of a
     /// leader. (The client balances over the endpoints and reports a dead
@@ -553,51 +557,12 @@ impl Backend for EtcdBackend {
         check_key(key)?;
         let k = self.etcd_key(key);
         let seen = seen.map(|v| self.revision_of(&k, v)).transpose()?;
-        let give_up = self.clock.sleep(timeout);
-        let changed = async {
-            // The watch starts at the store's next revision (start_revision 0):
-            // etcd serves it at once, whereas one that starts in the past is
-            // served from a catch-up loop that runs every 100 ms, and a waiter
-            // would sleep through that. A change before the watch began is
-            // caught by the read that follows its creation.
-            let op = || format!("watching key {k:?}");
-            let create = WatchCreateRequest { key: k.as_bytes().to_vec(), start_revision: 0, ..Default::default() };
-            let request = WatchRequest { request_union: Some(watch_request::RequestUnion::CreateRequest(create)) };
-            let attempt = || {
-                let mut watches = self.client.watch();
-                // The request stream stays open for as long as we watch:
-                // etcd ends a watch whose requests have ended.
-                let ask = futures::stream::iter([request.clone()]).chain(futures::stream::pending());
-                async move { watches.watch(ask).await.map(tonic::Response::into_inner) }
-            };
-            let mut stream =
-                self.timed(&op, Resend::Read, attempt).await?.map_err(|e| fail(&self.url, self.tls, op(), e))?;
-            let mut checked = false;
-            loop {
-                match stream.message().await {
-                    Ok(Some(resp)) if !resp.events.is_empty() => return Ok(true),
-                    Ok(Some(resp)) if resp.canceled => {
-                        let why = format!("etcd cancelled the watch: {}", resp.cancel_reason);
-                        return Err(Error::store(&self.url, op(), why));
-                    }
-                    // "created" (then progress notifications): from here on every
-                    // change comes as an event; one before it shows in a read.
-                    Ok(Some(_)) if !checked => {
-                        checked = true;
-                        if self.unchanged_until(&k, seen).await?.is_none() {
-                            return Ok(true);
-                        }
-                    }
-                    Ok(Some(_)) => {}
-                    Ok(None) => return Err(Error::store(&self.url, op(), "etcd closed the watch stream")),
-                    Err(e) => return Err(fail(&self.url, self.tls, op(), e)),
-                }
-            }
-        };
-        tokio::select! {
-            out = changed => out,
-            () = give_up => Ok(false),
-        }
+        self.watch_etcd_key(&k, seen, timeout).await
+    }
+
+    /// etcd's own wait line: a key per waiter (see [`crate::line`]).
+    fn line(self: Arc<Self>) -> Option<Arc<dyn Line>> {
+        Some(self)
     }
 }
 

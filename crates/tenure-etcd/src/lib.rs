@@ -17,7 +17,8 @@
 //! `locks/deploy/prod`, holding tenure's JSON lease record (see
 //! [`tenure_core::record`]). Next to it, `locks/deploy/prod~~last` is its *shadow*:
 //! a persistent copy of the last value written with an expiry, which etcd never
-//! deletes (see below). Fenced records live at `locks/<name>~fence`.
+//! deletes (see below). Fenced records live at `locks/<name>~fence`, and the
+//! waiters in line for a lease at `locks/<name>~line/<nonce>` ([`line`](mod@line)).
 //!
 //! # Operations, as etcd requests
 //!
@@ -29,6 +30,7 @@
 //! | token floor of a vanished record | count-only `Range` → header revision | 1 round trip |
 //! | list | keys-only prefix `Range` | 1 round trip |
 //! | wait for a busy lease | `Watch` of the key from the revision after the one seen | 1 stream, woken by etcd's event |
+//! | wait in line | a key per waiter, `NAME~line/NONCE`, watching the one ahead (see [`line`](mod@line)) | 1 write to enter, 1 to leave |
 //! | keep our etcd lease alive | `LeaseKeepAlive` (or `LeaseGrant` when none) before a write that needs it | about once per `d/2`, see [`leases`](#etcd-leases-and-keep-alive) |
 //!
 //! So an uncontended acquire + release of an existing record costs 3 requests
@@ -116,9 +118,11 @@
 
 mod backend;
 mod leases;
+pub mod line;
 pub mod proto;
 pub mod rpc;
 pub mod url;
+mod watch;
 
 use std::sync::Arc;
 

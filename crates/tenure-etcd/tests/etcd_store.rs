@@ -143,6 +143,51 @@ async fn a_waiter_on_a_frozen_clock_wakes_through_the_watch_when_the_holder_rele
     lease.release().await.expect("release");
 }
 
+/// etcd's own wait line: each waiter is a key of its own on an etcd lease (no
+/// shared queue record to rewrite), a waiter ahead that crashed holds the line
+/// up only until etcd deletes its key, and a granted waiter leaves the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_keys_of_their_own_and_a_crashed_waiters_key_lapses_with_its_etcd_lease() {
+    let Some(s) = scratch("line").await else { return };
+    let holder = Client::new(open(&s.url, &open_options()).await);
+    let held = holder.try_acquire("q", &LeaseOptions::exclusive().with_ttl(TTL)).await.expect("acquire");
+    // A waiter ahead of everyone that crashed: its etcd lease is never kept alive.
+    let line = s.key("q~line/");
+    let ghost = format!("{line}ghost");
+    let short = s.raw.lease_grant(2).await.expect("lease grant");
+    s.raw.put_on_lease(&ghost, b"x", short).await.expect("put the ghost");
+
+    let waiter = Client::new(open(&s.url, &open_options()).await);
+    let wait = LeaseOptions::exclusive().with_ttl(TTL).with_timeout(Duration::from_secs(3600));
+    let task = tokio::spawn(async move { waiter.acquire("q", &wait).await });
+    let started = Instant::now();
+    let in_line = loop {
+        let kvs = s.raw.get_prefix(&line).await.expect("range").kvs;
+        if kvs.len() == 2 || started.elapsed() > PATIENCE {
+            break kvs;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(in_line.len(), 2, "the ghost and the waiter, each a key");
+    assert!(in_line.iter().all(|kv| kv.lease != 0), "every waiter's key is on an etcd lease");
+    assert!(lease_of(&s, &s.key("q~queue")).await.is_none(), "no shared queue record on etcd");
+
+    assert_eq!(held.release().await.expect("release"), Released::Released);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let done = task.is_finished();
+    if lease_of(&s, &ghost).await.is_some() {
+        assert!(!done, "the lease went past a waiter still in line ahead");
+    }
+    let lease = tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("etcd must delete the crashed waiter's key, and the watch wake the one behind it")
+        .expect("join")
+        .expect("acquire");
+    assert!(lease_of(&s, &ghost).await.is_none(), "granted only once the ghost lapsed");
+    assert!(s.raw.get_prefix(&line).await.expect("range").kvs.is_empty(), "the granted waiter left the line");
+    lease.release().await.expect("release");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_whose_etcd_lease_is_revoked_learns_it_lost_and_the_store_recovers_with_a_new_one() {
     let Some(s) = scratch("revoked").await else { return };
@@ -373,4 +418,50 @@ async fn a_watch_whose_history_was_compacted_away_keeps_waiting_and_still_sees_t
     tokio::time::sleep(Duration::from_millis(300)).await;
     b.put("c", Bytes::from_static(b"v2"), PutOptions::update(seen)).await.expect("update");
     assert!(waiting.await.expect("join").expect("watch"), "the change after compaction is seen");
+}
+
+/// A watch that ends takes its etcd watcher with it, whether it saw a change
+/// or gave up. One left
+/// open would get every later change of its key, unread, until HTTP/2's guard
+/// against floods of small frames closed the connection under every lease of
+/// the process (`too_many_data_frames`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_that_ended_leave_no_watcher_behind_to_flood_the_connection() {
+    let Some(s) = scratch("zombies").await else { return };
+    let b = s.backend().await;
+    let Put::Done(first) = b.put("k", Bytes::from_static(b"0"), PutOptions::create()).await.expect("put") else {
+        panic!("a fresh key is created");
+    };
+    let seen = Arc::new(parking_lot::Mutex::new(first));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Watchers that give up after 2 to 20 ms, some before a change, some after.
+    let watchers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let (b, seen, stop) = (b.clone(), seen.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let was = seen.lock().clone();
+                    let _ = tokio::time::timeout(Duration::from_micros(2000 + (n * 997 + w * 311) % 18_000), async {
+                        b.watch("k", Some(&was), PATIENCE).await
+                    })
+                    .await;
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    // A writer changing the key all along: every watcher still open is sent each change.
+    for i in 1..=1500 {
+        let was = seen.lock().clone();
+        let put = b.put("k", Bytes::from(format!("{i}")), PutOptions::update(was)).await;
+        match put.expect("the connection keeps working") {
+            Put::Done(v) => *seen.lock() = v,
+            Put::Conflict => panic!("nobody else writes k"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in watchers {
+        w.await.expect("watcher");
+    }
 }

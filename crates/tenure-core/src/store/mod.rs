@@ -154,6 +154,14 @@ pub trait LeaseStore: Send + Sync + Debug + 'static {
         None
     }
 
+    /// How many wait in line for `name` ([`LeaseStore::acquire_queued`]), if
+    /// this store keeps a line it can read; `None` if it keeps none (its
+    /// waiters poll) or cannot tell.
+    async fn waiting(&self, name: &LeaseName) -> Result<Option<usize>> {
+        let _ = name;
+        Ok(None)
+    }
+
     /// Waits up to `max` for a busy lease to change. The default sleeps; stores
     /// that can watch a key wake early.
     async fn wait_for_change(&self, busy: &Busy, max: Duration) {

@@ -44,6 +44,21 @@ impl Raw {
         self.0.kv().delete_range(req).await.map(drop)
     }
 
+    /// A fresh etcd lease of `ttl` seconds, never kept alive: its id.
+    pub async fn lease_grant(&self, ttl: i64) -> Result<i64, tonic::Status> {
+        let req = tenure_etcd::proto::etcdserverpb::LeaseGrantRequest { ttl, id: 0 };
+        self.0.lease().lease_grant(req).await.map(|r| r.into_inner().id)
+    }
+
+    pub async fn put_on_lease(&self, key: &str, value: &[u8], lease: i64) -> Result<(), tonic::Status> {
+        let req = PutRequest { key: key.into(), value: value.to_vec(), lease, ..PutRequest::default() };
+        self.0.kv().put(req).await.map(drop)
+    }
+
+    pub async fn get_prefix(&self, prefix: &str) -> Result<RangeResponse, tonic::Status> {
+        self.0.kv().range(rpc::range_prefix(prefix)).await.map(tonic::Response::into_inner)
+    }
+
     pub async fn lease_revoke(&self, id: i64) -> Result<(), tonic::Status> {
         self.0.lease().lease_revoke(LeaseRevokeRequest { id }).await.map(drop)
     }
