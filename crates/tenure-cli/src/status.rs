@@ -65,7 +65,8 @@ fn state_word(s: &LeaseState) -> &'static str {
 /// One lease as `status` shows it: its state, or why it could not be read. One
 /// unreadable lease never hides the others.
 enum Found {
-    State(LeaseState),
+    /// Its state, and how many wait in line for it (if the store keeps a line).
+    State(LeaseState, Option<usize>),
     Failed(LeaseName, tenure::Error),
 }
 
@@ -84,7 +85,8 @@ async fn collect(store: &dyn LeaseStore, name: Option<&str>) -> Result<Vec<Found
     let mut found = Vec::with_capacity(names.len());
     for n in names {
         match store.inspect(&n).await {
-            Ok(state) => found.push(Found::State(state)),
+            // The line is extra: a store that cannot show it still shows the lease.
+            Ok(state) => found.push(Found::State(state, store.waiting(&n).await.unwrap_or_default())),
             Err(e) => found.push(Found::Failed(n, e)),
         }
     }
@@ -106,7 +108,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
     // unreadable record), 1 if it can be taken (free, expired or absent).
     let asked = args.name.as_deref().and_then(|n| {
         found.iter().find_map(|f| match f {
-            Found::State(s) if s.name.as_str() == n => Some(s),
+            Found::State(s, _) if s.name.as_str() == n => Some(s),
             _ => None,
         })
     });
@@ -121,7 +123,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
         let rows: Vec<serde_json::Value> = found
             .iter()
             .map(|f| match f {
-                Found::State(s) => serde_json::to_value(report::LeaseJson::of(s, now)),
+                Found::State(s, waiting) => serde_json::to_value(report::LeaseJson::of(s, now).with_waiting(*waiting)),
                 Found::Failed(name, error) => {
                     serde_json::to_value(report::LeaseErrorJson::new(name.as_str(), &error.to_string()))
                 }
@@ -148,8 +150,8 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
     let shown: Vec<&Found> = found
         .iter()
         .filter(|f| match f {
-            Found::State(s) if asked.is_some_and(|a| a.name == s.name) => !absent(s),
-            Found::State(s) => args.all || state_word(s) != "free",
+            Found::State(s, _) if asked.is_some_and(|a| a.name == s.name) => !absent(s),
+            Found::State(s, waiting) => args.all || state_word(s) != "free" || waiting.is_some_and(|n| n > 0),
             Found::Failed(..) => true,
         })
         .collect();
@@ -165,28 +167,44 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
         return Ok(code);
     }
     let now = SystemClock::new().wall_ms();
-    let rows: Vec<[String; 7]> = shown
+    // A column for the lines only when someone waits in one.
+    let lines = shown.iter().any(|f| matches!(f, Found::State(_, Some(n)) if *n > 0));
+    let rows: Vec<Vec<String>> = shown
         .iter()
-        .map(|f| match f {
-            Found::State(s) => row(s, now),
-            Found::Failed(name, e) => {
-                let mut r = ["-".to_string(), "-".into(), "-".into(), "-".into(), "-".into(), "-".into(), "-".into()];
-                r[0] = name.to_string();
-                r[1] = "error".into();
-                r[4] = format!("cannot read: {e}");
-                r
+        .map(|f| {
+            let (r, waiting) = match f {
+                Found::State(s, waiting) => (row(s, now), waiting.map_or_else(|| "-".to_string(), |n| n.to_string())),
+                Found::Failed(name, e) => {
+                    let mut r =
+                        ["-".to_string(), "-".into(), "-".into(), "-".into(), "-".into(), "-".into(), "-".into()];
+                    r[0] = name.to_string();
+                    r[1] = "error".into();
+                    r[4] = format!("cannot read: {e}");
+                    (r, "-".to_string())
+                }
+            };
+            if lines {
+                // After HOLDER: who holds it, then who waits for it.
+                let mut v = r.to_vec();
+                v.insert(5, waiting);
+                return v;
             }
+            r.to_vec()
         })
         .collect();
-    let header = ["LEASE", "STATE", "MODE", "TOKEN", "HOLDER", "HELD", "EXPIRES"].map(String::from);
-    let mut widths = [0usize; 7];
+    let mut header: Vec<String> =
+        ["LEASE", "STATE", "MODE", "TOKEN", "HOLDER", "HELD", "EXPIRES"].map(String::from).to_vec();
+    if lines {
+        header.insert(5, "WAITING".into());
+    }
+    let mut widths = vec![0usize; header.len()];
     for r in std::iter::once(&header).chain(&rows) {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
         }
     }
     for r in std::iter::once(&header).chain(&rows) {
-        let line: Vec<String> = r.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         ignore_broken_pipe(writeln!(out, "{}", line.join("  ").trim_end()))?;
     }
     Ok(code)

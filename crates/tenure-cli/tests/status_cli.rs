@@ -187,3 +187,32 @@ fn break_reason_is_kept_with_who_broke_it_and_shown_by_status_and_to_the_next_ho
         assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
     }
 }
+
+/// `status` shows who waits in line for a lease: a WAITING column in the
+/// table (only while someone waits) and `waiters` in the JSON.
+#[test]
+fn status_shows_how_many_wait_in_line() {
+    let store = FileStore::new();
+    let url = store.url();
+    let release = store.path("release");
+    let mut holder = hold_until(&store, "line", &release);
+    let table = text(&run(tenure().args(["status", &url]), LIMIT).stdout);
+    assert!(!table.contains("WAITING"), "no column while nobody waits: {table}");
+
+    let mut waiters: Vec<_> = (0..2).map(|_| common::start(&store, "line", &[], "true")).collect();
+    let waiting = |n: u64| common::status_json(&url, "line")[0]["waiters"].as_u64() == Some(n);
+    assert!(common::eventually(LIMIT, || waiting(2)), "{}", common::status_json(&url, "line"));
+    let table = text(&run(tenure().args(["status", &url]), LIMIT).stdout);
+    let header = table.lines().next().unwrap_or_default();
+    let row = table.lines().find(|l| l.starts_with("line ")).unwrap_or_else(|| panic!("no row: {table}"));
+    let at = header.find("WAITING").unwrap_or_else(|| panic!("no WAITING column: {table}"));
+    assert!(header[..at].trim_end().ends_with("HOLDER"), "right after HOLDER: {table}");
+    assert_eq!(row.get(at..).and_then(|c| c.split_whitespace().next()), Some("2"), "{table}");
+
+    std::fs::write(&release, b"").expect("release");
+    assert_eq!(common::wait_status(&mut holder, LIMIT).code(), Some(0));
+    for w in &mut waiters {
+        assert_eq!(common::wait_status(w, LIMIT).code(), Some(0));
+    }
+    assert!(common::eventually(LIMIT, || waiting(0)), "{}", common::status_json(&url, "line"));
+}

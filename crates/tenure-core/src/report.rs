@@ -116,9 +116,20 @@ pub struct LeaseJson<'a> {
     corrupt: Option<&'a str>,
     modified_ms: Option<u64>,
     modified_at: Option<String>,
+    /// How many wait in line for it, where the store keeps a line (the lease
+    /// server's `/status.json` has the same field).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiters: Option<usize>,
 }
 
 impl<'a> LeaseJson<'a> {
+    /// With the number of waiters in its line, if the store told.
+    #[must_use]
+    pub fn with_waiting(mut self, waiting: Option<usize>) -> Self {
+        self.waiters = waiting;
+        self
+    }
+
     /// The parts of a lease, seen at `now_ms`; `state` as [`state_word`] says.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -144,6 +155,7 @@ impl<'a> LeaseJson<'a> {
             corrupt,
             modified_ms,
             modified_at: modified_ms.and_then(rfc3339_ms),
+            waiters: None,
         }
     }
 
