@@ -85,8 +85,14 @@ async fn collect(store: &dyn LeaseStore, name: Option<&str>) -> Result<Vec<Found
     let mut found = Vec::with_capacity(names.len());
     for n in names {
         match store.inspect(&n).await {
-            // The line is extra: a store that cannot show it still shows the lease.
-            Ok(state) => found.push(Found::State(state, store.waiting(&n).await.unwrap_or_default())),
+            Ok(state) => {
+                // Only a taken lease has a line (a free one is taken by the
+                // first to look); the line is extra: a store that cannot show
+                // it still shows the lease.
+                let taken = !state.holders.is_empty() || !state.expired.is_empty();
+                let waiting = if taken { store.waiting(&n).await.unwrap_or_default() } else { None };
+                found.push(Found::State(state, waiting));
+            }
             Err(e) => found.push(Found::Failed(n, e)),
         }
     }

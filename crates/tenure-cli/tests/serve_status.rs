@@ -69,6 +69,56 @@ async fn tenure_status_lists_more_leases_than_one_frame_can_hold() {
     assert_eq!(rows[LEASES - 1]["name"], name(LEASES - 1));
 }
 
+/// `tenure status tenure://…` shows how many wait in a lease's queue on the
+/// server (protocol 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenure_status_shows_the_servers_queue() {
+    // A short restart quarantine (--max-lease), and a holder that renews.
+    let server = serve(&["--listen", "127.0.0.1:0", "--max-lease", "3s"]);
+    let url = format!("tenure://{}", server.addr);
+    let ask = |label: &str| AcquireRequest {
+        name: LeaseName::new("queued").expect("name"),
+        mode: Mode::Exclusive,
+        ttl: Duration::from_secs(3),
+        holder: Arc::new(Holder::current().with_label(label)),
+        retake: false,
+        meta: None,
+    };
+    let store = Arc::new(tenure_server::TenureStore::new(&url, &OpenOptions::default()).expect("store"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let opts = tenure::LeaseOptions::exclusive().with_ttl(Duration::from_secs(3)).with_timeout(Duration::from_secs(30));
+    let held = tenure::Client::new(store.clone()).acquire("queued", &opts).await.expect("the holder");
+    let waiters: Vec<_> = (0..3)
+        .map(|i| {
+            let (store, req) = (store.clone(), ask(&format!("w{i}")));
+            tokio::spawn(async move { store.acquire_queued(&req, Duration::from_secs(600)).await })
+        })
+        .collect();
+    let status = || async {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .args(["status", &url, "queued", "--json"])
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(60), out).await.expect("status finishes").expect("run");
+        assert!(out.status.success(), "tenure status failed: {}", String::from_utf8_lossy(&out.stderr));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        doc["leases"][0]["waiters"].as_u64()
+    };
+    let mut seen = None;
+    while Instant::now() < deadline {
+        seen = status().await;
+        if seen == Some(3) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, Some(3), "three wait in the server's queue");
+    for w in waiters {
+        w.abort();
+    }
+    drop(held);
+}
+
 #[test]
 fn tenure_serve_refuses_limits_no_server_can_work_with() {
     for (flag, value, says) in [

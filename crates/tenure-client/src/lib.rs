@@ -8,7 +8,7 @@
 //! here, once; the server (`tenure-server`) depends on this crate, so a
 //! client-only user builds neither the server nor its HTTP stack.
 //!
-//! # Wire protocol (version 3)
+//! # Wire protocol (version 4)
 //!
 //! TCP, or TLS over TCP ([`tls`]: `tenure serve --tls-cert --tls-key`, and
 //! `tenure://host:port?tls=true` on the client's side); every frame is
@@ -20,7 +20,7 @@
 //! connection, and answers come back by `id`, in any order.
 //!
 //! 1. The first request must be `Hello { magic: "TNRW", version, auth }`, where
-//!    this build speaks versions 2 and 3. The server answers with the client's
+//!    this build speaks versions 2 to 4. The server answers with the client's
 //!    version (a version 2 client is served as before), its ed25519 public key, its `max_lease`,
 //!    how long its quarantine still lasts, and when it started. A wrong magic or
 //!    version, or a missing or wrong shared secret (`auth`, when the server has
@@ -32,7 +32,10 @@
 //!    leases), `Upgrade`, `Renew`, `Release` (one outcome per item), `Inspect`,
 //!    `List` (a page of names after a cursor), `Break` (conditional on the
 //!    version inspected) and `Ping`; from version 3, `Wait { ask, wait_ms }` and
-//!    `Unwait { id }` (the server's crate docs say how a queue serves them).
+//!    `Unwait { id }` (the server's crate docs say how a queue serves them);
+//!    from version 4, `Waiters(name)`, the length of a lease's queue (what
+//!    `tenure status` shows). A client asks a server only what its version
+//!    knows: an older server's answers stay the same.
 //!
 #![forbid(unsafe_code)]
 

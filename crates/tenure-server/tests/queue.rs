@@ -75,6 +75,9 @@ async fn waiters_are_granted_in_the_order_they_queued() {
         tasks.push(waiter(&server, &clock, common::req("q", &holder(&format!("w{i}"))), tx.clone()));
         until_parked(&server, i + 1).await;
     }
+    // The queue's length, as `tenure status` asks for it (protocol 4).
+    let q = tenure_core::LeaseName::new("q").expect("name");
+    assert_eq!(store.waiting(&q).await.expect("count"), Some(6));
     // Each is granted when the one before releases, and nobody else meanwhile.
     let mut last = first;
     for i in 0..6 {
@@ -84,6 +87,7 @@ async fn waiters_are_granted_in_the_order_they_queued() {
         assert_eq!(label, format!("w{i}"), "grants out of order");
         assert!(g.token > last.token, "tokens grow: {} then {}", last.token, g.token);
         assert_eq!(g.predecessor.as_ref().map(|p| p.how), Some(EndedHow::Released));
+        assert_eq!(store.waiting(&q).await.expect("count"), Some(5 - i), "the granted waiter left the queue");
         last = g;
     }
     for t in tasks {

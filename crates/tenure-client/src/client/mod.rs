@@ -826,6 +826,20 @@ impl LeaseStore for TenureStore {
         }
     }
 
+    async fn waiting(&self, name: &LeaseName) -> Result<Option<usize>> {
+        let server = self.server_for(name.as_str());
+        let e = &self.endpoints[server];
+        self.conn(e).await?;
+        // A server before protocol 4 cannot say.
+        if e.info.lock().as_ref().is_none_or(|i| i.protocol < 4) {
+            return Ok(None);
+        }
+        match self.call(server, "counting waiters", &Request::Waiters(name.as_str())).await? {
+            Response::Waiters(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+            other => Err(self.unexpected("counting waiters", &other)),
+        }
+    }
+
     async fn list(&self, prefix: &str) -> Result<Vec<LeaseName>> {
         let answers = join_all((0..self.endpoints.len()).map(|s| self.list_on(s, prefix))).await;
         let mut names = Vec::new();

@@ -21,6 +21,7 @@ pub(crate) enum ResponseIn<'a> {
     Done,
     Pong,
     Error { code: ErrorCode, message: String },
+    Waiters(u32),
 }
 
 /// [`super::AcquireReply`].

@@ -43,8 +43,8 @@ mod check;
 pub use check::check_request;
 pub(crate) use check::{check_grant, check_max_lease, check_predecessor, check_quarantine, check_state, check_view};
 
-/// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// The protocol version this build speaks (4: [`Request::Waiters`]).
+pub const PROTOCOL_VERSION: u16 = 4;
 /// The oldest version it still speaks: a version 2 peer has no [`Request::Wait`].
 pub const MIN_PROTOCOL_VERSION: u16 = 2;
 /// Longest wait one [`Request::Wait`] may ask for (a day); a client that waits
@@ -146,6 +146,9 @@ pub enum Request<'a> {
         /// The wait's request id.
         id: u32,
     },
+    /// How many wait in the queue of a lease (version 4). Answered by
+    /// [`Response::Waiters`].
+    Waiters(&'a str),
 }
 
 /// [`BreakNote`] on the wire, borrowed (version 2).
@@ -343,6 +346,8 @@ pub enum Response {
         /// For humans.
         message: String,
     },
+    /// Answer to [`Request::Waiters`]: how many wait in the lease's queue.
+    Waiters(u32),
 }
 
 /// The outcome of an acquisition.

@@ -315,6 +315,16 @@ impl Core {
         }
     }
 
+    /// How many acquisitions wait in `name`'s queue now.
+    pub fn waiters(&self, name: &LeaseName) -> usize {
+        let h = self.hash(name.as_str());
+        let shard = self.shard(h).lock();
+        shard
+            .slots
+            .find(h, |s| *s.name == *name.as_str())
+            .map_or(0, |s| s.waiters.iter().filter(|w| w.is_waiting()).count())
+    }
+
     /// How many acquisitions wait in the lease queues now.
     pub fn waiting(&self) -> usize {
         self.shards.iter().map(|s| s.0.lock().waiting).sum()

@@ -223,6 +223,10 @@ impl Connection {
                 }
                 Response::Released(out)
             }
+            Request::Waiters(name) => {
+                let name = LeaseName::new(name).map_err(|e| (ErrorCode::Invalid, e.to_string()))?;
+                Response::Waiters(u32::try_from(core.waiters(&name)).unwrap_or(u32::MAX))
+            }
             Request::Inspect(name) => {
                 let name = LeaseName::new(name).map_err(|e| (ErrorCode::Invalid, e.to_string()))?;
                 let s = core.inspect(&name);
