@@ -280,11 +280,55 @@ impl ObjectBackend {
     }
 
     /// One GET (conditional on `if_none_match` when given), counted; the body is
-    /// read in full.
+    /// read in full, up to a record's size.
     pub(crate) async fn get_object(
         &self,
         path: &Path,
         if_none_match: Option<String>,
+    ) -> std::result::Result<(object_store::ObjectMeta, Option<Bytes>), object_store::Error> {
+        self.read_capped(path, if_none_match, MAX_RECORD_BYTES).await
+    }
+
+    /// One GET of any object of this store (not only a lease record), counted,
+    /// whose body is read only while it stays within `cap` bytes: `None` past
+    /// that (the object's size then says how large it claims to be), so that
+    /// an object tenure did not write is never read whole, whatever its
+    /// metadata says.
+    ///
+    /// # Errors
+    /// The store's error ([`ObjectBackend::error`] words it for users).
+    pub async fn read_object(
+        &self,
+        path: &Path,
+        cap: usize,
+    ) -> std::result::Result<(object_store::ObjectMeta, Option<Bytes>), object_store::Error> {
+        self.read_capped(path, None, cap).await
+    }
+
+    /// One create-if-absent PUT of any object of this store, counted:
+    /// `Ok(false)` if the name was taken.
+    ///
+    /// # Errors
+    /// The store's error ([`ObjectBackend::error`] words it for users).
+    pub async fn create_object(&self, path: &Path, value: Bytes) -> std::result::Result<bool, object_store::Error> {
+        match self.put_object(path, value, OsPutMode::Create).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A failed request `op` as the user should read it (with the hint a
+    /// missing credential needs).
+    pub fn error(&self, op: impl Into<String>, e: object_store::Error) -> Error {
+        Error::store(&self.url, op.into(), self.explain(e))
+    }
+
+    async fn read_capped(
+        &self,
+        path: &Path,
+        if_none_match: Option<String>,
+        cap: usize,
     ) -> std::result::Result<(object_store::ObjectMeta, Option<Bytes>), object_store::Error> {
         self.counts.get.fetch_add(1, Ordering::Relaxed);
         let result = self.store.get_opts(path, GetOptions { if_none_match, ..GetOptions::default() }).await;
@@ -296,14 +340,14 @@ impl ObjectBackend {
         // A record is small; an object at a lease key that is not (another
         // tenant's, or hostile) is never read whole: past the cap, the body is
         // dropped and the caller sees it as too large.
-        if meta.size > MAX_RECORD_BYTES as u64 {
+        if meta.size > cap as u64 {
             return Ok((meta, None));
         }
         let mut body = Vec::new();
         let mut stream = result.into_stream();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk?;
-            if body.len() + chunk.len() > MAX_RECORD_BYTES {
+            if body.len().saturating_add(chunk.len()) > cap {
                 return Ok((meta, None));
             }
             body.extend_from_slice(&chunk);
