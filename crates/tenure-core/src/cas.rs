@@ -121,7 +121,7 @@ pub struct CasStore {
 }
 
 mod queue;
-pub use queue::{ENTRY_TTL, MAX_WAITERS, REFRESH, RecordLine, full};
+pub use queue::{ENTRY_TTL, MAX_WAITERS, REFRESH, RecordLine, line_full};
 
 /// A read record, interpreted.
 enum Read {

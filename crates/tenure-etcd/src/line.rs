@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_core::Result;
 use tenure_core::backend::{Line, Waiter, check_key, may_try};
-use tenure_core::cas::{ENTRY_TTL, MAX_WAITERS, full};
+use tenure_core::cas::{ENTRY_TTL, MAX_WAITERS, line_full};
 
 use crate::EtcdBackend;
 use crate::backend::Resend;
@@ -107,7 +107,7 @@ impl Line for EtcdBackend {
         });
         if counted.is_some_and(|n| usize::try_from(n).unwrap_or(usize::MAX) > MAX_WAITERS) {
             self.leave(name, &waiter.nonce).await?;
-            return Err(full(tenure_core::Backend::url(self), name));
+            return Err(line_full(tenure_core::Backend::url(self), name));
         }
         Ok(())
     }

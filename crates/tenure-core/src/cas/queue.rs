@@ -82,8 +82,8 @@ fn queue_key(name: &str) -> String {
     format!("{name}~queue")
 }
 
-/// The error of a line that is full.
-pub fn full(url: &str, name: &str) -> Error {
+/// The error of a waiter refused because the line of `name` is full.
+pub fn line_full(url: &str, name: &str) -> Error {
     Error::store(url, format!("waiting for {name:?}"), format!("its line has its limit of {MAX_WAITERS} waiters"))
 }
 
@@ -152,7 +152,7 @@ impl Line for RecordLine {
             let full_now = q.waiters.len() >= MAX_WAITERS;
             match q.waiters.iter_mut().find(|e| e.nonce == waiter.nonce) {
                 Some(e) => e.until_ms = until_ms,
-                None if full_now => return Err(full(url, name)),
+                None if full_now => return Err(line_full(url, name)),
                 None => q.waiters.push(Entry { nonce: waiter.nonce.clone(), shared: waiter.shared, until_ms }),
             }
             Ok(())
