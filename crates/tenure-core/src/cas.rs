@@ -383,7 +383,7 @@ impl CasStore {
                 retake: req.retake,
                 now_ms,
                 token_floor: floor,
-                meta: req.meta.clone(),
+                meta: req.meta.as_deref(),
             };
             let (rec, token, predecessor) =
                 match record::decide_acquire(name, current.as_ref(), &ask, &self.judge(&watched)) {

@@ -316,7 +316,7 @@ pub struct Ask<'a> {
     /// Floor for the new token: the store's version sequence, if it has one.
     pub token_floor: u64,
     /// Metadata to store with the grant.
-    pub meta: Option<String>,
+    pub meta: Option<&'a str>,
 }
 
 /// The result of [`decide_acquire`].
@@ -362,46 +362,84 @@ pub struct Acquired {
     pub predecessor: Option<Predecessor>,
 }
 
-/// Decides an acquisition against `record`, changing it only if granted.
+/// An ask [`check_acquire`] found grantable, with the token it takes.
+///
+/// Only [`check_acquire`] makes one, and only [`grant`] spends it: a caller
+/// that decides before it writes (all or nothing over several leases) checks
+/// every record first and grants each one after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "an admitted ask is granted only by `grant`"]
+pub struct Admitted {
+    token: u64,
+}
+
+impl Admitted {
+    /// The fencing token the grant will take.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+}
+
+/// How `ask` ends `e`, if it does: expired by the judge, or the asker's own
+/// abandoned grant re-taken.
+fn ended_by(e: &Entry, ask: &Ask<'_>, judge: &dyn Judge) -> Option<EndedHow> {
+    if judge.expired(e) {
+        Some(EndedHow::Expired)
+    } else if ask.retake && e.holder.nonce == ask.holder.nonce {
+        Some(EndedHow::Retaken)
+    } else {
+        None
+    }
+}
+
+/// Decides an acquisition against `record` (`None`: there is none yet) without
+/// changing it: admitted with its token, or refused.
 ///
 /// Grants the judge calls expired, and the asker's own abandoned grants when
-/// `retake` is set, are ended in the record; the asker is blocked by any other
-/// live exclusive grant, and for an exclusive ask by any live shared grant too.
-/// On a refusal the record is left untouched: busy names the blocking grants;
-/// exhausted means the next token would reach [`MAX_TOKEN`].
-pub fn acquire(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge) -> Result<Acquired, Refused> {
-    let ends = |e: &Entry| {
-        if judge.expired(e) {
-            Some(EndedHow::Expired)
-        } else if ask.retake && e.holder.nonce == ask.holder.nonce {
-            Some(EndedHow::Retaken)
-        } else {
-            None
-        }
+/// `retake` is set, do not block; the asker is blocked by any other live
+/// exclusive grant, and for an exclusive ask by any live shared grant too.
+/// Busy names the blocking grants; exhausted means the next token would reach
+/// [`MAX_TOKEN`].
+pub fn check_acquire(record: Option<&LeaseRecord>, ask: &Ask<'_>, judge: &dyn Judge) -> Result<Admitted, Refused> {
+    let Some(record) = record else {
+        return next_token(0, ask);
     };
-    let exclusive_stays = record.exclusive.as_ref().is_some_and(|e| ends(e).is_none());
+    let stays = |e: &Entry| ended_by(e, ask, judge).is_none();
+    let exclusive_stays = record.exclusive.as_ref().is_some_and(stays);
     let blocked = match ask.mode {
-        Mode::Exclusive => exclusive_stays || record.shared.iter().any(|e| ends(e).is_none()),
+        Mode::Exclusive => exclusive_stays || record.shared.iter().any(stays),
         Mode::Shared => exclusive_stays,
     };
     if blocked {
         return Err(Refused::Busy(
-            record.entries().filter(|(e, _)| ends(e).is_none()).map(|(e, mode)| view(e, mode, judge)).collect(),
+            record.entries().filter(|(e, _)| stays(e)).map(|(e, mode)| view(e, mode, judge)).collect(),
         ));
     }
-    let last_token = record.last_token.max(ask.token_floor);
-    let token = match last_token.checked_add(1) {
-        Some(t) if t < MAX_TOKEN => t,
-        _ => return Err(Refused::Exhausted { last_token }),
-    };
-    if let Some(how) = record.exclusive.as_ref().and_then(ends)
+    next_token(record.last_token, ask)
+}
+
+/// The token after `last_token` and the ask's floor, unless it would reach [`MAX_TOKEN`].
+fn next_token(last_token: u64, ask: &Ask<'_>) -> Result<Admitted, Refused> {
+    let last_token = last_token.max(ask.token_floor);
+    match last_token.checked_add(1) {
+        Some(token) if token < MAX_TOKEN => Ok(Admitted { token }),
+        _ => Err(Refused::Exhausted { last_token }),
+    }
+}
+
+/// Grants an admitted ask: ends the grants it takes over and adds its own.
+/// `record` is the one [`check_acquire`] admitted it on (a new, empty record
+/// where there was none), unchanged since, and `ask` and `judge` the same.
+pub fn grant(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge, admitted: Admitted) -> Acquired {
+    let Admitted { token } = admitted;
+    if let Some(how) = record.exclusive.as_ref().and_then(|e| ended_by(e, ask, judge))
         && let Some(e) = record.exclusive.take()
     {
         record.note_ending(&e, Mode::Exclusive, how, ask.now_ms, None);
     }
-    if record.shared.iter().any(|e| ends(e).is_some()) {
+    if record.shared.iter().any(|e| ended_by(e, ask, judge).is_some()) {
         for e in std::mem::take(&mut record.shared) {
-            match ends(&e) {
+            match ended_by(&e, ask, judge) {
                 Some(how) => record.note_ending(&e, Mode::Shared, how, ask.now_ms, None),
                 None => record.shared.push(e),
             }
@@ -415,7 +453,7 @@ pub fn acquire(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge) -> Re
         deadline_ms: ask.now_ms.saturating_add(ask.ttl_ms).min(MAX_TIME_MS),
         acquired_ms: ask.now_ms.min(MAX_TIME_MS),
         renewals: 0,
-        meta: ask.meta.clone(),
+        meta: ask.meta.map(str::to_string),
     };
     match ask.mode {
         Mode::Exclusive => record.exclusive = Some(entry),
@@ -423,7 +461,14 @@ pub fn acquire(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge) -> Re
     }
     record.last_token = token;
     record.tenure = FORMAT_VERSION;
-    Ok(Acquired { token, predecessor })
+    Acquired { token, predecessor }
+}
+
+/// Decides an acquisition against `record`, changing it only if granted:
+/// [`check_acquire`], then [`grant`].
+pub fn acquire(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge) -> Result<Acquired, Refused> {
+    let admitted = check_acquire(Some(record), ask, judge)?;
+    Ok(grant(record, ask, judge, admitted))
 }
 
 /// [`acquire`] on a copy of the current record (`None` if absent).

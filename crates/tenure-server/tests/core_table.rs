@@ -233,3 +233,41 @@ fn one_lease_holds_at_most_its_limit_of_shared_holders_and_reservations() {
         assert!(matches!(&one_more, Err(Refusal::Overloaded(m)) if m.contains(what)), "{one_more:?}");
     }
 }
+
+#[test]
+fn an_upgrade_is_held_to_the_limits_of_any_full_ask() {
+    use tenure_server::core::MAX_HOLDERS;
+    let clock = ManualClock::new();
+    // The manual clock never moves here: 10 ms grants stay live throughout.
+    let c = core(&clock, CoreOptions::new(Duration::from_millis(10)));
+    fn short<'a>(name: &'a str, holder: &'a Arc<Holder>) -> Ask<'a> {
+        Ask { ttl_ms: 10, ..shared(name, holder) }
+    }
+    let planner = Arc::new(Holder::current());
+    let overloaded = |o: &Result<Result<_, String>, Refusal>, what: &str| matches!(o, Err(Refusal::Overloaded(m)) if m.contains(what));
+
+    // A shared reservation, then a full crowd of shared holders beside it: the
+    // upgrade would be one holder too many.
+    let reserved = granted(c.acquire(&[short("crowded", &planner)], true));
+    for _ in 0..MAX_HOLDERS {
+        granted(c.acquire(&[short("crowded", &Arc::new(Holder::current()))], false));
+    }
+    let upgrade = c.upgrade("crowded", reserved.version, &planner.nonce);
+    assert!(overloaded(&upgrade, "shared holders"), "{upgrade:?}");
+    let state = c.inspect(&LeaseName::new("crowded").expect("name"));
+    assert_eq!(state.holders.len(), MAX_HOLDERS, "the refused upgrade added no holder");
+
+    // A shared reservation, then grants in the same µs until the clock cap:
+    // the upgrade's token would be more than max_lease / 2 ahead of the clock.
+    let reserved = granted(c.acquire(&[short("hot", &planner)], true));
+    let cycler = Arc::new(Holder::current());
+    let hot = short("hot", &cycler);
+    while let Ok(Acquired::Granted(g)) = c.acquire(std::slice::from_ref(&hot), false) {
+        assert!(c.release("hot", g[0].token, None, &cycler.nonce, false, None, None).expect("release"));
+    }
+    let last = c.inspect(&LeaseName::new("hot").expect("name")).last_token;
+    let upgrade = c.upgrade("hot", reserved.version, &planner.nonce);
+    assert!(overloaded(&upgrade, "outran"), "{upgrade:?}");
+    let state = c.inspect(&LeaseName::new("hot").expect("name"));
+    assert!(state.holders.is_empty() && state.last_token == last, "no token was spent: {state:?}");
+}

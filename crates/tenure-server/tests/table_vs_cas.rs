@@ -43,11 +43,11 @@
 //!   the same grants in the CAS store's record, with the same record functions
 //!   and at the same instant. The sweep is an operation of its own here.
 //! - **Reservations** (tentative asks) exist on the table only. Reserving a
-//!   name changes no full ask's outcome, but sends the table's single asks of
-//!   that name through its general path (`decide`, `commit`) instead of the
-//!   in-place one: so reservations are generated, on the table alone, to
-//!   compare both paths; they move the table's `modified_ms` and nothing else
-//!   `inspect` shows, which is then not compared until both write the name.
+//!   name must change no full ask's outcome (a full ask breaks the
+//!   reservations it conflicts with), so reservations are generated, on the
+//!   table alone, between the full asks; they move the table's `modified_ms`
+//!   and nothing else `inspect` shows, which is then not compared until both
+//!   write the name.
 //! - **Limits** are not generated: the table grants 10 ms to `--max-lease`
 //!   (the CAS store 1 ms to 30 days), refuses a watermark past the grant's
 //!   deadline (the CAS store takes it). A batch naming a lease twice is
@@ -147,10 +147,8 @@ enum Op {
     /// The table's periodic sweep (retires idle records).
     Sweep,
     /// A tentative reservation, on the table only (the CAS store has none), of
-    /// a name the table has a record of. While the name has reservations (live
-    /// or expired: a grant clears the expired ones and those it conflicts
-    /// with), the table decides full asks of it by its general path (`decide`
-    /// and `commit`) instead of in place. It changes no full ask's outcome.
+    /// a name the table has a record of. It changes no full ask's outcome (a
+    /// grant clears the expired reservations and those it conflicts with).
     Reserve {
         name: &'static str,
         holder: usize,

@@ -11,7 +11,7 @@
 //! - **server time**: wall time read once at start, then advanced by the
 //!   monotonic clock, so a wall-clock jump while running moves nothing;
 //! - **tokens**: `max(previous token + 1, server time in µs)` (the floor passed to
-//!   [`record::decide_acquire`]), so tokens also grow across restarts, see the
+//!   [`record::check_acquire`]), so tokens also grow across restarts, see the
 //!   crate docs for the rule and its assumptions; a grant that would put a token
 //!   more than `max_lease / 2` ahead of the clock is refused;
 //! - **quarantine**: nothing is granted until `quarantine` has passed since start;
@@ -33,10 +33,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
+use smallvec::SmallVec;
 use std::time::Duration;
 
 use tenure_core::limits::{micros, millis};
-use tenure_core::record::{self, ClockJudge, Decision, LeaseRecord};
+use tenure_core::record::{self, Admitted, ClockJudge};
 use tenure_core::{Clock, EndedHow, Holder, HolderView, LeaseName, Mode, Mono, Predecessor};
 
 use crate::wire::MIN_TTL_MS;
@@ -50,13 +51,6 @@ pub use queue::{MAX_WAITERS, Parked, Parking};
 
 pub use table::{Cursor, LeaseRow, Snapshot};
 use table::{Reservation, Shard, Slot, retire_if_idle, reweigh, slot_mut, unretire};
-
-/// A decision not yet applied.
-struct Decided {
-    record: LeaseRecord,
-    token: u64,
-    predecessor: Option<Predecessor>,
-}
 
 /// Number of shards of the table.
 pub const SHARDS: usize = 64;
@@ -142,7 +136,7 @@ impl<'a> Ask<'a> {
             retake: self.retake,
             now_ms,
             token_floor: floor,
-            meta: self.meta.map(str::to_string),
+            meta: self.meta,
         }
     }
 
@@ -392,146 +386,82 @@ impl Core {
                 return Err(Refusal::Invalid(format!("lease {:?} asked twice in one batch", a.name)));
             }
         }
-        // One lease (the common case): one shard, no bookkeeping.
+        // One lease (the common case): its one shard, locked without a list.
         if let [ask] = asks {
             let h = self.hash(ask.name);
             let mut guard = self.shard(h).lock();
-            let shard = &mut *guard;
-            let now_us = self.now_us();
-            // First come, first served: nobody overtakes a queued waiter.
-            if self.queued(shard, h, ask.name, now_us) {
-                return self.refuse_queued(shard, h, ask.name, now_us);
-            }
-            if !tentative {
-                return self.acquire_one(shard, h, ask, now_us);
-            }
-            return Ok(match self.decide(shard, h, ask, now_us, tentative, 0)? {
-                Err(holders) => self.busy(shard, h, ask.name, 0, holders),
-                Ok(d) => Acquired::Granted(vec![self.commit(shard, h, ask, d, now_us, tentative)]),
-            });
+            return self.acquire_locked(asks, &[h], &mut [(Self::shard_index(h), &mut *guard)], tentative);
         }
-        // Several: lock their shards in index order, decide all, commit only if
-        // all are granted.
+        // Several: their shards, locked in index order (no deadlock).
         let hashes: Vec<u64> = asks.iter().map(|a| self.hash(a.name)).collect();
-        let shard_ids: Vec<usize> = hashes.iter().map(|&h| Self::shard_index(h)).collect();
-        let mut order = shard_ids.clone();
+        let mut order: Vec<usize> = hashes.iter().map(|&h| Self::shard_index(h)).collect();
         order.sort_unstable();
         order.dedup();
         let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
             order.iter().map(|&i| (i, self.shards[i].0.lock())).collect();
+        let mut shards: Vec<(usize, &mut Shard)> = guards.iter_mut().map(|(i, g)| (*i, &mut **g)).collect();
+        self.acquire_locked(asks, &hashes, &mut shards, tentative)
+    }
+
+    /// Acquires every lease of `asks` (whose names hash to `hashes`) or none,
+    /// their shards locked in `shards` (sorted by shard index): decides every
+    /// ask, then commits them all if none is busy or refused.
+    fn acquire_locked(
+        &self,
+        asks: &[Ask<'_>],
+        hashes: &[u64],
+        shards: &mut [(usize, &mut Shard)],
+        tentative: bool,
+    ) -> Result<Acquired, Refusal> {
         let now_us = self.now_us();
-        let mut decided = Vec::with_capacity(asks.len());
+        // On the stack for the usual single ask.
+        let mut decided: SmallVec<[Admitted; 1]> = SmallVec::with_capacity(asks.len());
         // Room the batch's earlier asks will take, by shard: nothing is
         // committed before every ask is decided, so `full` alone would let a
         // batch of k go k - 1 places past the limit.
         let mut pending: Vec<(usize, usize)> = Vec::new();
-        for (index, ((ask, &sid), &h)) in asks.iter().zip(&shard_ids).zip(&hashes).enumerate() {
-            let shard = guard(&mut guards, sid);
-            let earlier = pending.iter().find(|(id, _)| *id == sid).map_or(0, |(_, n)| *n);
-            let exists = shard.slots.find(h, |s| &*s.name == ask.name).is_some();
+        for (index, (ask, &h)) in asks.iter().zip(hashes).enumerate() {
+            let sid = Self::shard_index(h);
+            let shard = shard_of(shards, sid);
+            // First come, first served: nobody overtakes a queued waiter.
             if self.queued(shard, h, ask.name, now_us) {
-                let busy = self.refuse_queued(shard, h, ask.name, now_us)?;
-                return Ok(match busy {
+                return Ok(match self.refuse_queued(shard, h, ask.name, now_us)? {
                     Acquired::Busy { holders, version, .. } => Acquired::Busy { index, holders, version },
                     granted => granted,
                 });
             }
-            let decided_one = self.decide(shard, h, ask, now_us, tentative, earlier).map_err(|r| match r {
+            let earlier = pending.iter().find(|(id, _)| *id == sid).map_or(0, |(_, n)| *n);
+            // Only asks still to come care what this one will take.
+            let last = index + 1 == asks.len();
+            let exists = !last && shard.slots.find(h, |s| &*s.name == ask.name).is_some();
+            let decision = self.decide(shard, h, ask, now_us, tentative, earlier).map_err(|r| match r {
                 Refusal::Exhausted { last_token, .. } => Refusal::Exhausted { index, last_token },
                 other => other,
             })?;
-            match decided_one {
-                Err(holders) => return Ok(self.busy(guard(&mut guards, sid), h, ask.name, index, holders)),
-                Ok(d) => decided.push(d),
+            match decision {
+                Err(holders) => return Ok(self.busy(shard, h, ask.name, index, holders)),
+                Ok(admitted) => decided.push(admitted),
             }
-            if Self::takes_room(exists, ask, tentative) {
+            if !last && Self::takes_room(exists, ask, tentative) {
                 match pending.iter_mut().find(|(id, _)| *id == sid) {
                     Some((_, n)) => *n += 1,
                     None => pending.push((sid, 1)),
                 }
             }
         }
-        let out = asks
-            .iter()
-            .zip(&shard_ids)
-            .zip(&hashes)
-            .zip(decided)
-            .map(|(((ask, &sid), &h), d)| self.commit(guard(&mut guards, sid), h, ask, d, now_us, tentative))
-            .collect();
+        let kind = if tentative { WitnessKind::Tentative } else { WitnessKind::Grant };
+        let mut out = Vec::with_capacity(asks.len());
+        for ((ask, &h), admitted) in asks.iter().zip(hashes).zip(decided) {
+            out.push(self.commit(shard_of(shards, Self::shard_index(h)), h, ask, admitted, now_us, kind));
+        }
         Ok(Acquired::Granted(out))
     }
 
-    /// One full ask, under its shard's lock.
-    fn acquire_one(&self, shard: &mut Shard, h: u64, ask: &Ask<'_>, now_us: u64) -> Result<Acquired, Refusal> {
-        if let Some(done) = self.acquire_in_place(shard, h, ask, now_us)? {
-            return Ok(done);
-        }
-        Ok(match self.decide(shard, h, ask, now_us, false, 0)? {
-            Err(holders) => self.busy(shard, h, ask.name, 0, holders),
-            Ok(d) => Acquired::Granted(vec![self.commit(shard, h, ask, d, now_us, false)]),
-        })
-    }
-
-    /// The hot path: one full ask decided on the record itself, without a copy.
-    /// `Ok(None)` for the rare cases left to [`Core::decide`] and [`Core::commit`]
-    /// (a reservation on the lease, or a token that would outrun the clock), which
-    /// answer exactly as before.
-    fn acquire_in_place(
-        &self,
-        shard: &mut Shard,
-        h: u64,
-        ask: &Ask<'_>,
-        now_us: u64,
-    ) -> Result<Option<Acquired>, Refusal> {
-        let now_ms = now_us / 1000;
-        let floor = now_us.max(shard.dropped_floor);
-        let full = self.full(shard);
-        let existing = slot_mut(&mut shard.slots, h, ask.name);
-        // The token `record::acquire` would take if it grants.
-        let next = existing.as_ref().map_or(0, |s| s.record.last_token).max(floor).saturating_add(1);
-        // Reservations, and a crowd of shared holders to count, are left to `decide`.
-        if next > self.token_limit(now_us)
-            || existing.as_ref().is_some_and(|s| !s.reservations.is_empty() || s.record.shared.len() >= MAX_HOLDERS)
-        {
-            return Ok(None);
-        }
-        self.check_room(full, existing.is_some(), ask, false)?;
-        let slot = match existing {
-            Some(slot) => slot,
-            None => shard.slots.insert_unique(h, Slot::new(Arc::from(ask.name), h, now_ms), |s| s.hash).into_mut(),
-        };
-        let rask = ask.record_ask(now_ms, floor);
-        let stats = &shard.stats;
-        let record::Acquired { token, predecessor } =
-            match record::acquire(&mut slot.record, &rask, &ClockJudge { now_ms }) {
-                Ok(granted) => granted,
-                Err(record::Refused::Exhausted { last_token }) => {
-                    return Err(Refusal::Exhausted { index: 0, last_token });
-                }
-                Err(record::Refused::Busy(holders)) => {
-                    bump(&stats.busy);
-                    slot.busy += 1;
-                    return Ok(Some(Acquired::Busy { index: 0, holders, version: slot.version }));
-                }
-            };
-        slot.version += 1;
-        slot.modified_ms = now_ms;
-        reweigh(&mut shard.weight, slot);
-        bump(&stats.grants);
-        if predecessor.as_ref().is_some_and(|p| p.how == EndedHow::Expired && p.at_ms == now_ms) {
-            bump(&stats.expired_takeovers);
-        }
-        let seq = std::mem::take(&mut slot.retired);
-        unretire(&mut shard.retired, &mut shard.retire_queue, seq);
-        let deadline_ms = now_ms.saturating_add(ask.ttl_ms);
-        let witness = ask.witness(WitnessKind::Grant, token, deadline_ms, now_us, predecessor.as_ref());
-        let granted = Granted { token, deadline_ms, version: slot.version, predecessor, witness };
-        Ok(Some(Acquired::Granted(vec![granted])))
-    }
-
-    /// Decides one ask against its shard: `Ok(Err(holders))` if busy.
-    /// `pending` is the room earlier asks of the same batch will take in
-    /// this shard.
+    /// The one decision of the table, for every way a lease is taken (an ask
+    /// alone or in a batch, a reservation, an upgrade, a waiter served):
+    /// decides `ask` against its shard without changing anything.
+    /// `Ok(Err(holders))` if busy. `pending` is the room earlier asks of the
+    /// same batch will take in this shard.
     fn decide(
         &self,
         shard: &Shard,
@@ -540,42 +470,50 @@ impl Core {
         now_us: u64,
         tentative: bool,
         pending: usize,
-    ) -> Result<Result<Decided, Vec<HolderView>>, Refusal> {
+    ) -> Result<Result<Admitted, Vec<HolderView>>, Refusal> {
         let now_ms = now_us / 1000;
         let slot = shard.slots.find(h, |s| &*s.name == ask.name);
         self.check_room(self.full_with(shard, pending), slot.is_some(), ask, tentative)?;
         if let Some(s) = slot {
             s.check_crowd(ask, now_ms, tentative)?;
         }
-        let blocked_by_reservation = slot.is_some_and(|s| {
-            s.reservations.iter().any(|r| {
-                r.deadline_ms > now_ms
-                    && r.holder.nonce != ask.holder.nonce
-                    && (ask.mode == Mode::Exclusive || r.mode == Mode::Exclusive)
+        let blocked_by_reservation = || {
+            slot.is_some_and(|s| {
+                s.reservations.iter().any(|r| {
+                    r.deadline_ms > now_ms
+                        && r.holder.nonce != ask.holder.nonce
+                        && (ask.mode == Mode::Exclusive || r.mode == Mode::Exclusive)
+                })
             })
-        });
+        };
         let rask = ask.record_ask(now_ms, now_us.max(shard.dropped_floor));
-        let judge = ClockJudge { now_ms };
-        match record::decide_acquire(ask.name, slot.map(|s| &s.record), &rask, &judge) {
-            Decision::Busy(holders) => Ok(Err(holders)),
-            Decision::Exhausted { last_token } => Err(Refusal::Exhausted { index: 0, last_token }),
-            Decision::Grant { .. } if tentative && blocked_by_reservation => Ok(Err(Vec::new())),
-            Decision::Grant { record, token, predecessor } => {
-                if token > self.token_limit(now_us) {
-                    return Err(Refusal::Overloaded(format!(
-                        "grants of {:?} outran the server clock (token {token}); slow down",
-                        ask.name
-                    )));
-                }
-                Ok(Ok(Decided { record, token, predecessor }))
-            }
+        match record::check_acquire(slot.map(|s| &s.record), &rask, &ClockJudge { now_ms }) {
+            Err(record::Refused::Busy(holders)) => Ok(Err(holders)),
+            Err(record::Refused::Exhausted { last_token }) => Err(Refusal::Exhausted { index: 0, last_token }),
+            Ok(_) if tentative && blocked_by_reservation() => Ok(Err(Vec::new())),
+            Ok(admitted) if admitted.token() > self.token_limit(now_us) => Err(Refusal::Overloaded(format!(
+                "grants of {:?} outran the server clock (token {}); slow down",
+                ask.name,
+                admitted.token()
+            ))),
+            Ok(admitted) => Ok(Ok(admitted)),
         }
     }
 
-    /// Applies a decision to its shard.
-    fn commit(&self, shard: &mut Shard, h: u64, ask: &Ask<'_>, d: Decided, now_us: u64, tentative: bool) -> Granted {
+    /// Applies a decision [`Core::decide`] made under the same lock and at
+    /// the same `now_us`: a `kind` of grant (a reservation if tentative).
+    fn commit(
+        &self,
+        shard: &mut Shard,
+        h: u64,
+        ask: &Ask<'_>,
+        admitted: Admitted,
+        now_us: u64,
+        kind: WitnessKind,
+    ) -> Granted {
         let now_ms = now_us / 1000;
         let deadline_ms = now_ms.saturating_add(ask.ttl_ms);
+        let floor = now_us.max(shard.dropped_floor);
         let res_id = shard.next_reservation + 1;
         let stats = &shard.stats;
         let slot = match slot_mut(&mut shard.slots, h, ask.name) {
@@ -583,8 +521,11 @@ impl Core {
             None => shard.slots.insert_unique(h, Slot::new(Arc::from(ask.name), h, now_ms), |s| s.hash).into_mut(),
         };
         let retired_seq = std::mem::take(&mut slot.retired);
-        let Decided { record, token, predecessor } = d;
-        let (kind, token, version) = if tentative {
+        let rask = ask.record_ask(now_ms, floor);
+        let judge = ClockJudge { now_ms };
+        let (token, version, predecessor) = if kind == WitnessKind::Tentative {
+            // A reservation tells what its full grant would follow, and leaves the record as it is.
+            let predecessor = record::grant(&mut slot.record.clone(), &rask, &judge, admitted).predecessor;
             slot.reservations.retain(|r| r.deadline_ms > now_ms && r.holder.nonce != ask.holder.nonce);
             slot.reservations.push(Reservation {
                 id: res_id,
@@ -594,30 +535,28 @@ impl Core {
                 deadline_ms,
                 meta: ask.meta.map(str::to_string),
             });
+            shard.next_reservation = res_id;
             bump(&stats.tentative);
-            (WitnessKind::Tentative, 0, res_id)
+            (0, res_id, predecessor)
         } else {
-            // A full ask breaks every live reservation it conflicts with.
-            let conflicts = |r: &Reservation| ask.mode == Mode::Exclusive || r.mode == Mode::Exclusive;
+            // A full grant breaks every live reservation it conflicts with.
             if !slot.reservations.is_empty() {
+                let conflicts = |r: &Reservation| ask.mode == Mode::Exclusive || r.mode == Mode::Exclusive;
                 let broken = slot.reservations.iter().filter(|r| r.deadline_ms > now_ms && conflicts(r)).count();
                 slot.reservations.retain(|r| r.deadline_ms > now_ms && !conflicts(r));
                 add(&stats.tentative_broken, broken as u64);
             }
-            slot.record = record;
+            let record::Acquired { token, predecessor } = record::grant(&mut slot.record, &rask, &judge, admitted);
             slot.version += 1;
             bump(&stats.grants);
             if predecessor.as_ref().is_some_and(|p| p.how == EndedHow::Expired && p.at_ms == now_ms) {
                 bump(&stats.expired_takeovers);
             }
-            (WitnessKind::Grant, token, slot.version)
+            (token, slot.version, predecessor)
         };
         slot.modified_ms = now_ms;
         reweigh(&mut shard.weight, slot);
         unretire(&mut shard.retired, &mut shard.retire_queue, retired_seq);
-        if tentative {
-            shard.next_reservation = res_id;
-        }
         let witness = ask.witness(kind, token, deadline_ms, now_us, predecessor.as_ref());
         Granted { token, deadline_ms, version, predecessor, witness }
     }
@@ -634,7 +573,9 @@ impl Core {
         Acquired::Busy { index, holders, version }
     }
 
-    /// Turns reservation `id` of `nonce` on `name` into a full grant, if it survived.
+    /// Turns reservation `id` of `nonce` on `name` into a full grant, if it
+    /// survived: the reservation is taken out and asked again in full (it may
+    /// re-take its own grant), by the same decision as every other ask.
     pub fn upgrade(&self, name: &str, id: u64, nonce: &str) -> Result<Result<Granted, String>, Refusal> {
         self.check_open()?;
         let h = self.hash(name);
@@ -642,43 +583,30 @@ impl Core {
         let shard = &mut *guard;
         let now_us = self.now_us();
         let now_ms = now_us / 1000;
-        let floor = now_us.max(shard.dropped_floor);
-        let stats = &shard.stats;
+        let failed = |shard: &Shard, why: &str| {
+            bump(&shard.stats.upgrades_failed);
+            Ok(Err(why.to_string()))
+        };
         let Some(slot) = slot_mut(&mut shard.slots, h, name) else {
-            bump(&stats.upgrades_failed);
-            return Ok(Err("the reservation is gone".into()));
+            return failed(shard, "the reservation is gone");
         };
         let Some(pos) = slot.reservations.iter().position(|r| r.id == id && r.holder.nonce == nonce) else {
-            bump(&stats.upgrades_failed);
-            return Ok(Err("the reservation was broken by a full request".into()));
+            return failed(shard, "the reservation was broken by a full request");
         };
         let r = slot.reservations.swap_remove(pos);
         reweigh(&mut shard.weight, slot);
         if r.deadline_ms <= now_ms {
-            bump(&stats.upgrades_failed);
-            return Ok(Err("the reservation expired".into()));
+            return failed(shard, "the reservation expired");
         }
-        // The reservation, asked again in full (it may re-take its own grant).
         let ask =
             Ask { name, mode: r.mode, ttl_ms: r.ttl_ms, holder: &r.holder, retake: true, meta: r.meta.as_deref() };
-        match record::decide_acquire(name, Some(&slot.record), &ask.record_ask(now_ms, floor), &ClockJudge { now_ms }) {
-            Decision::Busy(_) => {
-                bump(&stats.upgrades_failed);
-                Ok(Err("a full grant took the lease".into()))
-            }
-            Decision::Exhausted { .. } => {
-                bump(&stats.upgrades_failed);
-                Ok(Err("the lease has used up its fencing tokens".into()))
-            }
-            Decision::Grant { record, token, predecessor } => {
-                slot.record = record;
-                slot.version += 1;
-                slot.modified_ms = now_ms;
-                reweigh(&mut shard.weight, slot);
-                bump(&stats.grants);
-                let deadline_ms = now_ms.saturating_add(r.ttl_ms);
-                let witness = ask.witness(WitnessKind::Upgrade, token, deadline_ms, now_us, predecessor.as_ref());
-                Ok(Ok(Granted { token, deadline_ms, version: slot.version, predecessor, witness }))
+        match self.decide(shard, h, &ask, now_us, false, 0) {
+            Ok(Ok(admitted)) => Ok(Ok(self.commit(shard, h, &ask, admitted, now_us, WitnessKind::Upgrade))),
+            Ok(Err(_busy)) => failed(shard, "a full grant took the lease"),
+            Err(Refusal::Exhausted { .. }) => failed(shard, "the lease has used up its fencing tokens"),
+            Err(refusal) => {
+                bump(&shard.stats.upgrades_failed);
+                Err(refusal)
             }
         }
     }
@@ -835,11 +763,11 @@ impl Core {
     }
 }
 
-/// The locked shard `sid` of a batch (`guards` is sorted by shard id and holds
-/// every shard of the batch, so the search always lands on it).
-fn guard<'g, 'a>(guards: &'g mut [(usize, MutexGuard<'a, Shard>)], sid: usize) -> &'g mut Shard {
-    let i = guards.partition_point(|(id, _)| *id < sid);
-    &mut guards[i].1
+/// The locked shard `sid` of a batch (`shards` is sorted by shard index and
+/// holds every shard of the batch, so the search always lands on it).
+fn shard_of<'g>(shards: &'g mut [(usize, &mut Shard)], sid: usize) -> &'g mut Shard {
+    let i = shards.partition_point(|(id, _)| *id < sid);
+    &mut *shards[i].1
 }
 
 fn body(kind: WitnessKind, name: &str, mode: Mode, token: u64, deadline_ms: u64, now_us: u64, nonce: &str) -> Vec<u8> {

@@ -32,6 +32,7 @@ use tokio::sync::oneshot;
 
 use super::table::{Shard, slot_mut};
 use super::{Acquired, Ask, Core, Granted, Refusal, bump};
+use crate::witness::WitnessKind;
 
 /// Most waiters queued on one lease.
 pub const MAX_WAITERS: usize = 1024;
@@ -102,7 +103,8 @@ impl Core {
         let now_us = self.now_us();
         let quarantined = self.check_open().is_err();
         if !quarantined && !self.queued(shard, h, ask.name, now_us) {
-            match self.acquire_one(shard, h, ask, now_us) {
+            let sid = Self::shard_index(h);
+            match self.acquire_locked(std::slice::from_ref(ask), &[h], &mut [(sid, &mut *shard)], false) {
                 Ok(Acquired::Busy { .. }) => {}
                 done => return Parking::Done(done),
             }
@@ -202,7 +204,7 @@ impl Core {
                 Ask { name, mode: w.mode, ttl_ms: w.ttl_ms, holder: &holder, retake: w.retake, meta: meta.as_deref() };
             let served = match self.decide(shard, h, &ask, now_us, false, 0) {
                 Ok(Err(_busy)) => return,
-                Ok(Ok(d)) => Ok(self.commit(shard, h, &ask, d, now_us, false)),
+                Ok(Ok(admitted)) => Ok(self.commit(shard, h, &ask, admitted, now_us, WitnessKind::Grant)),
                 Err(refusal) => Err(refusal),
             };
             let Some(slot) = slot_mut(&mut shard.slots, h, name) else { return };
