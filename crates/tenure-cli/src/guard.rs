@@ -20,7 +20,7 @@ use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
 
 use crate::exit;
 use crate::supervise::{
-    DRAIN_TICK, HEARTBEAT, MAX_LINE, STALL, Status, TICK, boot_now_ns, group_alive, kill_group, set_disposition,
+    DRAIN_TICK, HEARTBEAT, MAX_LINE, STALL, Start, Status, TICK, boot_now_ns, group_alive, kill_group, set_disposition,
 };
 use crate::tree;
 
@@ -40,9 +40,6 @@ pub(crate) struct GuardArgs {
     /// Time between SIGTERM and SIGKILL.
     #[arg(long, value_parser = crate::durations::duration)]
     pub(crate) grace: Duration,
-    /// The first deadline (CLOCK_BOOTTIME, ns) by which the command must be dead.
-    #[arg(long)]
-    pub(crate) deadline_ns: u64,
     /// Hand the terminal's foreground to the command and back.
     #[arg(long)]
     pub(crate) foreground: bool,
@@ -74,17 +71,28 @@ pub(crate) fn guard_main(args: &GuardArgs) -> ExitCode {
         let _ = writeln!(io::stderr(), "tenure: the guard cannot set up its report pipe: {e}");
         return exit::code(exit::INTERNAL);
     }
+    // Nothing runs until the lease is granted; `tenure` gone first means there
+    // is nothing to do.
+    let mut control = File::from(control);
+    let (start, buf) = match await_start(&mut control) {
+        Ok(Some(started)) => started,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "tenure: the guard did not get its start from tenure: {e}");
+            return exit::code(exit::INTERNAL);
+        }
+    };
     let now = boot_now_ns();
     let mut guard = Guard {
         report: Some(File::from(report)),
         outbox: VecDeque::new(),
         progress: Arc::new(AtomicU64::new(now)),
-        control: Some(File::from(control)),
+        control: Some(control),
         pgid: None,
         grace: u64::try_from(args.grace.as_nanos()).unwrap_or(u64::MAX),
-        deadline: args.deadline_ns,
+        deadline: start.deadline_ns,
         stopping: None,
-        buf: Vec::new(),
+        buf,
     };
     if let Some(report) = &guard.report {
         match report.try_clone() {
@@ -95,7 +103,39 @@ pub(crate) fn guard_main(args: &GuardArgs) -> ExitCode {
             }
         }
     }
-    ExitCode::from(guard.run(args))
+    ExitCode::from(guard.run(args, &start))
+}
+
+/// Waits for `tenure`'s first control line, `start <deadline ns> <token>
+/// <deadline ms>`: the grant. `None` if `tenure` closed the pipe first (it gave
+/// up or died). Returns, with the start, what came after that line.
+fn await_start(control: &mut File) -> io::Result<Option<(Start, Vec<u8>)>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 512];
+    let end = loop {
+        if let Some(end) = buf.iter().position(|&b| b == b'\n') {
+            break end;
+        }
+        if buf.len() > MAX_LINE {
+            return Err(io::Error::other("a first line longer than any tenure writes"));
+        }
+        match control.read(&mut chunk) {
+            Ok(0) => return Ok(None),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    let line: Vec<u8> = buf.drain(..=end).collect();
+    let line = String::from_utf8_lossy(&line);
+    let numbers: Option<Vec<u64>> = match line.trim().split(' ').collect::<Vec<_>>().as_slice() {
+        ["start", rest @ ..] => rest.iter().map(|n| n.parse().ok()).collect(),
+        _ => None,
+    };
+    match numbers.as_deref() {
+        Some(&[deadline_ns, token, deadline_ms]) => Ok(Some((Start { deadline_ns, token, deadline_ms }, buf))),
+        _ => Err(io::Error::other(format!("expected `start <ns> <token> <ms>`, got {:?}", line.trim()))),
+    }
 }
 
 /// Writes `alive` to `pipe` every [`HEARTBEAT`] while the guard's loop keeps
@@ -190,14 +230,14 @@ impl Guard {
         }
     }
 
-    fn run(&mut self, args: &GuardArgs) -> u8 {
-        let code = self.run_command(args);
+    fn run(&mut self, args: &GuardArgs, start: &Start) -> u8 {
+        let code = self.run_command(args, start);
         self.flush_all();
         code
     }
 
     #[allow(unsafe_code)]
-    fn run_command(&mut self, args: &GuardArgs) -> u8 {
+    fn run_command(&mut self, args: &GuardArgs, start: &Start) -> u8 {
         let stdin = rustix::stdio::stdin();
         let foreground = if args.foreground { crate::tree::foreground_group(stdin) } else { None };
         let Some((program, rest)) = args.command.split_first() else {
@@ -205,7 +245,10 @@ impl Guard {
             return exit::USAGE;
         };
         let mut cmd = std::process::Command::new(program);
-        cmd.args(rest).process_group(0);
+        cmd.args(rest)
+            .env("TENURE_TOKEN", start.token.to_string())
+            .env("TENURE_DEADLINE", start.deadline_ms.to_string())
+            .process_group(0);
         let mut reset = [0i32; GUARD_IGNORES.len()];
         let mut n = 0;
         for sig in GUARD_IGNORES.into_iter().filter(|s| !args.keep_ignored.contains(s)) {
@@ -503,4 +546,31 @@ fn child_setup(parent: Pid, take_terminal: bool, reset: &[i32], report: RawFd) -
     // EAGAIN (a full pipe) cannot happen: the guard sends nothing before this.
     let _ = rustix::io::write(report.as_fd(), &line);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the guard makes of `bytes` from `tenure`, the pipe closed after them.
+    fn first_line(bytes: &[u8]) -> io::Result<Option<(Start, Vec<u8>)>> {
+        let (r, mut w) = io::pipe()?;
+        w.write_all(bytes)?;
+        drop(w);
+        await_start(&mut File::from(OwnedFd::from(r)))
+    }
+
+    #[test]
+    fn the_guard_starts_on_a_start_line_only_and_keeps_what_follows_it() {
+        let (start, rest) = first_line(b"start 5 7 9\ndeadline 11\n").expect("read").expect("a start");
+        assert_eq!((start.deadline_ns, start.token, start.deadline_ms), (5, 7, 9));
+        assert_eq!(rest, b"deadline 11\n");
+        assert!(first_line(b"").expect("read").is_none(), "tenure gone before the grant: nothing to run");
+        assert!(first_line(b"start 5 7").expect("read").is_none(), "a line cut short by tenure's end");
+        for garbage in [&b"stop\n"[..], b"start 5 7\n", b"start 5 7 9 1\n", b"start a b c\n", b"start -1 2 3\n"] {
+            assert!(first_line(garbage).is_err(), "{:?} taken for a start", String::from_utf8_lossy(garbage));
+        }
+        let endless = vec![b'7'; 4 * MAX_LINE];
+        assert!(first_line(&endless).is_err(), "a first line longer than any tenure writes is refused");
+    }
 }

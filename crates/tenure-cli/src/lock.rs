@@ -98,7 +98,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use crate::durations::{duration, ttl};
 use crate::exit::{self, Fail};
 use crate::stores::StoreArgs;
-use crate::supervise::{Event, Leader, MIN_SILENCE, Spec, Status, Supervisor, boot_now_ns, is_ignored};
+use crate::supervise::{Event, Leader, MIN_SILENCE, Spec, Start, Status, Supervisor, boot_now_ns, is_ignored};
 use crate::waiting::WaitLine;
 
 /// `tenure lock`.
@@ -182,11 +182,40 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         crate::supervise::set_disposition(libc::SIGTTOU, true);
     }
 
+    // The guard starts now and waits for the grant (see `crate::supervise`),
+    // unless tenure is not to wait: a busy lease then costs no second process.
+    let spec = Spec {
+        command: &args.command,
+        env: vec![("TENURE_LEASE", name.to_string()), ("TENURE_STORE", args.store.url.clone())],
+        grace,
+        foreground,
+        keep_ignored,
+        silence: opts.renew_interval().max(MIN_SILENCE),
+    };
+    let spawn = || Supervisor::spawn(&spec).context("starting the guard process");
+    let mut early = if args.no_wait { None } else { Some(spawn()?) };
+
     // A signal while the store is opened or the lease awaited ends tenure holding
-    // nothing (a grant whose request was in flight expires after its TTL).
-    let (store, lease) = tokio::select! {
-        taken = take(&args, &name, &opts, op_timeout) => taken?,
-        sig = signals.recv() => return Ok(exit::code(Status::Signal(sig).exit_code())),
+    // nothing (a grant whose request was in flight expires after its TTL); the
+    // guard, never told to start, exits.
+    let taken = tokio::select! {
+        taken = take(&args, &name, &opts, op_timeout) => Ok(taken),
+        sig = signals.recv() => Err(sig),
+    };
+    let (store, lease) = match taken {
+        Ok(Ok(taken)) => taken,
+        Ok(Err(e)) => {
+            if let Some(sup) = early.take() {
+                sup.finish().await;
+            }
+            return Err(e);
+        }
+        Err(sig) => {
+            if let Some(sup) = early.take() {
+                sup.finish().await;
+            }
+            return Ok(exit::code(Status::Signal(sig).exit_code()));
+        }
     };
     let grant = lease.grant();
     tracing::info!(token = grant.token, "acquired lease {name} in {}", store.url());
@@ -198,23 +227,15 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     }
 
     let clock = store.clock().clone();
-    let spec = Spec {
-        command: &args.command,
-        env: vec![
-            ("TENURE_LEASE", grant.name.to_string()),
-            ("TENURE_TOKEN", grant.token.to_string()),
-            ("TENURE_DEADLINE", grant.deadline_ms.to_string()),
-            ("TENURE_STORE", args.store.url.clone()),
-        ],
-        grace,
+    let start = Start {
         deadline_ns: to_boot_ns(&*clock, stop_by(&lease.health()).unwrap_or_else(|| clock.mono())),
-        foreground,
-        keep_ignored,
-        silence: opts.renew_interval().max(MIN_SILENCE),
+        token: grant.token,
+        deadline_ms: grant.deadline_ms,
     };
-    let outcome = match Supervisor::spawn(&spec) {
+    let outcome = match early.map_or_else(spawn, Ok) {
         Ok(mut sup) => {
-            let outcome = supervise(&lease, &mut sup, &mut signals, &*clock, &spec).await;
+            sup.start(start);
+            let outcome = supervise(&lease, &mut sup, &mut signals, &*clock, &spec, start.deadline_ns).await;
             if !matches!(outcome, Outcome::Silent { .. }) {
                 sup.finish().await;
             }
@@ -464,13 +485,14 @@ async fn supervise(
     signals: &mut Signals,
     clock: &dyn Clock,
     spec: &Spec<'_>,
+    first_deadline_ns: u64,
 ) -> Outcome {
     let mut health = lease.health_watch();
     let mut watching = true;
     let mut cause: Option<Cause> = None;
     let mut at_risk: Option<(u32, String)> = None;
     // The deadline the guard was last given (CLOCK_BOOTTIME ns).
-    let mut deadline = spec.deadline_ns;
+    let mut deadline = first_deadline_ns;
     let mut asked_to_stop = 0u32;
     loop {
         tokio::select! {

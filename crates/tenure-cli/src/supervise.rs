@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! shell ── tenure (its own job's process group: receives ^C, kill %1; a child subreaper)
-//!            │   control pipe ──▶  deadline <ns> | stop [signal] | signal <n>
+//!            │   control pipe ──▶  start <ns> <token> <ms> (first, once granted) |
+//!            │                      deadline <ns> | stop [signal] | signal <n>
 //!            │   report pipe  ◀──  started <pid> (from the command, just before exec) | alive |
 //!            │                      leader exited <n> | leader killed <n> | stopping <why> |
 //!            │                      failed <code> <msg> | exited <n> | killed <n>
@@ -13,6 +14,14 @@
 //!                 │    └─ its children (group C)
 //!                 └─ what the command detached (`setsid`, daemons): re-parented to the guard
 //! ```
+//!
+//! **Started early.** `tenure` starts the guard before it asks for the lease,
+//! and the guard waits, running nothing, until `start` comes with the first
+//! deadline and the grant (or until the control pipe closes: `tenure` gave up
+//! or died, and the guard exits). The guard's own start, a second start of the
+//! tenure executable, then overlaps the wait instead of coming between the
+//! grant and the command: a waiter that is handed the lease starts its command
+//! at once.
 //!
 //! `PR_SET_PDEATHSIG` alone is not enough: it reaches the direct child only (not
 //! `sh -c 'a & b'`'s children) and fires when the *thread* that forked exits. The
@@ -228,14 +237,13 @@ pub(crate) enum Leader {
     Unknown,
 }
 
-/// What the command needs to start.
+/// What the guard needs before the lease is granted.
 #[derive(Debug)]
 pub(crate) struct Spec<'a> {
     pub(crate) command: &'a [OsString],
+    /// The command's environment that is known before the grant.
     pub(crate) env: Vec<(&'static str, String)>,
     pub(crate) grace: Duration,
-    /// The first deadline, `CLOCK_BOOTTIME` ns.
-    pub(crate) deadline_ns: u64,
     pub(crate) foreground: bool,
     pub(crate) keep_ignored: Vec<i32>,
     /// How long the guard may stay silent before `tenure` takes over.
@@ -261,8 +269,22 @@ pub(crate) struct Supervisor {
     confirm_until: Option<Instant>,
 }
 
+/// What the guard is told when the lease is granted: the first deadline
+/// (`CLOCK_BOOTTIME` ns) and the grant the command learns of from its
+/// environment (`TENURE_TOKEN`, `TENURE_DEADLINE`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Start {
+    pub(crate) deadline_ns: u64,
+    pub(crate) token: u64,
+    pub(crate) deadline_ms: u64,
+}
+
 impl Supervisor {
-    /// Starts the guard, which starts the command.
+    /// Starts the guard, which waits for [`Supervisor::start`] to start the
+    /// command (or for `tenure` to go, to exit with nothing started). It is
+    /// started while the lease is awaited, so that its own start-up, a second
+    /// start of the tenure executable, is not paid between the grant and the
+    /// command.
     pub(crate) fn spawn(spec: &Spec<'_>) -> Result<Self> {
         let (control_r, control_w) = io::pipe().context("creating the guard's control pipe")?;
         let (report_r, report_w) = io::pipe().context("creating the guard's report pipe")?;
@@ -295,9 +317,7 @@ impl Supervisor {
             .arg("--report-fd")
             .arg(report_w.as_raw_fd().to_string())
             .arg("--grace")
-            .arg(format!("{}ms", spec.grace.as_millis()))
-            .arg("--deadline-ns")
-            .arg(spec.deadline_ns.to_string());
+            .arg(format!("{}ms", spec.grace.as_millis()));
         if spec.foreground {
             cmd.arg("--foreground");
         }
@@ -332,6 +352,14 @@ impl Supervisor {
             Err(Errno::AGAIN) => tracing::warn!(line, "the guard is not reading its control pipe"),
             Err(_) => self.control = None,
         }
+    }
+
+    /// The lease is granted: the guard starts the command. Silence is counted
+    /// from now (the guard says nothing while it waits).
+    pub(crate) fn start(&mut self, start: Start) {
+        let Start { deadline_ns, token, deadline_ms } = start;
+        self.send(&format!("start {deadline_ns} {token} {deadline_ms}\n"));
+        self.last_heard = Instant::now();
     }
 
     /// The command must be dead by `ns` (CLOCK_BOOTTIME) unless a later deadline comes.
@@ -515,8 +543,9 @@ impl Supervisor {
         }
     }
 
-    /// Reaps the guard after its final report: the command and everything it
-    /// started are gone, so a guard that lingers is killed.
+    /// Reaps the guard after its final report (the command and everything it
+    /// started are gone), or before any start (it sees the control pipe close
+    /// and exits); a guard that lingers is killed.
     pub(crate) async fn finish(mut self) {
         self.control = None;
         self.reap_guard().await;

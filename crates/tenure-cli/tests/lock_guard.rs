@@ -251,3 +251,45 @@ fn a_guard_killed_as_the_command_starts_still_leaves_tenure_the_group_to_stop() 
         survivors(&pids)
     );
 }
+
+/// The guard starts while `tenure` waits, so that a waiter handed the lease
+/// starts its command at once; it runs nothing until the grant, and goes with
+/// a `tenure` that gives up or is killed.
+#[test]
+fn the_guard_waits_beside_a_waiter_and_leaves_with_it_having_run_nothing() {
+    let store = FileStore::new();
+    let ran = store.path("ran");
+    let mut holder = start(&store, "q", &[], "sleep 60");
+    assert!(eventually(LIMIT, || !holders(&store.url(), "q").is_empty()), "the holder never got the lease");
+    let guard_beside = |waiter: &std::process::Child| {
+        let children = format!("/proc/{0}/task/{0}/children", waiter.id());
+        assert!(
+            eventually(LIMIT, || std::fs::read_to_string(&children).is_ok_and(|c| !c.trim().is_empty())),
+            "no guard started beside the waiter"
+        );
+        let guard = guard_of(waiter);
+        let cmdline = std::fs::read(format!("/proc/{guard}/cmdline")).unwrap_or_default();
+        assert!(String::from_utf8_lossy(&cmdline).contains("__guard"), "{}", survivors(&[guard]));
+        guard
+    };
+    let note_run = format!("echo ran >> '{}'", ran.display());
+
+    // A waiter that gives up: its guard ends with it.
+    let mut waiter = start(&store, "q", &["--timeout", "1s"], &note_run);
+    let guard = guard_beside(&waiter);
+    let (code, err) = finish(&mut waiter);
+    assert_eq!(code, Some(75), "{err}");
+    assert!(!running(guard), "the guard outlived the waiter that gave up: {}", survivors(&[guard]));
+
+    // A waiter killed with SIGKILL: its guard sees the control pipe close and exits.
+    let mut waiter = start(&store, "q", &[], &note_run);
+    let guard = guard_beside(&waiter);
+    signal(waiter.id(), Signal::KILL);
+    wait_status(&mut waiter, LIMIT);
+    assert!(eventually(LIMIT, || !running(guard)), "the guard outlived a killed waiter: {}", survivors(&[guard]));
+
+    assert!(!ran.exists(), "a waiter's command ran without the lease");
+    signal(holder.id(), Signal::TERM);
+    let (code, err) = finish(&mut holder);
+    assert!(code.is_some(), "{err}");
+}
