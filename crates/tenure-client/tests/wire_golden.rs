@@ -170,7 +170,7 @@ fn responses() -> Vec<(Response, &'static str)> {
         ),
         (Response::Released(vec![true, false]), "10000000 09000000 0100000000000000 03020100"),
         (
-            Response::State(StateWire {
+            Response::State(Box::new(StateWire {
                 version: Some(3),
                 modified_ms: Some(1_700_000_000_000),
                 holders: vec![view()],
@@ -178,7 +178,7 @@ fn responses() -> Vec<(Response, &'static str)> {
                 last_token: 7,
                 watermark_ms: Some(9),
                 last: Some(predecessor()),
-            }),
+            })),
             "7d000000 09000000 0100000000000000 0401030180d095ffbc3101026e312a0168017505302e312e3001036a6f62000780d095ffbc31b0ea01c8e2010000070109010601026e312a0168017505302e312e3001036a6f620398c895ffbc31000001f08195ffbc3101026e312a0168017505302e312e3001036a6f62010468756e67",
         ),
         (

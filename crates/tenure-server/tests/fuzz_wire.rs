@@ -235,7 +235,7 @@ fn response_body() -> BoxedStrategy<Vec<u8>> {
             proptest::option::of(predecessor())
         )
             .prop_map(|(version, modified_ms, holders, expired, last_token, watermark_ms, last)| {
-                encode_response(&Response::State(StateWire {
+                encode_response(&Response::State(Box::new(StateWire {
                     version,
                     modified_ms,
                     holders,
@@ -243,7 +243,7 @@ fn response_body() -> BoxedStrategy<Vec<u8>> {
                     last_token,
                     watermark_ms,
                     last,
-                }))
+                })))
             }),
         (proptest::collection::vec(s(20), 0..5), any::<bool>())
             .prop_map(|(names, more)| encode_response(&Response::Names { names, more })),

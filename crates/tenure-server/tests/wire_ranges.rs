@@ -257,7 +257,7 @@ async fn a_hostile_servers_absurd_answers_are_clear_client_errors() {
     }
     let state = |deadline_ms, last_token| {
         move |_: &Request<'_>| {
-            Response::State(StateWire {
+            Response::State(Box::new(StateWire {
                 version: Some(1),
                 modified_ms: Some(1),
                 holders: vec![view(7, deadline_ms, 1000, 1000)],
@@ -265,7 +265,7 @@ async fn a_hostile_servers_absurd_answers_are_clear_client_errors() {
                 last_token,
                 watermark_ms: None,
                 last: None,
-            })
+            }))
         }
     };
     for (field, deadline_ms, last_token) in [("deadline_ms", u64::MAX, 7), ("last_token", 5, u64::MAX)] {

@@ -16,7 +16,7 @@ pub(crate) enum ResponseIn<'a> {
     Acquired(#[serde(borrow)] AcquireReplyIn<'a>),
     Granted(#[serde(borrow)] Vec<OutcomeIn<'a>>),
     Released(Vec<bool>),
-    State(StateWire),
+    State(Box<StateWire>),
     Names { names: Vec<String>, more: bool },
     Done,
     Pong,

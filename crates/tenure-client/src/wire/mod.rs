@@ -326,8 +326,10 @@ pub enum Response {
     Granted(Vec<Outcome>),
     /// Answer to [`Request::Release`]: whether each grant was still held.
     Released(Vec<bool>),
-    /// Answer to [`Request::Inspect`].
-    State(StateWire),
+    /// Answer to [`Request::Inspect`] (boxed: the largest answer by far, it
+    /// would make every answer as large as itself, and answers are moved
+    /// several times between the table and the socket).
+    State(Box<StateWire>),
     /// Answer to [`Request::List`]: a page of names, in order.
     Names {
         /// The names.

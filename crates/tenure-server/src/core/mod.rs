@@ -683,14 +683,16 @@ impl Core {
         let h = self.hash(name);
         let mut guard = self.shard(h).lock();
         let shard = &mut *guard;
-        let now_ms = self.now_us() / 1000;
+        // One reading of the clock for the release and the hand-over it makes.
+        let now_us = self.now_us();
+        let now_ms = now_us / 1000;
         let Some(slot) = slot_mut(&mut shard.slots, h, name) else { return Ok(false) };
         if let Some(id) = reservation {
             let before = slot.reservations.len();
             slot.reservations.retain(|r| !(r.id == id && r.holder.nonce == nonce));
             let released = slot.reservations.len() < before;
             reweigh(&mut shard.weight, slot);
-            self.serve(shard, h, name, self.now_us());
+            self.serve(shard, h, name, now_us);
             retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
             return Ok(released);
         }
@@ -710,7 +712,7 @@ impl Core {
                 slot.modified_ms = now_ms;
                 reweigh(&mut shard.weight, slot);
                 bump(&shard.stats.releases);
-                self.serve(shard, h, name, self.now_us());
+                self.serve(shard, h, name, now_us);
                 let Some(slot) = slot_mut(&mut shard.slots, h, name) else { return Ok(true) };
                 if !slot.is_live(now_ms) {
                     retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());

@@ -277,7 +277,8 @@ impl Core {
         let h = self.hash(name);
         let mut guard = self.shard(h).lock();
         let shard = &mut *guard;
-        let now_ms = self.now_us() / 1000;
+        let now_us = self.now_us();
+        let now_ms = now_us / 1000;
         let slot = slot_mut(&mut shard.slots, h, name).ok_or(Refusal::Changed)?;
         if slot.version != seen_version {
             return Err(Refusal::Changed);
@@ -290,7 +291,7 @@ impl Core {
         }
         reweigh(&mut shard.weight, slot);
         bump(&shard.stats.breaks);
-        self.serve(shard, h, name, self.now_us());
+        self.serve(shard, h, name, now_us);
         retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
         Ok(())
     }

@@ -259,6 +259,9 @@ impl Connection {
                 batch_bytes = batch_bytes.saturating_add(answer.resp.size_hint());
                 answers.push(answer);
             }
+            // When the last timed request of this batch was answered: the next
+            // one is timed from there, one clock read per request instead of two.
+            let mut mark = None;
             loop {
                 // Before the hello, a frame may be only as large as a hello.
                 let max = if self.greeted() { MAX_REQUEST } else { MAX_HELLO };
@@ -271,7 +274,7 @@ impl Connection {
                     }
                 };
                 consumed = true;
-                let Some(answer) = self.handle_frame(&frame) else { continue };
+                let Some(answer) = self.handle_frame(&frame, &mut mark) else { continue };
                 let close = answer.close;
                 batch_bytes = batch_bytes.saturating_add(answer.resp.size_hint());
                 answers.push(answer);
@@ -460,8 +463,11 @@ impl Connection {
     }
 
     /// The answer to one frame: `None` for a wait that was queued (its answer
-    /// comes later, from [`Connection::waits`]).
-    fn handle_frame(&mut self, frame: &[u8]) -> Option<Answer> {
+    /// comes later, from [`Connection::waits`]). A timed request is timed from
+    /// `mark`, when the request before it in the batch was answered (read now
+    /// if it was not timed), and leaves its own end there.
+    fn handle_frame(&mut self, frame: &[u8], mark: &mut Option<std::time::Instant>) -> Option<Answer> {
+        let started = mark.take().unwrap_or_else(std::time::Instant::now);
         self.shared.conns.requests.fetch_add(1, Ordering::Relaxed);
         let Some((id, body)) = wire::split_request(frame) else {
             return Some(error(0, ErrorCode::Protocol, "a frame shorter than its header".into(), true));
@@ -476,13 +482,15 @@ impl Connection {
         if matches!(req, Request::Wait { .. }) {
             return self.wait(id, &req);
         }
-        let (op, started) = (super::latency::op(&req), std::time::Instant::now());
+        let op = super::latency::op(&req);
         let answer = match self.dispatch(req) {
             Ok(resp) => Answer { id, resp, close: false },
             Err((code, message)) => error(id, code, message, matches!(code, ErrorCode::Protocol)),
         };
         if let Some(op) = op {
-            self.shared.conns.latency.observe(op, started.elapsed());
+            let answered = std::time::Instant::now();
+            self.shared.conns.latency.observe(op, answered.saturating_duration_since(started));
+            *mark = Some(answered);
         }
         Some(answer)
     }

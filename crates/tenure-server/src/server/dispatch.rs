@@ -230,7 +230,7 @@ impl Connection {
             Request::Inspect(name) => {
                 let name = LeaseName::new(name).map_err(|e| (ErrorCode::Invalid, e.to_string()))?;
                 let s = core.inspect(&name);
-                Response::State(StateWire {
+                Response::State(Box::new(StateWire {
                     version: s.version.and_then(|v| v.seq),
                     modified_ms: s.modified_ms,
                     holders: s.holders.iter().map(HolderViewWire::from).collect(),
@@ -238,7 +238,7 @@ impl Connection {
                     last_token: s.last_token,
                     watermark_ms: s.watermark_ms,
                     last: s.last.as_ref().map(PredecessorWire::from),
-                })
+                }))
             }
             Request::List { prefix, limit, after } => {
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX).clamp(1, MAX_LIST_PAGE);

@@ -1,7 +1,8 @@
 //! How long the server takes to decide each kind of request, as Prometheus
-//! histograms (`tenure_request_duration_seconds{op=…}`): from a decoded frame to
-//! its answer, checks and the lease table included; witness signing (once per
-//! batch) and the network are not.
+//! histograms (`tenure_request_duration_seconds{op=…}`): from its frame to its
+//! answer, decoding, checks and the lease table included; witness signing (once
+//! per batch) and the network are not. Within a batch, a request is timed from
+//! the answer to the one before it, so each costs one clock read.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
