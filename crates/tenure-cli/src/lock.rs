@@ -202,20 +202,14 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         taken = take(&args, &name, &opts, op_timeout) => Ok(taken),
         sig = signals.recv() => Err(sig),
     };
+    if !matches!(taken, Ok(Ok(_)))
+        && let Some(sup) = early.take()
+    {
+        sup.finish().await;
+    }
     let (store, lease) = match taken {
-        Ok(Ok(taken)) => taken,
-        Ok(Err(e)) => {
-            if let Some(sup) = early.take() {
-                sup.finish().await;
-            }
-            return Err(e);
-        }
-        Err(sig) => {
-            if let Some(sup) = early.take() {
-                sup.finish().await;
-            }
-            return Ok(exit::code(Status::Signal(sig).exit_code()));
-        }
+        Ok(taken) => taken?,
+        Err(sig) => return Ok(exit::code(Status::Signal(sig).exit_code())),
     };
     let grant = lease.grant();
     tracing::info!(token = grant.token, "acquired lease {name} in {}", store.url());
