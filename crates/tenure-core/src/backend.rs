@@ -62,16 +62,20 @@ pub struct PutOptions {
     /// How long the value matters if nobody writes it again: a store with
     /// server-side expiry (etcd) may drop the key after this. Others ignore it.
     pub expires_after: Option<Duration>,
+    /// The write must survive a crash of the machine once it is reported
+    /// done (the default). A store may skip its flushes for a write that need
+    /// not: a directory then does not `fsync`.
+    pub durable: bool,
 }
 
 impl PutOptions {
     /// Create-if-absent.
     pub fn create() -> Self {
-        Self { mode: PutMode::Create, expires_after: None }
+        Self { mode: PutMode::Create, expires_after: None, durable: true }
     }
     /// Replace-if-at-`version`.
     pub fn update(version: Version) -> Self {
-        Self { mode: PutMode::Update(version), expires_after: None }
+        Self { mode: PutMode::Update(version), expires_after: None, durable: true }
     }
     /// From what was read: create if nothing was, else update from its version.
     pub fn after(read: Option<&Stored>) -> Self {
@@ -80,6 +84,11 @@ impl PutOptions {
     /// With a server-side expiry hint.
     pub fn with_expires_after(mut self, d: Duration) -> Self {
         self.expires_after = Some(d);
+        self
+    }
+    /// A write a crash may lose (see [`PutOptions::durable`]).
+    pub fn volatile(mut self) -> Self {
+        self.durable = false;
         self
     }
 }

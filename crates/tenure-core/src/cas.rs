@@ -118,6 +118,8 @@ pub struct CasStore {
     lined: Mutex<std::collections::HashSet<String>>,
     /// The wait line: the backend's own, or one record per lease.
     line: Arc<dyn Line>,
+    /// Leaves from lines still being written.
+    departures: Arc<queue::Departures>,
 }
 
 mod queue;
@@ -146,6 +148,7 @@ impl CasStore {
             cannot_watch: Default::default(),
             watch_checked: Default::default(),
             lined: Mutex::default(),
+            departures: Arc::default(),
         }
     }
 
@@ -327,6 +330,50 @@ impl Judge for Observer<'_> {
 }
 
 impl CasStore {
+    /// Writes the release of `grant` into its record.
+    async fn release_record(&self, grant: &Grant, req: &ReleaseRequest) -> Result<Released> {
+        let name = grant.name.as_str();
+        let how = if req.dropped { EndedHow::Dropped } else { EndedHow::Released };
+        let mut use_cache = true;
+        for _ in 0..MAX_CONFLICTS {
+            let (version, current) = match self.current_for(grant, use_cache).await {
+                Ok(v) => v,
+                Err(Error::Lost { .. }) => {
+                    self.forget(name);
+                    return Ok(Released::NotHeld);
+                }
+                Err(e) => return Err(e),
+            };
+            let rec = match record::decide_release(
+                &current,
+                grant.token,
+                &grant.holder.nonce,
+                how,
+                self.clock.wall_ms(),
+                req.watermark_ms,
+                req.meta.as_deref(),
+            ) {
+                Ok(rec) => rec,
+                Err(_) => {
+                    self.forget(name);
+                    return Ok(Released::NotHeld);
+                }
+            };
+            match self.put(name, &rec, PutOptions::update(version)).await? {
+                Put::Done(version) => {
+                    self.remember(name, version, rec);
+                    return Ok(Released::Released);
+                }
+                Put::Conflict => use_cache = false,
+            }
+        }
+        Err(Error::store(
+            self.url(),
+            format!("releasing lease {name:?}"),
+            "lost the conditional write to other writers 16 times in a row",
+        ))
+    }
+
     /// One acquisition, whoever waits in line (see [`queue`]).
     async fn acquire_now(&self, req: &AcquireRequest) -> Result<Attempt> {
         let name = req.name.as_str();
@@ -516,46 +563,10 @@ impl LeaseStore for CasStore {
     }
 
     async fn release(&self, grant: &Grant, req: &ReleaseRequest) -> Result<Released> {
-        let name = grant.name.as_str();
-        let how = if req.dropped { EndedHow::Dropped } else { EndedHow::Released };
-        let mut use_cache = true;
-        for _ in 0..MAX_CONFLICTS {
-            let (version, current) = match self.current_for(grant, use_cache).await {
-                Ok(v) => v,
-                Err(Error::Lost { .. }) => {
-                    self.forget(name);
-                    return Ok(Released::NotHeld);
-                }
-                Err(e) => return Err(e),
-            };
-            let rec = match record::decide_release(
-                &current,
-                grant.token,
-                &grant.holder.nonce,
-                how,
-                self.clock.wall_ms(),
-                req.watermark_ms,
-                req.meta.as_deref(),
-            ) {
-                Ok(rec) => rec,
-                Err(_) => {
-                    self.forget(name);
-                    return Ok(Released::NotHeld);
-                }
-            };
-            match self.put(name, &rec, PutOptions::update(version)).await? {
-                Put::Done(version) => {
-                    self.remember(name, version, rec);
-                    return Ok(Released::Released);
-                }
-                Put::Conflict => use_cache = false,
-            }
-        }
-        Err(Error::store(
-            self.url(),
-            format!("releasing lease {name:?}"),
-            "lost the conditional write to other writers 16 times in a row",
-        ))
+        let released = self.release_record(grant, req).await;
+        // A holder that got the lease in line has left the line by now.
+        self.departures.settle(grant.name.as_str()).await;
+        released
     }
 
     async fn inspect(&self, name: &LeaseName) -> Result<LeaseState> {

@@ -23,7 +23,10 @@
 //!    than any waiter writes is not a waiter's, and is dropped too. On etcd a
 //!    waiter's key lapses with its etcd lease;
 //! 4. **leaves** once granted, when its wait runs out, or when the caller gives
-//!    up (the future is dropped: the entry is taken out by a task of its own).
+//!    up (the future is dropped). A granted waiter and one that gave up leave
+//!    in a task of their own, so the grant does not wait for that write; the
+//!    store's next look at that line, or release of that lease, waits for it
+//!    ([`Departures`]).
 //!
 //! A waiter that crashes thus holds up those behind it for at most
 //! [`ENTRY_TTL`] plus `max_skew` (on etcd, its etcd lease's TTL). A newcomer's first attempt does not read the
@@ -32,11 +35,14 @@
 //! grab is a window of one watch wake-up. A store that cannot watch the queue
 //! (a directory on NFS: no change notifications) keeps no queue: its waiters poll.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use serde::{Deserialize, Serialize};
 
 use super::CasStore;
@@ -135,6 +141,9 @@ impl RecordLine {
             let opts = version.map_or_else(PutOptions::create, PutOptions::update);
             // On etcd the record goes with its last waiter.
             let opts = opts.with_expires_after(ENTRY_TTL.saturating_mul(2).saturating_add(self.skew));
+            // Only the order is at stake: a line a crash loses or tears reads as
+            // empty, and its waiters (if any survived) enter again.
+            let opts = opts.volatile();
             if let Put::Done(_) = self.backend.put(key, bytes, opts).await? {
                 return Ok(());
             }
@@ -188,8 +197,53 @@ impl Line for RecordLine {
     }
 }
 
+/// Departures from lines still being written, per lease name. A waiter that
+/// is granted the lease leaves its line in the background, so the grant does
+/// not wait for that write (on a durable directory, a write and two `fsync`s);
+/// this store's next entry into that line, look at it, or release of that
+/// lease waits for the departure first, so a holder that releases and queues
+/// again is never taken out of the line by its own earlier leave, never finds
+/// itself still at the head, and a process that releases and exits has left
+/// the line. Only departures in flight are kept: finished ones are swept at
+/// every start.
+#[derive(Debug, Default)]
+pub(super) struct Departures(parking_lot::Mutex<HashMap<String, Vec<Departure>>>);
+
+/// One departure in flight, awaited by whoever needs it landed.
+type Departure = Shared<BoxFuture<'static, ()>>;
+
+impl Departures {
+    /// Takes `nonce` out of `name`'s line in the background, if a runtime is
+    /// there to run it (else the entry lapses, as a crashed waiter's does).
+    fn start(&self, line: Arc<dyn Line>, name: String, nonce: String) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let task = rt.spawn({
+            let name = name.clone();
+            async move {
+                if let Err(e) = line.leave(&name, &nonce).await {
+                    tracing::debug!(error = %e, "leaving a wait line failed; the entry lapses");
+                }
+            }
+        });
+        let mut all = self.0.lock();
+        all.retain(|_, departures| {
+            departures.retain(|d| d.peek().is_none());
+            !departures.is_empty()
+        });
+        all.entry(name).or_default().push(task.map(drop).boxed().shared());
+    }
+
+    /// Until every departure from `name`'s line started here has landed (or
+    /// failed: the entry then lapses).
+    pub(super) async fn settle(&self, name: &str) {
+        let Some(departures) = self.0.lock().get(name).cloned() else { return };
+        futures::future::join_all(departures).await;
+    }
+}
+
 /// Takes a waiter out of its line when dropped, unless it already left.
 struct Leave {
+    departures: Arc<Departures>,
     line: Arc<dyn Line>,
     name: String,
     nonce: String,
@@ -197,6 +251,7 @@ struct Leave {
 }
 
 impl Leave {
+    /// Leaves now (the wait ended without the lease).
     async fn now(mut self) {
         self.done = true;
         if let Err(e) = self.line.leave(&self.name, &self.nonce).await {
@@ -206,20 +261,12 @@ impl Leave {
 }
 
 impl Drop for Leave {
+    /// Granted, or the caller gave up on the wait (the future was dropped):
+    /// leave in the background.
     fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let line = self.line.clone();
-        let (name, nonce) = (std::mem::take(&mut self.name), std::mem::take(&mut self.nonce));
-        // The caller gave up on the wait: leave in the background, if a runtime
-        // is there to run it (else the entry lapses).
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Err(e) = line.leave(&name, &nonce).await {
-                    tracing::debug!(error = %e, "leaving a wait line failed; the entry lapses");
-                }
-            });
+        if !self.done {
+            let (name, nonce) = (std::mem::take(&mut self.name), std::mem::take(&mut self.nonce));
+            self.departures.start(self.line.clone(), name, nonce);
         }
     }
 }
@@ -253,6 +300,7 @@ impl CasStore {
         if !self.lined.lock().contains(name) {
             return Ok(None);
         }
+        self.departures.settle(name).await;
         let line = self.line.waiters(name).await?;
         if line.is_empty() {
             self.lined.lock().remove(name);
@@ -276,10 +324,17 @@ impl CasStore {
         let until = self.clock.mono() + wait;
         let me = Waiter { nonce: req.holder.nonce.clone(), shared: req.mode == Mode::Shared };
         self.lined.lock().insert(name.to_string());
+        self.departures.settle(name).await;
         if let Err(e) = self.line.enter(name, &me).await {
             return Some(Err(e));
         }
-        let leave = Leave { line: self.line.clone(), name: name.to_string(), nonce: me.nonce.clone(), done: false };
+        let leave = Leave {
+            departures: self.departures.clone(),
+            line: self.line.clone(),
+            name: name.to_string(),
+            nonce: me.nonce.clone(),
+            done: false,
+        };
         let mut entered = self.clock.mono();
         let mut busy: Option<Busy> = None;
         loop {
@@ -304,10 +359,8 @@ impl CasStore {
             let watched = match turn {
                 // Its turn, just read: no second look at the line.
                 Ok(Some(true)) => match self.acquire_now(req).await {
-                    Ok(Attempt::Granted(g)) => {
-                        leave.now().await;
-                        return Some(Ok(Attempt::Granted(g)));
-                    }
+                    // Leaves the line in the background (see [`Departures`]).
+                    Ok(Attempt::Granted(g)) => return Some(Ok(Attempt::Granted(g))),
                     Ok(Attempt::Busy(b)) => {
                         // Until the first holder could be taken over, at the latest.
                         let first = b.holders.iter().map(|h| h.expires_in_ms).min();

@@ -74,7 +74,9 @@
 //! power loss of the machine that holds the directory: fencing tokens never go
 //! back. (On NFS, `close` already commits the data and the server applies `link`
 //! synchronously on `sync` exports.) `?fsync=false` skips both for scratch
-//! directories and tmpfs; a power loss may then lose the newest versions.
+//! directories and tmpfs; a power loss may then lose the newest versions. Writes
+//! marked [`PutOptions::volatile`] skip both too: a lease's wait line, where a
+//! lost or torn record only costs the order of the waiters, never a lease.
 //!
 //! # Threads and deadlines
 //!
@@ -330,6 +332,12 @@ impl FileBackend {
 
     /// Writes `value` as the next version of `key` if `mode` holds.
     pub fn put_blocking(&self, key: &str, value: &[u8], mode: &PutMode) -> Result<Put> {
+        self.write_version(key, value, mode, self.fsync)
+    }
+
+    /// [`Self::put_blocking`], with `fsync` of the file and the directory or
+    /// without.
+    fn write_version(&self, key: &str, value: &[u8], mode: &PutMode, fsync: bool) -> Result<Put> {
         let target = match mode {
             PutMode::Create => 1,
             // Versions this store reads are below MAX_TOKEN: the sum cannot wrap.
@@ -346,7 +354,7 @@ impl FileBackend {
         // The key's directory vanished under an update: the record is gone.
         let Some(dir) = self.key_dir(key, create)? else { return Ok(Put::Conflict) };
         let tmp = format!("~tmp-{:016x}", rand::random::<u64>());
-        if let Err(e) = dir.create_new(&tmp, value, self.fsync) {
+        if let Err(e) = dir.create_new(&tmp, value, fsync) {
             let _ = dir.remove(&tmp);
             if is_gone(&e) && !create {
                 return Ok(Put::Conflict);
@@ -364,7 +372,7 @@ impl FileBackend {
                 return Err(self.err(format!("linking the new version of key {key:?}"), &dir.path().join(&name), e));
             }
         }
-        if self.fsync {
+        if fsync {
             dir.sync().map_err(|e| self.err(format!("syncing the directory of key {key:?}"), dir.path(), e))?;
         }
         let scan = self.scan(&dir).map_err(|e| self.err(format!("listing key {key:?}"), dir.path(), e))?;
@@ -497,7 +505,8 @@ impl Backend for FileBackend {
 
     async fn put(&self, key: &str, value: Bytes, opts: PutOptions) -> Result<Put> {
         let key = key.to_string();
-        self.run(format!("writing key {key:?}"), move |b| b.put_blocking(&key, &value, &opts.mode)).await
+        let fsync = self.fsync && opts.durable;
+        self.run(format!("writing key {key:?}"), move |b| b.write_version(&key, &value, &opts.mode, fsync)).await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
