@@ -1,14 +1,16 @@
-//! Waiters on a directory store (local file system: inotify) and on the memory
-//! store wait in line: granted in the order they queued, a waiter that gives up
-//! is skipped, and a waiter that crashed holds up the line only until its entry
-//! lapses.
+//! Waiters on a directory store (local file system: a file per waiter, woken
+//! by inotify) and on the memory store (one record per lease) wait in line:
+//! granted in the order they queued, a waiter that gives up is skipped, and a
+//! waiter that crashed, or an entry no waiter wrote, holds up nobody.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_core::backend::Line;
+use tenure_core::cas::RecordLine;
 use tenure_core::{
     AcquireRequest, Attempt, Backend, Grant, Holder, LeaseName, LeaseStore, Mode, OpenOptions, PutOptions,
-    ReleaseRequest,
+    ReleaseRequest, SystemClock,
 };
 
 const TTL: Duration = Duration::from_secs(30);
@@ -39,14 +41,14 @@ fn backend(url: &str) -> Arc<dyn Backend> {
     }
 }
 
-/// The nonces of the waiters the queue record of `name` lists, in order.
+/// The nonces of the waiters in `name`'s line, in order, as the store keeps
+/// it (a directory: its own; memory: a record).
 async fn line(url: &str, name: &str) -> Vec<String> {
     let backend = backend(url);
-    let Some(stored) = backend.get(&format!("{name}~queue")).await.expect("read the queue") else { return vec![] };
-    // Not yet rewritten by a waiter (the garbage test): nobody in line.
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&stored.value) else { return vec![] };
-    let waiters = v["waiters"].as_array().cloned().unwrap_or_default();
-    waiters.iter().filter_map(|w| w["nonce"].as_str().map(str::to_string)).collect()
+    let line = backend.clone().line().unwrap_or_else(|| {
+        Arc::new(RecordLine::new(backend, SystemClock::shared(), Duration::from_secs(2))) as Arc<dyn Line>
+    });
+    line.waiters(name).await.expect("read the line").into_iter().map(|w| w.nonce).collect()
 }
 
 async fn queued(url: &str, name: &str) -> usize {
@@ -148,9 +150,8 @@ async fn a_waiter_that_gives_up_leaves_the_line() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_waiter_or_a_forged_entry_holds_up_nobody() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("file://{}?fsync=false", dir.path().display());
+async fn a_crashed_waiter_or_a_forged_entry_in_a_record_holds_up_nobody() {
+    let url = format!("memory://wait-queue-crash-{}", std::process::id());
     let name = "crash";
     // A waiter that crashed long ago (its entry's time is in the past), and an
     // entry no waiter wrote, which claims to live for ever.
@@ -171,8 +172,7 @@ async fn a_crashed_waiter_or_a_forged_entry_holds_up_nobody() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_in_the_queue_record_is_an_empty_line() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("file://{}?fsync=false", dir.path().display());
+    let url = format!("memory://wait-queue-garbage-{}", std::process::id());
     let name = "garbage";
     backend(&url)
         .put(&format!("{name}~queue"), b"\xff{not json".to_vec().into(), PutOptions::create())
@@ -191,4 +191,89 @@ async fn garbage_in_the_queue_record_is_an_empty_line() {
     let g = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("granted").expect("open");
     assert_eq!(g.holder.label.as_deref(), Some("next"));
     next.await.expect("next");
+}
+
+/// Files in a directory's line that no live waiter wrote: a waiter that
+/// crashed long ago (its file untouched), a file dated in the future, files
+/// that are not entries, a symlink and a directory with an entry's name, and a
+/// leftover temp file. None holds up a waiter; the crashed, the future-dated
+/// and the old leftover are removed by the next waiter to enter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_waiter_or_a_forged_file_in_a_directory_line_holds_up_nobody() {
+    use std::time::SystemTime;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let name = "crash";
+    let line_dir = dir.path().join(format!("{name}~line"));
+    std::fs::create_dir_all(&line_dir).expect("mkdir");
+    let dated = |file: &str, bytes: &[u8], at: SystemTime| {
+        std::fs::write(line_dir.join(file), bytes).expect("write");
+        let f = std::fs::File::options().write(true).open(line_dir.join(file)).expect("open");
+        f.set_modified(at).expect("set mtime");
+    };
+    let hour = Duration::from_secs(3600);
+    dated("00000000000000000001", b"x\ncrashed", SystemTime::now() - hour);
+    dated("00000000000000000002", b"x\nfuture", SystemTime::now() + hour);
+    dated("00000000000000000003", b"not an entry", SystemTime::now());
+    dated("00000000000000000004.tmp-0123", b"x\nhalf", SystemTime::now() - hour);
+    dated("notes.txt", b"x\nnotes", SystemTime::now());
+    std::os::unix::fs::symlink("/etc/passwd", line_dir.join("00000000000000000005")).expect("symlink");
+    std::fs::create_dir(line_dir.join("00000000000000000006")).expect("mkdir");
+    assert_eq!(line(&url, name).await, Vec::<String>::new(), "nobody alive waits");
+
+    let holder = store(&url);
+    let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let r = req(name, "next");
+    let next_nonce = r.holder.nonce.clone();
+    let s = store(&url);
+    let next = tokio::spawn(async move {
+        let g = held(s.acquire_queued(&r, WAIT).await.expect("a queue").expect("wait"));
+        let _ = tx.send(g);
+    });
+    until_queued(&url, name, 1).await;
+    assert_eq!(line(&url, name).await, [next_nonce]);
+    for gone in ["00000000000000000001", "00000000000000000002", "00000000000000000004.tmp-0123"] {
+        assert!(!line_dir.join(gone).exists(), "{gone} was removed");
+    }
+    assert!(line_dir.join("notes.txt").exists(), "a fresh file that is not an entry is left alone");
+    holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+    let g = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("granted").expect("open");
+    assert_eq!(g.holder.label.as_deref(), Some("next"));
+    next.await.expect("next");
+}
+
+/// A directory's line, as the store keeps it, lists its waiters in the order
+/// they entered; the lease passes down it one by one, and the line is empty
+/// once the last holder has released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_line_passes_the_lease_down_the_line_one_by_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let name = "chain";
+    let first = held(store(&url).try_acquire(&req(name, "first")).await.expect("acquire"));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut nonces = Vec::new();
+    for i in 0..3 {
+        let (s, tx, r) = (store(&url), tx.clone(), req(name, &format!("w{i}")));
+        nonces.push(r.holder.nonce.clone());
+        tokio::spawn(async move {
+            let g = held(s.acquire_queued(&r, WAIT).await.expect("a queue").expect("wait"));
+            let _ = tx.send((i, g, s));
+        });
+        until_queued(&url, name, i + 1).await;
+    }
+    assert_eq!(line(&url, name).await, nonces);
+    let (mut last, mut last_store) = (first, store(&url));
+    for i in 0..2 {
+        last_store.release(&last, &ReleaseRequest::default()).await.expect("release");
+        let (got, g, s) = tokio::time::timeout(WAIT, rx.recv()).await.expect("a grant").expect("open");
+        assert_eq!(got, i, "granted out of order");
+        (last, last_store) = (g, s);
+    }
+    last_store.release(&last, &ReleaseRequest::default()).await.expect("release");
+    let (got, g, s) = tokio::time::timeout(WAIT, rx.recv()).await.expect("a grant").expect("open");
+    assert_eq!(got, 2);
+    s.release(&g, &ReleaseRequest::default()).await.expect("release");
+    assert_eq!(line(&url, name).await, Vec::<String>::new(), "everyone left");
 }

@@ -519,6 +519,11 @@ impl Backend for FileBackend {
     async fn watch(&self, key: &str, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
         self.watch_dir(key, seen, timeout).await
     }
+
+    /// A file per waiter (see [`line`]).
+    fn line(self: Arc<Self>) -> Option<Arc<dyn crate::backend::Line>> {
+        Some(self)
+    }
 }
 
 /// Opens `file:///dir[?fsync=false&io=inline&timeout=10s]` or a plain path.
@@ -634,6 +639,7 @@ fn check_mount(url: &str, path: &Path) -> Result<()> {
     Ok(())
 }
 
+mod line;
 #[cfg(test)]
 mod tests;
 mod watch;

@@ -442,6 +442,17 @@ impl Dir {
         }
     }
 
+    /// Sets the modification time of `name` to now, on the kernel's clock
+    /// (`utimensat(2)`, never through a symlink).
+    pub fn touch(&self, name: &str) -> io::Result<()> {
+        let at = |nsec| rustix::fs::Timespec { tv_sec: 0, tv_nsec: nsec };
+        let times = rustix::fs::Timestamps {
+            last_access: at(rustix::fs::UTIME_OMIT),
+            last_modification: at(rustix::fs::UTIME_NOW),
+        };
+        Ok(rustix::fs::utimensat(self, name, &times, AtFlags::SYMLINK_NOFOLLOW)?)
+    }
+
     /// `fsync(2)` of the directory itself: its new and removed names are durable.
     pub fn sync(&self) -> io::Result<()> {
         Ok(rustix::fs::fsync(self)?)

@@ -68,6 +68,7 @@ use tokio::time::Instant;
 
 use super::{FileBackend, parse_version};
 use crate::error::{Error, Result};
+use crate::store::fs::Dir;
 use crate::store::fs::is_gone;
 use crate::types::Version;
 
@@ -130,6 +131,17 @@ fn mask() -> WatchFlags {
         | WatchFlags::EXCL_UNLINK
 }
 
+/// The events of a wait line's directory that matter: an entry removed (its
+/// waiter left), and the directory itself going away.
+pub(super) fn line_mask() -> WatchFlags {
+    WatchFlags::DELETE
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::ONLYDIR
+        | WatchFlags::EXCL_UNLINK
+}
+
 /// What the setup found.
 pub(super) enum Setup {
     /// The key is no longer at the version the caller saw.
@@ -145,7 +157,22 @@ pub(super) enum Setup {
 pub(super) struct Shared {
     fd: AsyncFd<OwnedFd>,
     /// Per watch descriptor: how many waits use it, and their news.
-    watches: Mutex<HashMap<i32, (usize, tokio::sync::watch::Sender<u64>)>>,
+    watches: Mutex<HashMap<i32, Watch>>,
+}
+
+/// The waits on one watched directory.
+#[derive(Debug)]
+struct Watch {
+    users: usize,
+    /// A new version, or events lost: every wait looks again.
+    news: tokio::sync::watch::Sender<u64>,
+    /// Per entry name: the waits for its removal (a wait line's waiters, each
+    /// on the entry just ahead of it), and how many.
+    removals: HashMap<Box<[u8]>, (usize, tokio::sync::watch::Sender<u64>)>,
+}
+
+fn bump(news: &tokio::sync::watch::Sender<u64>) {
+    news.send_modify(|n| *n = n.wrapping_add(1));
 }
 
 /// The store's instance, created by the first wait.
@@ -162,15 +189,22 @@ impl Shared {
         Ok(Self { fd, watches: Mutex::default() })
     }
 
-    /// Watches `dir` (an open directory, through `/proc/self/fd`).
-    fn add(self: &Arc<Self>, dir: &impl AsFd) -> rustix::io::Result<Registration> {
+    /// Watches `dir` (an open directory, through `/proc/self/fd`) for `mask`.
+    /// Every wait on one directory must ask for the same mask (the kernel keeps
+    /// one per directory): a key's versions ([`mask`]), or a wait line's
+    /// removals ([`line_mask`]).
+    pub(super) fn add(self: &Arc<Self>, dir: &impl AsFd, mask: WatchFlags) -> rustix::io::Result<Registration> {
         let through = format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd());
         let mut watches = self.watches.lock();
-        let wd = inotify::add_watch(self.fd.get_ref(), &through, mask())?;
-        let entry = watches.entry(wd).or_insert_with(|| (0, tokio::sync::watch::Sender::new(0)));
-        entry.0 += 1;
-        let news = entry.1.subscribe();
-        Ok(Registration { shared: self.clone(), wd, news })
+        let wd = inotify::add_watch(self.fd.get_ref(), &through, mask)?;
+        let entry = watches.entry(wd).or_insert_with(|| Watch {
+            users: 0,
+            news: tokio::sync::watch::Sender::new(0),
+            removals: HashMap::new(),
+        });
+        entry.users += 1;
+        let news = entry.news.subscribe();
+        Ok(Registration { shared: self.clone(), wd, news, removal: None })
     }
 
     /// Reads every queued event and tells the waits it concerns. Returns once
@@ -182,16 +216,23 @@ impl Shared {
             match reader.next() {
                 Ok(event) if event.events().contains(ReadFlags::QUEUE_OVERFLOW) => {
                     // Events were lost: everyone looks again.
-                    for (_, news) in self.watches.lock().values() {
-                        news.send_modify(|n| *n += 1);
+                    for watch in self.watches.lock().values() {
+                        bump(&watch.news);
                     }
                 }
-                Ok(event) if matters(event.events(), event.file_name().map(|n| n.to_bytes())) => {
-                    if let Some((_, news)) = self.watches.lock().get(&event.wd()) {
-                        news.send_modify(|n| *n += 1);
+                Ok(event) => {
+                    let name = event.file_name().map(|n| n.to_bytes());
+                    let watches = self.watches.lock();
+                    let Some(watch) = watches.get(&event.wd()) else { continue };
+                    if matters(event.events(), name) {
+                        bump(&watch.news);
+                    }
+                    if event.events().intersects(ReadFlags::DELETE | ReadFlags::MOVED_FROM)
+                        && let Some((_, news)) = name.and_then(|n| watch.removals.get(n))
+                    {
+                        bump(news);
                     }
                 }
-                Ok(_) => {}
                 Err(Errno::AGAIN) => return Ok(()),
                 Err(Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
@@ -205,24 +246,71 @@ pub(super) struct Registration {
     shared: Arc<Shared>,
     wd: i32,
     news: tokio::sync::watch::Receiver<u64>,
+    /// The entry whose removal this wait is for, if any.
+    removal: Option<(Box<[u8]>, tokio::sync::watch::Receiver<u64>)>,
 }
 
-impl Drop for Registration {
-    fn drop(&mut self) {
+impl Registration {
+    /// Also wakes this wait when the entry `name` of the watched directory is
+    /// removed (the directory must be watched with [`line_mask`]).
+    pub(super) fn on_removal_of(&mut self, name: &[u8]) {
         let mut watches = self.shared.watches.lock();
-        if let Some(entry) = watches.get_mut(&self.wd) {
-            entry.0 -= 1;
-            if entry.0 == 0 {
-                watches.remove(&self.wd);
-                // Fails harmlessly if the kernel already dropped it (IN_IGNORED).
-                let _ = inotify::remove_watch(self.shared.fd.get_ref(), self.wd);
+        let Some(watch) = watches.get_mut(&self.wd) else { return };
+        let entry = watch.removals.entry(name.into()).or_insert_with(|| (0, tokio::sync::watch::Sender::new(0)));
+        entry.0 += 1;
+        self.removal = Some((name.into(), entry.1.subscribe()));
+    }
+
+    /// Until something this wait is for happened (`true`), its senders are
+    /// gone (`false`: the instance was replaced), or `deadline` (`false`).
+    /// Whoever is woken first by the descriptor reads the events for all.
+    pub(super) async fn wait(&mut self, deadline: Instant) -> std::io::Result<bool> {
+        let shared = self.shared.clone();
+        let removed = async {
+            match &mut self.removal {
+                Some((_, news)) => news.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(removed);
+        loop {
+            tokio::select! {
+                changed = self.news.changed() => return Ok(changed.is_ok()),
+                removed = &mut removed => return Ok(removed),
+                ready = shared.fd.readable() => {
+                    let mut ready = ready?;
+                    shared.drain()?;
+                    ready.clear_ready();
+                }
+                () = tokio::time::sleep_until(deadline) => return Ok(false),
             }
         }
     }
 }
 
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut watches = self.shared.watches.lock();
+        let Some(watch) = watches.get_mut(&self.wd) else { return };
+        if let Some((name, _)) = &self.removal
+            && let Some(entry) = watch.removals.get_mut(name)
+        {
+            entry.0 -= 1;
+            if entry.0 == 0 {
+                watch.removals.remove(name);
+            }
+        }
+        watch.users -= 1;
+        if watch.users == 0 {
+            watches.remove(&self.wd);
+            // Fails harmlessly if the kernel already dropped it (IN_IGNORED).
+            let _ = inotify::remove_watch(self.shared.fd.get_ref(), self.wd);
+        }
+    }
+}
+
 impl FileBackend {
-    fn unsupported(&self, why: impl std::fmt::Display) -> Error {
+    pub(super) fn unsupported(&self, why: impl std::fmt::Display) -> Error {
         Error::unsupported(&*self.url, format!("watching lease directories: {why}; waiters poll instead"))
     }
 
@@ -239,7 +327,7 @@ impl FileBackend {
     }
 
     /// The store's inotify instance, created on first use.
-    fn shared(&self) -> Result<Arc<Shared>> {
+    pub(super) fn shared(&self) -> Result<Arc<Shared>> {
         let mut slot = self.inotify.lock();
         if let Some(shared) = &*slot {
             return Ok(shared.clone());
@@ -247,6 +335,39 @@ impl FileBackend {
         let shared = Arc::new(Shared::new().map_err(|e| self.unsupported(format!("inotify_init1 failed ({e})")))?);
         *slot = Some(shared.clone());
         Ok(shared)
+    }
+
+    /// Watches the open directory `dir` for `mask`, unless it (or the store)
+    /// sits on a file system whose changes this kernel may not see; blocking.
+    pub(super) fn register(
+        &self,
+        what: &str,
+        dir: &Dir,
+        mask: WatchFlags,
+        shared: &Arc<Shared>,
+    ) -> Result<Registration> {
+        if let Some(why) = self.root_on_network() {
+            return Err(self.unsupported(why));
+        }
+        match rustix::fs::fstatfs(dir) {
+            Ok(st) => {
+                // The field's type differs between architectures; the magic is 32 bits.
+                #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+                let magic = i64::from(st.f_type) as u32;
+                if let Some((_, name)) = NETWORK_MAGICS.iter().find(|(m, _)| *m == magic) {
+                    return Err(self.unsupported(format!("{} is on {name}", dir.path().display())));
+                }
+            }
+            Err(e) => return Err(self.err(format!("looking at the file system of {what}"), dir.path(), e.into())),
+        }
+        match shared.add(dir, mask) {
+            Ok(r) => Ok(r),
+            // The per-user limit of watches, or no /proc.
+            Err(e) if e == Errno::NOSPC || e == Errno::NOENT => {
+                Err(self.unsupported(format!("inotify_add_watch failed ({e})")))
+            }
+            Err(e) => Err(self.err(format!("watching the directory of {what}"), dir.path(), e.into())),
+        }
     }
 
     /// Step 1 and 2 of a wait (see the module docs); blocking.
@@ -257,27 +378,7 @@ impl FileBackend {
         let Some(dir) = self.key_dir(key, false)? else {
             return Ok(if seen.is_none() { Setup::Absent } else { Setup::Moved });
         };
-        match rustix::fs::fstatfs(&dir) {
-            Ok(st) => {
-                // The field's type differs between architectures; the magic is 32 bits.
-                #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
-                let magic = i64::from(st.f_type) as u32;
-                if let Some((_, name)) = NETWORK_MAGICS.iter().find(|(m, _)| *m == magic) {
-                    return Err(self.unsupported(format!("{} is on {name}", dir.path().display())));
-                }
-            }
-            Err(e) => return Err(self.err(format!("looking at the file system of key {key:?}"), dir.path(), e.into())),
-        }
-        let registration = match shared.add(&dir) {
-            Ok(r) => r,
-            // The per-user limit of watches, or no /proc.
-            Err(e) if e == Errno::NOSPC || e == Errno::NOENT => {
-                return Err(self.unsupported(format!("inotify_add_watch failed ({e})")));
-            }
-            Err(e) => {
-                return Err(self.err(format!("watching the directory of key {key:?}"), dir.path(), e.into()));
-            }
-        };
+        let registration = self.register(&format!("key {key:?}"), &dir, mask(), shared)?;
         // Watching: now look again, so nothing that happened since the caller's
         // read is missed.
         let now = match self.scan(&dir) {
@@ -286,6 +387,43 @@ impl FileBackend {
             Err(e) => return Err(self.err(format!("listing key {key:?}"), dir.path(), e)),
         };
         Ok(if now == seen { Setup::Watching(registration) } else { Setup::Moved })
+    }
+
+    /// Waits on `registration` until `deadline`: whether what it waits for
+    /// happened. A descriptor that fails is dropped from the store, so that
+    /// the next wait makes a new one.
+    pub(super) async fn wait_on(&self, what: &str, mut registration: Registration, deadline: Instant) -> Result<bool> {
+        let shared = registration.shared.clone();
+        registration.wait(deadline).await.map_err(|e| {
+            // The instance is unusable (its runtime has gone?).
+            let mut slot = self.inotify.lock();
+            if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &shared)) {
+                *slot = None;
+            }
+            self.err(format!("watching {what}"), &self.root, e)
+        })
+    }
+
+    /// Runs the blocking set-up `f` of a wait (inline, or on a blocking thread
+    /// with the store's deadline), awaited only until the wait's own
+    /// `deadline`: `None` past it (a call stuck in a hung mount is left to the
+    /// store's deadline, and counted as stuck there).
+    pub(super) async fn set_up<T: Send + 'static>(
+        &self,
+        what: String,
+        deadline: Instant,
+        f: impl FnOnce(&FileBackend) -> Result<T> + Send + 'static,
+    ) -> Result<Option<T>> {
+        if self.inline {
+            return f(self).map(Some);
+        }
+        let (this, w) = (self.clone(), what.clone());
+        let task = tokio::spawn(async move { this.run(w, f).await });
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(out)) => out.map(Some),
+            Ok(Err(join)) => Err(Error::store(&*self.url, what, join.to_string())),
+            Err(_) => Ok(None),
+        }
     }
 
     /// [`crate::backend::Backend::watch`].
@@ -298,25 +436,11 @@ impl FileBackend {
             Some(_) => return Ok(true),
         };
         let shared = self.shared()?;
-        let setup = if self.inline {
-            self.watch_setup_blocking(key, seen, &shared)?
-        } else {
-            // Awaited only until the wait's own deadline; the task itself ends at
-            // the store's deadline at the latest (a stuck call is counted there).
-            let (this, k, sh) = (self.clone(), key.to_string(), shared.clone());
-            let task = tokio::spawn(async move {
-                let what = format!("watching key {k:?}");
-                this.run(what, move |b| b.watch_setup_blocking(&k, seen, &sh)).await
-            });
-            match tokio::time::timeout_at(deadline, task).await {
-                Ok(Ok(setup)) => setup?,
-                Ok(Err(join)) => {
-                    return Err(Error::store(&*self.url, format!("watching key {key:?}"), join.to_string()));
-                }
-                Err(_) => return Ok(false),
-            }
-        };
-        let mut registration = match setup {
+        let k = key.to_string();
+        let setup =
+            self.set_up(format!("watching key {key:?}"), deadline, move |b| b.watch_setup_blocking(&k, seen, &shared));
+        let Some(setup) = setup.await? else { return Ok(false) };
+        let registration = match setup {
             Setup::Moved => return Ok(true),
             Setup::Absent => {
                 // Nothing to watch yet: wait as a poller would.
@@ -325,27 +449,7 @@ impl FileBackend {
             }
             Setup::Watching(r) => r,
         };
-        let shared = registration.shared.clone();
-        let failed = |e: std::io::Error| {
-            // The instance is unusable (its runtime has gone?): the next wait
-            // makes a new one.
-            let mut slot = self.inotify.lock();
-            if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &shared)) {
-                *slot = None;
-            }
-            self.err(format!("watching key {key:?}"), &self.root, e)
-        };
-        loop {
-            tokio::select! {
-                changed = registration.news.changed() => return Ok(changed.is_ok()),
-                ready = shared.fd.readable() => {
-                    let mut ready = ready.map_err(failed)?;
-                    shared.drain().map_err(failed)?;
-                    ready.clear_ready();
-                }
-                () = tokio::time::sleep_until(deadline) => return Ok(false),
-            }
-        }
+        self.wait_on(&format!("key {key:?}"), registration, deadline).await
     }
 }
 
