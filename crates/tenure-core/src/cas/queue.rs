@@ -1,8 +1,9 @@
 //! Waiting in line on a store that can watch keys (a local directory, etcd):
 //! first come, first served. The waiting is written once, over a [`Line`]: the
-//! store's own (etcd keeps a key per waiter, like its Lock API), or else one
-//! record per lease written with [`Backend`]'s read, conditional write and
-//! watch ([`RecordLine`]).
+//! store's own (etcd keeps a key per waiter, like its Lock API; a directory a
+//! file per waiter, see `store::file::line`), or else one record per lease
+//! written with [`Backend`]'s read, conditional write and watch
+//! ([`RecordLine`]: the memory store).
 //!
 //! A waiter
 //! 1. **enters** the line: in the record, by appending itself (a conditional
