@@ -392,7 +392,7 @@ impl FileBackend {
     /// Waits on `registration` until `deadline`: whether what it waits for
     /// happened. A descriptor that fails is dropped from the store, so that
     /// the next wait makes a new one.
-    pub(super) async fn wait_on(&self, what: &str, mut registration: Registration, deadline: Instant) -> Result<bool> {
+    pub(super) async fn wait_on(&self, what: &str, registration: &mut Registration, deadline: Instant) -> Result<bool> {
         let shared = registration.shared.clone();
         registration.wait(deadline).await.map_err(|e| {
             // The instance is unusable (its runtime has gone?).
@@ -440,7 +440,7 @@ impl FileBackend {
         let setup =
             self.set_up(format!("watching key {key:?}"), deadline, move |b| b.watch_setup_blocking(&k, seen, &shared));
         let Some(setup) = setup.await? else { return Ok(false) };
-        let registration = match setup {
+        let mut registration = match setup {
             Setup::Moved => return Ok(true),
             Setup::Absent => {
                 // Nothing to watch yet: wait as a poller would.
@@ -449,7 +449,7 @@ impl FileBackend {
             }
             Setup::Watching(r) => r,
         };
-        self.wait_on(&format!("key {key:?}"), registration, deadline).await
+        self.wait_on(&format!("key {key:?}"), &mut registration, deadline).await
     }
 }
 
