@@ -69,6 +69,7 @@ pub struct ClientOptions {
     /// How long a connection polls for answers before it sleeps, while answers
     /// tend to come that soon: a server on the same host or a close one (param
     /// `spin_us`; default 40; 0: never). It yields to other tasks while it polls.
+    /// With 64 or more requests in flight on one connection, 0 measured faster.
     pub spin: Duration,
     /// TLS (param `tls=true`, with `ca_file` and `server_name`); `None`: plaintext.
     pub tls: Option<ClientTls>,
