@@ -72,6 +72,17 @@ fn held(a: Attempt) -> Grant {
     }
 }
 
+/// A waiter, in a store of its own, queued for `r` until it is granted.
+fn waiter(url: &str, r: AcquireRequest) -> tokio::task::JoinHandle<Grant> {
+    let s = store(url);
+    tokio::spawn(async move { held(s.acquire_queued(&r, WAIT).await.expect("a queue").expect("wait")) })
+}
+
+/// The grant of `w`, which must come within 5 s.
+async fn granted(w: tokio::task::JoinHandle<Grant>) -> Grant {
+    tokio::time::timeout(Duration::from_secs(5), w).await.expect("granted in time").expect("the waiter")
+}
+
 async fn in_order(url: &str) {
     let name = "line";
     let first = held(store(url).try_acquire(&req(name, "first")).await.expect("acquire"));
@@ -180,23 +191,16 @@ async fn garbage_in_the_queue_record_is_an_empty_line() {
         .expect("write");
     let holder = store(&url);
     let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let s = store(&url);
-    let next = tokio::spawn(async move {
-        let g = held(s.acquire_queued(&req(name, "next"), WAIT).await.expect("a queue").expect("wait"));
-        let _ = tx.send(g);
-    });
+    let next = waiter(&url, req(name, "next"));
     until_queued(&url, name, 1).await;
     holder.release(&first, &ReleaseRequest::default()).await.expect("release");
-    let g = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("granted").expect("open");
-    assert_eq!(g.holder.label.as_deref(), Some("next"));
-    next.await.expect("next");
+    assert_eq!(granted(next).await.holder.label.as_deref(), Some("next"));
 }
 
 /// Files in a directory's line that no live waiter wrote: a waiter that
 /// crashed long ago (its file untouched), a file dated in the future, files
-/// that are not entries, a symlink and a directory with an entry's name, and a
-/// leftover temp file. None holds up a waiter; the crashed, the future-dated
+/// that are not entries, a symlink, a directory, a FIFO and an oversized file
+/// with an entry's name, and a leftover temp file. None holds up a waiter; the crashed, the future-dated
 /// and the old leftover are removed by the next waiter to enter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_waiter_or_a_forged_file_in_a_directory_line_holds_up_nobody() {
@@ -219,28 +223,66 @@ async fn a_crashed_waiter_or_a_forged_file_in_a_directory_line_holds_up_nobody()
     dated("notes.txt", b"x\nnotes", SystemTime::now());
     std::os::unix::fs::symlink("/etc/passwd", line_dir.join("00000000000000000005")).expect("symlink");
     std::fs::create_dir(line_dir.join("00000000000000000006")).expect("mkdir");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        line_dir.join("00000000000000000007"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .expect("mkfifo");
+    dated("00000000000000000008", format!("x\n{}", "n".repeat(4096)).as_bytes(), SystemTime::now());
     assert_eq!(line(&url, name).await, Vec::<String>::new(), "nobody alive waits");
 
     let holder = store(&url);
     let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let r = req(name, "next");
     let next_nonce = r.holder.nonce.clone();
-    let s = store(&url);
-    let next = tokio::spawn(async move {
-        let g = held(s.acquire_queued(&r, WAIT).await.expect("a queue").expect("wait"));
-        let _ = tx.send(g);
-    });
+    let next = waiter(&url, r);
     until_queued(&url, name, 1).await;
     assert_eq!(line(&url, name).await, [next_nonce]);
     for gone in ["00000000000000000001", "00000000000000000002", "00000000000000000004.tmp-0123"] {
         assert!(!line_dir.join(gone).exists(), "{gone} was removed");
     }
-    assert!(line_dir.join("notes.txt").exists(), "a fresh file that is not an entry is left alone");
+    for kept in ["notes.txt", "00000000000000000007", "00000000000000000008"] {
+        assert!(line_dir.join(kept).exists(), "{kept}, fresh and not an entry, is left alone");
+    }
     holder.release(&first, &ReleaseRequest::default()).await.expect("release");
-    let g = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("granted").expect("open");
-    assert_eq!(g.holder.label.as_deref(), Some("next"));
-    next.await.expect("next");
+    assert_eq!(granted(next).await.holder.label.as_deref(), Some("next"));
+}
+
+/// A holder with an empty nonce waits in line like any other and gets the
+/// lease; one whose nonce is too long for a line's file (over 1 KiB) is told
+/// at once that there is no line for it (its caller polls), and leaves no file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_nonce_waits_in_line_an_overlong_one_is_told_to_poll() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let with_nonce = |name: &str, nonce: String| {
+        let mut r = req(name, "odd");
+        r.holder = Arc::new(Holder { nonce, ..(*r.holder).clone() });
+        r
+    };
+
+    let holder = store(&url);
+    let first = held(holder.try_acquire(&req("empty", "first")).await.expect("acquire"));
+    let next = waiter(&url, with_nonce("empty", String::new()));
+    until_queued(&url, "empty", 1).await;
+    assert_eq!(line(&url, "empty").await, [String::new()]);
+    let files = std::fs::read_dir(dir.path().join("empty~line")).expect("the line").count();
+    assert_eq!(files, 1, "one file for the one waiter");
+    holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+    assert_eq!(granted(next).await.holder.nonce, "");
+
+    let first = held(holder.try_acquire(&req("long", "first")).await.expect("acquire"));
+    let long = with_nonce("long", "n".repeat(2000));
+    let answer = tokio::time::timeout(Duration::from_secs(5), store(&url).acquire_queued(&long, WAIT))
+        .await
+        .expect("answered at once");
+    assert!(answer.is_none(), "no line for it: its caller polls (as LeaseClient does)");
+    holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+    let files = std::fs::read_dir(dir.path().join("long~line")).map_or(0, |d| d.count());
+    assert_eq!(files, 0, "no file left in the line");
 }
 
 /// A directory's line, as the store keeps it, lists its waiters in the order

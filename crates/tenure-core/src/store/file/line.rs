@@ -92,7 +92,9 @@ fn parse_entry(bytes: &[u8]) -> Option<Waiter> {
         "x" => false,
         _ => return None,
     };
-    (!nonce.is_empty()).then(|| Waiter { nonce: nonce.to_string(), shared })
+    // Any nonce a waiter can have, the empty one too: an entry it wrote and
+    // could not read back would make it enter again and again.
+    Some(Waiter { nonce: nonce.to_string(), shared })
 }
 
 /// One file of a line's directory, as read.
@@ -151,10 +153,7 @@ impl FileBackend {
         found.iter().filter(|f| f.alive && f.waiter.is_some()).collect()
     }
 
-    fn line_dir(&self, key: &str, create: bool) -> Result<Option<Dir>> {
-        self.key_dir(key, create)
-    }
-
+    /// The store error for `e`, met by `op` in the line's directory.
     fn line_err(&self, op: &str, dir: &Dir, e: std::io::Error) -> Error {
         self.err(op.to_string(), dir.path(), e)
     }
@@ -168,7 +167,7 @@ impl FileBackend {
             );
         }
         let op = format!("entering the wait line of {name:?}");
-        let Some(dir) = self.line_dir(&key, true)? else {
+        let Some(dir) = self.key_dir(&key, true)? else {
             return Err(Error::store(&*self.url, op, "the line's directory vanished as it was made"));
         };
         for _ in 0..MAX_RACES {
@@ -201,7 +200,7 @@ impl FileBackend {
     }
 
     fn waiters_blocking(&self, name: &str) -> Result<Vec<Waiter>> {
-        let Some(dir) = self.line_dir(&line_key(name)?, false)? else { return Ok(Vec::new()) };
+        let Some(dir) = self.key_dir(&line_key(name)?, false)? else { return Ok(Vec::new()) };
         let (found, _) =
             self.read_line(&dir).map_err(|e| self.line_err(&format!("reading the wait line of {name:?}"), &dir, e))?;
         Ok(Self::waiters_of(&found).into_iter().filter_map(|f| f.waiter.clone()).collect())
@@ -218,7 +217,7 @@ impl FileBackend {
     ) -> Result<Turn> {
         let key = line_key(name)?;
         let op = format!("reading the wait line of {name:?}");
-        let Some(dir) = self.line_dir(&key, false)? else { return Ok(Turn::NotInLine) };
+        let Some(dir) = self.key_dir(&key, false)? else { return Ok(Turn::NotInLine) };
         // Watch first, then read: a departure after the read is an event.
         let mut registration = self.register(&format!("the wait line of {name:?}"), &dir, line_mask(), shared)?;
         let (found, _) = self.read_line(&dir).map_err(|e| self.line_err(&op, &dir, e))?;
@@ -240,7 +239,7 @@ impl FileBackend {
 
     /// Whether the line's entry `file` is gone (one `stat`).
     fn gone_blocking(&self, key: &str, file: &str) -> Result<bool> {
-        let Some(dir) = self.line_dir(key, false)? else { return Ok(true) };
+        let Some(dir) = self.key_dir(key, false)? else { return Ok(true) };
         let kind = dir.kind(OsStr::new(file)).map_err(|e| self.line_err("reading a wait line", &dir, e))?;
         Ok(kind != Some(Kind::File))
     }
@@ -310,7 +309,7 @@ impl Line for FileBackend {
         let (name, nonce) = (name.to_string(), nonce.to_string());
         self.run(format!("leaving the wait line of {name:?}"), move |b| {
             let op = format!("leaving the wait line of {name:?}");
-            let Some(dir) = b.line_dir(&line_key(&name)?, false)? else { return Ok(()) };
+            let Some(dir) = b.key_dir(&line_key(&name)?, false)? else { return Ok(()) };
             let (found, _) = b.read_line(&dir).map_err(|e| b.line_err(&op, &dir, e))?;
             for f in found.iter().filter(|f| f.waiter.as_ref().is_some_and(|w| w.nonce == nonce)) {
                 match dir.remove(&f.file) {
@@ -337,7 +336,9 @@ mod tests {
         }
         let w = Waiter { nonce: "n\u{1b}1".into(), shared: true };
         assert_eq!(parse_entry(&entry_bytes(&w)), Some(w));
-        for bad in [&b"x"[..], b"y\nn", b"x\n", b"\xff\nn", b""] {
+        let empty = Waiter { nonce: String::new(), shared: false };
+        assert_eq!(parse_entry(&entry_bytes(&empty)), Some(empty));
+        for bad in [&b"x"[..], b"y\nn", b"\xff\nn", b""] {
             assert_eq!(parse_entry(bad), None, "{bad:?}");
         }
     }
