@@ -7,6 +7,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::io::AsyncWriteExt as _;
+
 use tenure_core::{AcquireRequest, Attempt, Clock, EndedHow, Holder, LeaseStore, ManualClock, Mode, ReleaseRequest};
 use tenure_server::TenureStore;
 use tenure_server::server::RunningServer;
@@ -341,4 +343,43 @@ async fn an_absurd_wait_or_an_unknown_unwait_is_refused_and_the_connection_serve
     }
     assert_eq!(parked(&server), 0, "nothing was queued");
     assert!(matches!(exchange(&mut s, &frame(5, &Request::Ping), 1).await.pop(), Some(Response::Pong)));
+}
+
+/// A client whose caller gives up on a wait while its grant is on the wire
+/// withdraws the wait ([`Request::Unwait`]) without ever seeing the grant (its
+/// reader drops answers to withdrawn waits): the grant must be given back, not
+/// held by nobody until its deadline.
+#[tokio::test]
+async fn a_grant_withdrawn_while_on_its_way_is_given_back() {
+    use common::abuse::{exchange, frame, hello};
+    use tenure_server::wire::{AcquireReply, AskWire, HolderWire, Request, Response};
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let held = taken(&store, &common::req("in-flight", &holder("holder"))).await;
+    let mut s = tokio::net::TcpStream::connect(server.addr()).await.expect("connect");
+    assert!(matches!(exchange(&mut s, &hello(), 1).await.pop(), Some(Response::Hello { .. })));
+    let h = Holder::current().with_label("gave-up");
+    let ask = AskWire {
+        name: "in-flight",
+        mode: Mode::Exclusive,
+        ttl_ms: 10_000,
+        holder: HolderWire::of(&h),
+        retake: false,
+        meta: None,
+    };
+    s.write_all(&frame(2, &Request::Wait { ask, wait_ms: 600_000 })).await.expect("wait");
+    until_parked(&server, 1).await;
+    store.release(&held, &ReleaseRequest::default()).await.expect("release");
+    // The grant is sent; the client's caller has given up before its reader saw it.
+    match exchange(&mut s, &[], 1).await.pop() {
+        Some(Response::Acquired(AcquireReply::Granted(_))) => {}
+        other => panic!("expected the grant, got {other:?}"),
+    }
+    let answer = exchange(&mut s, &frame(3, &Request::Unwait { id: 2 }), 1).await.pop();
+    assert!(matches!(answer, Some(Response::Done)), "{answer:?}");
+    match store.try_acquire(&common::req("in-flight", &holder("next"))).await.expect("acquire") {
+        Attempt::Granted(_) => {}
+        Attempt::Busy(b) => panic!("the withdrawn grant still holds the lease: {}", b.describe()),
+    }
 }

@@ -21,7 +21,7 @@
 //! - **idle**: a client that has said hello and sends nothing for
 //!   `idle_timeout` is closed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -97,6 +97,26 @@ pub(crate) async fn serve_one(
         tracing::debug!(%peer, %why, "closed connection");
     }
     shared.conns.open.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Grants of waits a connection remembers after sending them (see
+/// [`Connection::sent_grants`]).
+pub(super) const MAX_SENT_GRANTS: usize = 256;
+
+/// A queued wait of a connection, by request id.
+pub(super) struct Queued {
+    /// Its task.
+    pub(super) abort: AbortHandle,
+    pub(super) name: Box<str>,
+    pub(super) nonce: Box<str>,
+}
+
+/// A grant sent to a waiter, which its client may still withdraw.
+pub(super) struct SentGrant {
+    pub(super) id: u32,
+    pub(super) name: Box<str>,
+    pub(super) nonce: Box<str>,
+    pub(super) token: u64,
 }
 
 /// Why a connection before its hello is closed for a newer one.
@@ -193,9 +213,17 @@ pub(super) struct Connection {
     /// one of them out of its queue.
     pub(super) waits: JoinSet<Answer>,
     /// The queued waits by request id, to withdraw one ([`Request::Unwait`]).
-    pub(super) wait_ids: HashMap<u32, AbortHandle>,
-    /// Answers of waits that ended, not yet sent.
-    pushed: Vec<Answer>,
+    pub(super) wait_ids: HashMap<u32, Queued>,
+    /// The grants of waits sent lately, newest last (at most
+    /// [`MAX_SENT_GRANTS`]): a client whose caller gave up while the grant was
+    /// on its way withdraws the wait without ever seeing it, and the grant is
+    /// then given back instead of being held by nobody until its deadline.
+    pub(super) sent_grants: VecDeque<SentGrant>,
+    /// Waits withdrawn while their task may still answer: an answer that comes
+    /// anyway is not sent, and its grant is given back.
+    pub(super) withdrawn: HashMap<u32, Queued>,
+    /// Waits that ended (answered, or cancelled), not yet looked at.
+    pushed: Vec<Result<Answer, tokio::task::JoinError>>,
 }
 
 impl Connection {
@@ -224,6 +252,8 @@ impl Connection {
             version: PROTOCOL_VERSION,
             waits: JoinSet::new(),
             wait_ids: HashMap::new(),
+            sent_grants: VecDeque::new(),
+            withdrawn: HashMap::new(),
             pushed: Vec::new(),
         }
     }
@@ -252,13 +282,15 @@ impl Connection {
             let mut consumed = false;
             // Waits that ended since the last pass: their answers go first.
             while let Some(done) = self.waits.try_join_next() {
-                self.pushed.extend(done.ok());
+                self.pushed.push(done);
             }
-            for answer in self.pushed.drain(..) {
-                self.wait_ids.remove(&answer.id);
+            let mut pushed = std::mem::take(&mut self.pushed);
+            for done in pushed.drain(..) {
+                let Some(answer) = self.waited(done) else { continue };
                 batch_bytes = batch_bytes.saturating_add(answer.resp.size_hint());
                 answers.push(answer);
             }
+            self.pushed = pushed;
             // When the last timed request of this batch was answered: the next
             // one is timed from there, one clock read per request instead of two.
             let mut mark = None;
@@ -358,10 +390,7 @@ impl Connection {
                         () = admission::evicted(self.ticket.as_ref()) => break Woke::Evicted,
                         r = self.stream.read_buf(&mut self.rbuf) => break Woke::Read(r),
                         Some(done) = self.waits.join_next(), if !self.waits.is_empty() => {
-                            // A wait that panicked or was cancelled has no answer to push.
-                            if let Ok(answer) = done {
-                                self.pushed.push(answer);
-                            }
+                            self.pushed.push(done);
                             break Woke::Answered;
                         }
                         () = &mut timer => {

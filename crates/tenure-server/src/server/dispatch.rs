@@ -9,7 +9,7 @@ use std::time::Duration;
 use tenure_core::limits::millis;
 use tenure_core::{Holder, LeaseName};
 
-use super::connection::Connection;
+use super::connection::{Connection, MAX_SENT_GRANTS, Queued, SentGrant};
 use crate::core::{Acquired, Ask, Granted, Parking, Refusal};
 use crate::wire::{
     self, AcquireReply, BreakNoteWire, ErrorCode, HolderViewWire, HolderWire, MAX_BATCH, MAX_LIST_BYTES, MAX_LIST_PAGE,
@@ -123,6 +123,10 @@ impl Connection {
         if let Err(m) = wire::check_request(req, millis(self.shared.core.options().max_lease)) {
             return Some(error(id, ErrorCode::Invalid, m, false));
         }
+        if self.wait_ids.contains_key(&id) || self.withdrawn.contains_key(&id) {
+            let m = format!("request id {id} is already waiting; a wait needs an id of its own");
+            return Some(error(id, ErrorCode::Invalid, m, false));
+        }
         if self.waits.len() >= wire::MAX_WAITS_PER_CONNECTION {
             let m = format!("a connection may wait for at most {} leases at once", wire::MAX_WAITS_PER_CONNECTION);
             return Some(error(id, ErrorCode::Overloaded, m, false));
@@ -142,8 +146,9 @@ impl Connection {
         match self.shared.core.acquire_or_park(&ask, Duration::from_millis(*wait_ms)) {
             Parking::Done(outcome) => Some(answer(outcome)),
             Parking::Parked(parked) => {
-                let wait = self.waits.spawn(async move { answer(parked.wait().await) });
-                self.wait_ids.insert(id, wait);
+                let abort = self.waits.spawn(async move { answer(parked.wait().await) });
+                let queued = Queued { abort, name: ask.name.into(), nonce: holder.nonce.as_str().into() };
+                self.wait_ids.insert(id, queued);
                 None
             }
         }
@@ -184,15 +189,25 @@ impl Connection {
                 return acquired(core.acquire(&asks, tentative));
             }
             Request::Wait { .. } => return Err((ErrorCode::Protocol, "a wait is answered by its connection".into())),
-            Request::Unwait { id } => match self.wait_ids.remove(&id) {
-                // Dropping the wait takes it out of its queue, or gives back
-                // the grant it was handed and has not sent.
-                Some(wait) => {
-                    wait.abort();
-                    Response::Done
+            Request::Unwait { id } => {
+                if let Some(wait) = self.wait_ids.remove(&id) {
+                    // Dropping the wait takes it out of its queue, or gives
+                    // back the grant it was handed and has not sent; if it
+                    // ended all the same, its grant is given back when its
+                    // answer comes (see `waited`).
+                    wait.abort.abort();
+                    self.withdrawn.insert(id, wait);
+                } else if let Some(at) = self.sent_grants.iter().position(|g| g.id == id) {
+                    // Granted and sent, but the client withdrew it before it
+                    // saw the grant (it drops answers to withdrawn waits):
+                    // nobody will use it.
+                    let g = self.sent_grants.remove(at).expect("found just now");
+                    core.release(&g.name, g.token, None, &g.nonce, true, None, None).map_err(refusal)?;
+                } else {
+                    return Err((ErrorCode::Nothing, format!("no wait with request id {id} is queued")));
                 }
-                None => return Err((ErrorCode::Nothing, format!("no wait with request id {id} is queued"))),
-            },
+                Response::Done
+            }
             Request::Upgrade(refs) => {
                 batch(refs.len())?;
                 let mut out = Vec::with_capacity(refs.len());
@@ -253,6 +268,41 @@ impl Connection {
             Request::Ping => Response::Pong,
         }
         .into())
+    }
+
+    /// The end of a queued wait's task: its answer to send, or `None` if
+    /// there is none or the client withdrew the wait meanwhile
+    /// ([`Request::Unwait`]; a grant it got anyway is given back). A grant
+    /// sent is remembered for a while, in case the client withdraws the wait
+    /// before it sees the grant.
+    pub(super) fn waited(&mut self, done: Result<Answer, tokio::task::JoinError>) -> Option<Answer> {
+        let answer = match done {
+            Ok(answer) => answer,
+            // Cancelled by an Unwait (or panicked): nothing to send.
+            Err(e) => {
+                self.withdrawn.retain(|_, w| w.abort.id() != e.id());
+                self.wait_ids.retain(|_, w| w.abort.id() != e.id());
+                return None;
+            }
+        };
+        let token = match &answer.resp {
+            Reply::Acquired(gs) => gs.first().map(|g| g.token),
+            _ => None,
+        };
+        if let Some(w) = self.withdrawn.remove(&answer.id) {
+            if let Some(token) = token {
+                let _ = self.shared.core.release(&w.name, token, None, &w.nonce, true, None, None);
+            }
+            return None;
+        }
+        let queued = self.wait_ids.remove(&answer.id)?;
+        if let Some(token) = token {
+            if self.sent_grants.len() >= MAX_SENT_GRANTS {
+                self.sent_grants.pop_front();
+            }
+            self.sent_grants.push_back(SentGrant { id: answer.id, name: queued.name, nonce: queued.nonce, token });
+        }
+        Some(answer)
     }
 
     fn holder(&mut self, w: &HolderWire<'_>) -> Result<Arc<Holder>, String> {
