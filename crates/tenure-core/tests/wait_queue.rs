@@ -319,3 +319,42 @@ async fn directory_line_passes_the_lease_down_the_line_one_by_one() {
     s.release(&g, &ReleaseRequest::default()).await.expect("release");
     assert_eq!(line(&url, name).await, Vec::<String>::new(), "everyone left");
 }
+
+/// Entries no waiter wrote, named by the highest sequence numbers (u64::MAX,
+/// and one below the 19 digits a waiter's number keeps to): a directory, which
+/// no waiter can remove, and a fresh file, which no waiter removes before it
+/// ages. Neither may keep a waiter from entering the line: they are not
+/// waiters, and tenure never numbers an entry that high.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_numbered_at_the_top_of_the_range_do_not_shut_the_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let name = "top";
+    let line_dir = dir.path().join(format!("{name}~line"));
+    std::fs::create_dir_all(&line_dir).expect("mkdir");
+    std::fs::create_dir(line_dir.join(u64::MAX.to_string())).expect("mkdir");
+    std::fs::write(line_dir.join("09999999999999999999"), b"not an entry").expect("write");
+
+    let holder = store(&url);
+    let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
+    let r = req(name, "next");
+    let next_nonce = r.holder.nonce.clone();
+    let next = {
+        let url = url.clone();
+        tokio::spawn(async move { store(&url).acquire_queued(&r, WAIT).await })
+    };
+    for _ in 0..500 {
+        if next.is_finished() || queued(&url, name).await >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!next.is_finished(), "the waiter gave up: {:?}", next.await);
+    assert_eq!(line(&url, name).await, [next_nonce]);
+    holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+    let g = match tokio::time::timeout(Duration::from_secs(10), next).await.expect("granted in time").expect("task") {
+        Some(Ok(a)) => held(a),
+        other => panic!("expected a grant, got {other:?}"),
+    };
+    assert_eq!(g.holder.label.as_deref(), Some("next"));
+}

@@ -6,7 +6,7 @@
 //!
 //! | line | directory | cost |
 //! |---|---|---|
-//! | enter | list; link a new file `{seq:020}` (one past the highest) holding `x` or `s` (exclusive or shared), a newline and the waiter's nonce; a lost race (the name exists) lists again | a listing, a small write and a `link(2)` |
+//! | enter | list; link a new file `{seq:020}` (one past the last waiter's) holding `x` or `s` (exclusive or shared), a newline and the waiter's nonce; a lost race (the name exists) lists again | a listing, a small write and a `link(2)` |
 //! | stay | `utimensat(2)` of its file: the kernel's clock, nobody woken | a `stat` |
 //! | whose turn | list and read the entries | a listing and a small read per waiter |
 //! | wait for the turn | inotify on the line's directory, woken only when the entry just ahead is removed | no file-system call |
@@ -58,6 +58,8 @@ const MAX_ENTRY_BYTES: usize = 1024;
 const RECHECK: Duration = Duration::from_millis(200);
 /// Digits of an entry's sequence number.
 const SEQ_DIGITS: usize = 20;
+/// Sequence numbers a waiter takes stay below this (19 digits).
+const MAX_SEQ: u64 = 10u64.pow(19);
 /// Entries that lost the race for a sequence number in a row before entering
 /// gives up.
 const MAX_RACES: usize = 64;
@@ -170,6 +172,8 @@ impl FileBackend {
         let Some(dir) = self.key_dir(&key, true)? else {
             return Err(Error::store(&*self.url, op, "the line's directory vanished as it was made"));
         };
+        // Past the numbers lost to others (or taken by files no waiter wrote).
+        let mut floor = 1;
         for _ in 0..MAX_RACES {
             let (found, leftovers) = self.read_line(&dir).map_err(|e| self.line_err(&op, &dir, e))?;
             // Waiters that crashed, files dated in the future, and old leftovers.
@@ -184,7 +188,11 @@ impl FileBackend {
             if line.len() >= MAX_WAITERS {
                 return Err(line_full(&self.url, name));
             }
-            let next = found.last().map_or(Some(1), |f| f.seq.checked_add(1)).filter(|&s| s < 10u64.pow(19));
+            // One past the last waiter's entry, crashed or not: files no waiter
+            // wrote (a directory, a FIFO, garbage) are no place in the line, and
+            // one numbered at the top of the range must not shut it.
+            let last = found.iter().rev().find(|f| f.waiter.is_some());
+            let next = last.map_or(Some(1), |f| f.seq.checked_add(1)).map(|s| s.max(floor)).filter(|&s| s < MAX_SEQ);
             let Some(seq) = next else {
                 return Err(Error::store(
                     &*self.url,
@@ -195,6 +203,7 @@ impl FileBackend {
             if dir.publish(&entry_file(seq), &bytes, false).map_err(|e| self.line_err(&op, &dir, e))? {
                 return Ok(());
             }
+            floor = seq + 1;
         }
         Err(Error::store(&*self.url, op, format!("lost the race for a place {MAX_RACES} times in a row")))
     }
