@@ -32,6 +32,7 @@ use crate::backend::Resend;
 use crate::proto::etcdserverpb::{
     DeleteRangeRequest, RangeRequest, RequestOp, TxnRequest, range_request, request_op, response_op,
 };
+use crate::proto::mvccpb::KeyValue;
 use crate::rpc;
 
 /// What a waiter's key holds.
@@ -61,17 +62,22 @@ impl EtcdBackend {
             ..rpc::range_prefix(prefix)
         };
         let resp = self.range(&|| format!("reading the wait line {prefix:?}"), req).await?;
-        Ok(resp
-            .kvs
-            .into_iter()
-            .filter_map(|kv| {
-                let nonce = std::str::from_utf8(&kv.key).ok()?.strip_prefix(prefix)?.to_string();
-                let key = format!("{prefix}{nonce}");
-                let shared = kv.value == SHARED;
-                Some(InLine { waiter: Waiter { nonce, shared }, key, mod_revision: kv.mod_revision })
-            })
-            .collect())
+        Ok(resp.kvs.into_iter().filter_map(|kv| in_line(prefix, kv)).collect())
     }
+}
+
+/// The waiter a key of the line at `prefix` stands for. A key on no etcd
+/// lease, or holding anything but `s` or `x`, is no waiter's: a waiter's key
+/// lapses with its etcd lease, while such a key (a careless tenant's) would
+/// stay ahead of every waiter for good, and none would ever try the lease.
+fn in_line(prefix: &str, kv: KeyValue) -> Option<InLine> {
+    if kv.lease == 0 || (kv.value != SHARED && kv.value != EXCLUSIVE) {
+        return None;
+    }
+    let nonce = std::str::from_utf8(&kv.key).ok()?.strip_prefix(prefix)?.to_string();
+    let key = format!("{prefix}{nonce}");
+    let shared = kv.value == SHARED;
+    Some(InLine { waiter: Waiter { nonce, shared }, key, mod_revision: kv.mod_revision })
 }
 
 #[async_trait]
@@ -141,5 +147,26 @@ impl Line for EtcdBackend {
             async move { kv.delete_range(delete).await.map(drop) }
         };
         self.timed(&op, Resend::Read, attempt).await?.map_err(|e| self.fail(op(), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_on_no_etcd_lease_or_not_in_the_entry_format_is_no_waiter() {
+        let kv = |nonce: &str, value: &[u8], lease: i64| KeyValue {
+            key: format!("p/a~line/{nonce}").into_bytes(),
+            value: value.to_vec(),
+            lease,
+            mod_revision: 7,
+            ..Default::default()
+        };
+        let w = in_line("p/a~line/", kv("n1", b"s", 42)).expect("a waiter");
+        assert_eq!((w.waiter.nonce.as_str(), w.waiter.shared, w.key.as_str()), ("n1", true, "p/a~line/n1"));
+        assert!(!in_line("p/a~line/", kv("n2", b"x", 42)).expect("a waiter").waiter.shared);
+        assert!(in_line("p/a~line/", kv("stuck", b"x", 0)).is_none(), "never lapses: it would block the line");
+        assert!(in_line("p/a~line/", kv("odd", b"hello", 42)).is_none());
     }
 }
