@@ -383,3 +383,46 @@ async fn a_grant_withdrawn_while_on_its_way_is_given_back() {
         Attempt::Busy(b) => panic!("the withdrawn grant still holds the lease: {}", b.describe()),
     }
 }
+
+/// A wait answered at once with a grant, then withdrawn before the client saw
+/// the answer, gives the grant back too; but an Unwait never gives back the
+/// grant of an older wait whose request id has come round again (its client
+/// has seen and may be using it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawn_immediate_grant_is_given_back_an_older_one_under_the_same_id_is_not() {
+    use common::abuse::{exchange, frame, hello};
+    use tenure_server::wire::{AskWire, ErrorCode, HolderWire, Request, Response};
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let mut s = tokio::net::TcpStream::connect(server.addr()).await.expect("connect");
+    assert!(matches!(exchange(&mut s, &hello(), 1).await.pop(), Some(Response::Hello { .. })));
+    let h = Holder::current().with_label("waiter");
+    let wait = |id: u32, name: &'static str, ttl_ms: u64| {
+        let ask =
+            AskWire { name, mode: Mode::Exclusive, ttl_ms, holder: HolderWire::of(&h), retake: false, meta: None };
+        frame(id, &Request::Wait { ask, wait_ms: 600_000 })
+    };
+    let store = &store;
+    let busy = |name: &'static str| async move {
+        matches!(store.try_acquire(&common::req(name, &holder("other"))).await.expect("acquire"), Attempt::Busy(_))
+    };
+
+    // Granted at once, withdrawn unseen: given back.
+    let answer = exchange(&mut s, &wait(4, "free-now", 10_000), 1).await.pop();
+    assert!(matches!(answer, Some(Response::Acquired(_))), "{answer:?}");
+    assert!(busy("free-now").await, "granted to the waiter");
+    let answer = exchange(&mut s, &frame(5, &Request::Unwait { id: 4 }), 1).await.pop();
+    assert!(matches!(answer, Some(Response::Done)), "{answer:?}");
+    assert!(!busy("free-now").await, "the withdrawn grant was given back");
+
+    // Granted and seen under id 6; id 6 comes round again for a wait that is
+    // refused (a TTL of zero). Withdrawing that one gives nothing back.
+    let answer = exchange(&mut s, &wait(6, "kept", 10_000), 1).await.pop();
+    assert!(matches!(answer, Some(Response::Acquired(_))), "{answer:?}");
+    let answer = exchange(&mut s, &wait(6, "other", 0), 1).await.pop();
+    assert!(matches!(answer, Some(Response::Error { .. })), "{answer:?}");
+    let answer = exchange(&mut s, &frame(7, &Request::Unwait { id: 6 }), 1).await.pop();
+    assert!(matches!(answer, Some(Response::Error { code: ErrorCode::Nothing, .. })), "{answer:?}");
+    assert!(busy("kept").await, "the older grant under id 6 is still held");
+}

@@ -105,6 +105,14 @@ pub(super) fn acquired(outcome: Result<Acquired, Refusal>) -> Result<Reply, (Err
     })))
 }
 
+/// The token of the grant an answer to a wait carries, if it is one.
+fn granted_token(answer: &Answer) -> Option<u64> {
+    match &answer.resp {
+        Reply::Acquired(gs) => gs.first().map(|g| g.token),
+        _ => None,
+    }
+}
+
 impl Connection {
     /// Starts a [`Request::Wait`]: answered at once if the lease is free (or
     /// the request is refused), otherwise queued, its answer pushed when it
@@ -114,6 +122,10 @@ impl Connection {
             Ok(resp) => Answer { id, resp, close: false },
             Err((code, message)) => error(id, code, message, false),
         };
+        // A grant remembered under this id is an older wait's, whose answer the
+        // client has seen (ids come round again): an Unwait of this id must
+        // never give that one back.
+        self.sent_grants.retain(|g| g.id != id);
         let Request::Wait { ask, wait_ms } = req else {
             return Some(error(id, ErrorCode::Protocol, "not a wait".into(), true));
         };
@@ -144,7 +156,11 @@ impl Connection {
             meta: ask.meta,
         };
         match self.shared.core.acquire_or_park(&ask, Duration::from_millis(*wait_ms)) {
-            Parking::Done(outcome) => Some(answer(outcome)),
+            Parking::Done(outcome) => {
+                let answer = answer(outcome);
+                self.remember_grant(&answer, ask.name.into(), holder.nonce.as_str().into());
+                Some(answer)
+            }
             Parking::Parked(parked) => {
                 let abort = self.waits.spawn(async move { answer(parked.wait().await) });
                 let queued = Queued { abort, name: ask.name.into(), nonce: holder.nonce.as_str().into() };
@@ -285,24 +301,25 @@ impl Connection {
                 return None;
             }
         };
-        let token = match &answer.resp {
-            Reply::Acquired(gs) => gs.first().map(|g| g.token),
-            _ => None,
-        };
         if let Some(w) = self.withdrawn.remove(&answer.id) {
-            if let Some(token) = token {
+            if let Some(token) = granted_token(&answer) {
                 let _ = self.shared.core.release(&w.name, token, None, &w.nonce, true, None, None);
             }
             return None;
         }
         let queued = self.wait_ids.remove(&answer.id)?;
-        if let Some(token) = token {
-            if self.sent_grants.len() >= MAX_SENT_GRANTS {
-                self.sent_grants.pop_front();
-            }
-            self.sent_grants.push_back(SentGrant { id: answer.id, name: queued.name, nonce: queued.nonce, token });
-        }
+        self.remember_grant(&answer, queued.name, queued.nonce);
         Some(answer)
+    }
+
+    /// Remembers the grant `answer` carries to a wait, if it does (see
+    /// [`Connection::sent_grants`]).
+    fn remember_grant(&mut self, answer: &Answer, name: Box<str>, nonce: Box<str>) {
+        let Some(token) = granted_token(answer) else { return };
+        if self.sent_grants.len() >= MAX_SENT_GRANTS {
+            self.sent_grants.pop_front();
+        }
+        self.sent_grants.push_back(SentGrant { id: answer.id, name, nonce, token });
     }
 
     fn holder(&mut self, w: &HolderWire<'_>) -> Result<Arc<Holder>, String> {
