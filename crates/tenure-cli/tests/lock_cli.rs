@@ -522,3 +522,51 @@ fn s3_without_credentials_says_none_were_found_not_the_metadata_request() {
     assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!stderr(&out).contains("no AWS credentials"), "{}", stderr(&out));
 }
+
+/// A waiter killed with SIGKILL while it waits in a directory's line holds up
+/// nobody: the waiter behind it runs its command as soon as the holder is
+/// done, while the killed waiter's entry is still young enough to count as
+/// alive by its age (a waiter refreshes it every 2 s; 8 s untouched is a
+/// crash). The kernel closed the killed waiter's entry, and that is what the
+/// waiter behind it goes by.
+#[test]
+fn a_waiter_killed_while_it_waits_holds_up_nobody() {
+    let store = FileStore::new();
+    let mut holder = hold(&store, "line", &[]);
+    let line_dir = std::path::Path::new(&store.url()).join("line~line");
+    let entries = || -> Vec<std::path::PathBuf> {
+        let Ok(dir) = std::fs::read_dir(&line_dir) else { return Vec::new() };
+        let mut v: Vec<_> = dir
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.len() == 20))
+            .collect();
+        v.sort();
+        v
+    };
+    let mut killed = lock(&store.url(), "line", &[], &["true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the waiter to kill");
+    assert!(eventually(LIMIT, || entries().len() == 1), "the first waiter is in line");
+    let done = store.path("done");
+    let script = format!("echo ok > '{}'", done.display());
+    let mut next = lock(&store.url(), "line", &[], &["sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the waiter behind");
+    assert!(eventually(LIMIT, || entries().len() == 2), "the second waiter is in line behind it");
+    let killed_entry = entries()[0].clone();
+    signal(killed.id(), Signal::KILL);
+    let _ = killed.wait();
+    signal(holder.id(), Signal::TERM);
+    let _ = wait_status(&mut holder, LIMIT);
+    assert_eq!(wait_status(&mut next, LIMIT).code(), Some(0), "the waiter behind ran");
+    let mtime = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).expect("mtime");
+    let age = mtime(&done).duration_since(mtime(&killed_entry)).unwrap_or_default();
+    assert!(
+        age < Duration::from_secs(8),
+        "the waiter behind ran {age:?} after the killed waiter's last sign of life: it waited for its entry to age out"
+    );
+}

@@ -358,3 +358,53 @@ async fn entries_numbered_at_the_top_of_the_range_do_not_shut_the_line() {
     };
     assert_eq!(g.holder.label.as_deref(), Some("next"));
 }
+
+/// A waiter keeps its entry locked while it waits; when its process ends,
+/// however it ends, the kernel closes the entry and frees the lock. Here a
+/// "process" is an entry the test wrote and locked itself: while the test
+/// holds the lock the waiter behind it waits, however long the lease is free;
+/// once the test closes it (what the kernel does for a killed process) the
+/// waiter behind gets the lease at once, not when the entry ages out
+/// (`ENTRY_TTL` and a margin, 8 s). An entry in the locked format that nobody
+/// holds locked is no waiter at all; one in the older unlocked format counts
+/// by its age alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_process_ended_holds_up_nobody() {
+    use rustix::fs::{FlockOperation, flock};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let name = "ended";
+    let line_dir = dir.path().join(format!("{name}~line"));
+    std::fs::create_dir_all(&line_dir).expect("mkdir");
+    let entry = |seq: u64, bytes: &[u8]| {
+        let path = line_dir.join(format!("{seq:020}"));
+        std::fs::write(&path, bytes).expect("write");
+        std::fs::File::options().write(true).open(&path).expect("open")
+    };
+
+    let unheld = entry(1, b"X\nunheld");
+    drop(unheld);
+    let _old = entry(2, b"x\nold-format");
+    assert_eq!(line(&url, name).await, ["old-format"], "a locked-format entry nobody holds is no waiter");
+    std::fs::remove_file(line_dir.join(format!("{:020}", 2))).expect("remove");
+
+    let ghost = entry(3, b"X\nghost");
+    flock(&ghost, FlockOperation::LockShared).expect("flock");
+    assert_eq!(line(&url, name).await, ["ghost"]);
+    let holder = store(&url);
+    let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
+    let r = req(name, "next");
+    let next_nonce = r.holder.nonce.clone();
+    let next = waiter(&url, r);
+    until_queued(&url, name, 2).await;
+    assert_eq!(line(&url, name).await, ["ghost".to_string(), next_nonce]);
+    holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!next.is_finished(), "granted while the waiter ahead of it was alive");
+
+    // The ghost's process ends: its entry is closed, written as it was.
+    ghost.set_modified(std::time::SystemTime::now()).expect("touch");
+    drop(ghost);
+    assert_eq!(granted(next).await.holder.label.as_deref(), Some("next"));
+    assert!(line_dir.join(format!("{:020}", 3)).exists(), "the ended waiter's entry is skipped, not removed");
+}

@@ -139,6 +139,8 @@ pub struct FileBackend {
     network: Arc<std::sync::OnceLock<Option<String>>>,
     /// The inotify instance its waiters share (see [`watch`]).
     inotify: watch::Slot,
+    /// The locked files of its waiters in wait lines (see [`line`]).
+    held: line::Held,
 }
 
 fn version_file(seq: u64) -> String {
@@ -191,6 +193,7 @@ impl FileBackend {
             offload,
             network: Arc::default(),
             inotify: Arc::default(),
+            held: Arc::default(),
         }
     }
 

@@ -23,7 +23,10 @@
 //!
 //! Only the operations of seed 000's NFS-safe list are offered: readdir, open
 //! and read, `O_CREAT | O_EXCL`, write and close of single-writer files, `link(2)`
-//! of a prepared file, `unlink(2)`, `mkdir(2)`, `fsync(2)`; **no rename**.
+//! of a prepared file, `unlink(2)`, `mkdir(2)`, `fsync(2)`; **no rename**. The
+//! one exception, `flock(2)`, marks a file as standing for a live process
+//! ([`Dir::publish_locked`]); only a directory's wait line uses it, and only
+//! on a local file system.
 //!
 //! Everything here blocks: callers run it through [`super::offload::Offload`], so
 //! a hung mount costs a thread, not the caller.
@@ -407,6 +410,53 @@ impl Dir {
             }
             Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
             Err(e) => Err(e),
+        }
+    }
+
+    /// [`Dir::publish`] of a file that stands for this process while the
+    /// returned descriptor is open: the file is locked (`flock(2)`, shared)
+    /// from before it is linked, and the descriptor, opened for writing by
+    /// `name`, keeps it locked. When the process ends, however it ends, the
+    /// kernel closes the descriptor: the lock is free ([`Dir::unlocked`]) and
+    /// a watch of the directory sees `name` closed after writing
+    /// (`IN_CLOSE_WRITE`). `None` if `name` already existed. Not fsynced.
+    pub fn publish_locked(&self, name: &str, bytes: &[u8]) -> io::Result<Option<OwnedFd>> {
+        use rustix::fs::{FlockOperation, flock};
+        let tmp = format!("{name}.tmp-{:016x}", rand::random::<u64>());
+        let fd = self.create_excl(&tmp, OFlags::WRONLY)?;
+        let published = (|| -> io::Result<OwnedFd> {
+            flock(&fd, FlockOperation::NonBlockingLockShared)?;
+            write_all(&fd, bytes)?;
+            self.link(&tmp, name)?;
+            // The lock passes to a descriptor of `name` with no moment free:
+            // both hold it until the first is closed.
+            let held = self.open_file(name, OFlags::WRONLY)?;
+            flock(&held, FlockOperation::NonBlockingLockShared)?;
+            Ok(held)
+        })();
+        let _ = self.remove(&tmp);
+        match published {
+            Ok(held) => Ok(Some(held)),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether nobody holds a lock on the regular file `name`: a file of
+    /// [`Dir::publish_locked`] whose process has ended. `None` if it is
+    /// absent. Takes the lock for a moment and never waits; a file that is not
+    /// a regular file is an error.
+    pub fn unlocked(&self, name: &str) -> io::Result<Option<bool>> {
+        use rustix::fs::{FlockOperation, flock};
+        let fd = match self.open_file(name, OFlags::RDONLY) {
+            Ok(fd) => fd,
+            Err(e) if is_gone(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(true)),
+            Err(e) if e == Errno::WOULDBLOCK => Ok(Some(false)),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -6,22 +6,28 @@
 //!
 //! | line | directory | cost |
 //! |---|---|---|
-//! | enter | list; link a new file `{seq:020}` (one past the last waiter's) holding `x` or `s` (exclusive or shared), a newline and the waiter's nonce; a lost race (the name exists) lists again | a listing, a small write and a `link(2)` |
+//! | enter | list; link a new file `{seq:020}` (one past the last waiter's) holding `X` or `S` (exclusive or shared), a newline and the waiter's nonce, locked and kept open; a lost race (the name exists) lists again | a listing, a small write, a `link(2)` and two `flock(2)` |
 //! | stay | `utimensat(2)` of its file: the kernel's clock, nobody woken | a `stat` |
-//! | whose turn | list and read the entries | a listing and a small read per waiter |
-//! | wait for the turn | inotify on the line's directory, woken only when the entry just ahead is removed | no file-system call |
-//! | leave | `unlink(2)` of its file | one |
+//! | whose turn | list and read the entries; try the lock of each entry ahead | a listing, a small read per waiter, an `open` and a `flock` per waiter ahead |
+//! | wait for the turn | inotify on the line's directory, woken only when the entry just ahead is removed, or closed by its waiter's end | no file-system call |
+//! | leave | `unlink(2)` of its file, then close it | one |
 //!
 //! So a hand-over wakes one waiter, not the whole line (a single record per
 //! lease woke every waiter at every entry and departure). Line files are not
 //! `fsync`ed: only the order is at stake, never a lease.
 //!
-//! **Liveness.** A file's modification time is when its waiter last showed it
-//! was alive, on the kernel's clock (the line is only kept on local file
-//! systems, where every waiter shares that clock). A file untouched for more
-//! than [`ENTRY_TTL`] plus [`MARGIN`] is a waiter that crashed, and one dated
-//! in the future was not set by a waiter: both are skipped, and the next waiter
-//! to enter removes them.
+//! **Liveness.** A waiter keeps its file open and locked (`flock(2)`) while it
+//! waits. When its process ends, however it ends (`SIGKILL` too), the kernel
+//! closes the file: the lock is free, and the waiter just behind is woken by
+//! the close (`IN_CLOSE_WRITE`), finds the lock free and skips the entry, so
+//! a killed waiter holds up nobody (`flock(1)` users expect no less). The line
+//! is only kept on local file systems, where locks and the kernel's clock are
+//! the same for every waiter. A file's modification time is when its waiter
+//! last showed it was alive: a file untouched for more than [`ENTRY_TTL`] plus
+//! [`MARGIN`] is a waiter that crashed or is stopped, and one dated in the
+//! future was not set by a waiter: both are skipped, and the next waiter to
+//! enter removes them. Files in the older format (`x` or `s`, not locked: a
+//! waiter that could hold no more files open) are judged by their age alone.
 //!
 //! **Hostile content.** The directory is opened like a key's, without following
 //! links; names that are not a sequence number, entries that are not regular
@@ -30,6 +36,7 @@
 //! than [`MAX_FILES`] entries is an error, not a long listing.
 
 use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -49,8 +56,9 @@ const MARGIN: Duration = Duration::from_secs(2);
 const MAX_FILES: usize = 4 * MAX_WAITERS;
 /// Largest entry file read: a kind, a newline and a nonce.
 const MAX_ENTRY_BYTES: usize = 1024;
-/// How often a waiter checks (one `stat`) that the entry ahead of it is still
-/// there: a line of N waiters costs 5 N `stat`s a second. The removal of that entry normally wakes the waiter at once; in about one run
+/// How often a waiter checks (one `stat`, and the lock) that the entry ahead
+/// of it is still there and alive: a line of N waiters costs 5 N such looks a
+/// second. The removal of that entry normally wakes the waiter at once; in about one run
 /// in four of `tenure bench --op handover` (4 clients, 3 s, about 4 000
 /// hand-overs) one removal raised no inotify event here, for reasons not
 /// found, and without this check the line stood still until the waiter's next
@@ -63,6 +71,12 @@ const MAX_SEQ: u64 = 10u64.pow(19);
 /// Entries that lost the race for a sequence number in a row before entering
 /// gives up.
 const MAX_RACES: usize = 64;
+/// Entries one store keeps open and locked at once (one per waiter of this
+/// process); past it, entries are written unlocked, judged by their age.
+const MAX_HELD: usize = MAX_FILES;
+
+/// The open, locked files of this store's waiters, by line key and nonce.
+pub(super) type Held = std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<(String, String), OwnedFd>>>;
 
 /// `name~line`: the key whose directory holds `name`'s waiters.
 fn line_key(name: &str) -> Result<String> {
@@ -81,22 +95,29 @@ fn parse_seq(name: &OsStr) -> Option<u64> {
     (digits.len() == SEQ_DIGITS && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok())?
 }
 
-/// What an entry's file holds: `x` or `s`, a newline, the nonce.
-fn entry_bytes(waiter: &Waiter) -> Vec<u8> {
-    format!("{}\n{}", if waiter.shared { 's' } else { 'x' }, waiter.nonce).into_bytes()
+/// What an entry's file holds: its kind, a newline, the nonce. The kind is `x`
+/// or `s` (exclusive or shared), upper case if the file is kept locked by its
+/// waiter.
+fn entry_bytes(waiter: &Waiter, locked: bool) -> Vec<u8> {
+    let kind = if waiter.shared { 's' } else { 'x' };
+    let kind = if locked { kind.to_ascii_uppercase() } else { kind };
+    format!("{kind}\n{}", waiter.nonce).into_bytes()
 }
 
-fn parse_entry(bytes: &[u8]) -> Option<Waiter> {
+/// The waiter of an entry, and whether its file is kept locked.
+fn parse_entry(bytes: &[u8]) -> Option<(Waiter, bool)> {
     let text = std::str::from_utf8(bytes).ok()?;
     let (kind, nonce) = text.split_once('\n')?;
-    let shared = match kind {
-        "s" => true,
-        "x" => false,
+    let (shared, locked) = match kind {
+        "s" => (true, false),
+        "x" => (false, false),
+        "S" => (true, true),
+        "X" => (false, true),
         _ => return None,
     };
     // Any nonce a waiter can have, the empty one too: an entry it wrote and
     // could not read back would make it enter again and again.
-    Some(Waiter { nonce: nonce.to_string(), shared })
+    Some((Waiter { nonce: nonce.to_string(), shared }, locked))
 }
 
 /// One file of a line's directory, as read.
@@ -105,6 +126,8 @@ struct Found {
     seq: u64,
     /// The waiter, if the file is one's.
     waiter: Option<Waiter>,
+    /// Whether its waiter keeps it locked while alive.
+    locked: bool,
     /// Whether it is alive: touched within [`ENTRY_TTL`] + [`MARGIN`], and not
     /// in the future.
     alive: bool,
@@ -118,6 +141,12 @@ fn alive(touched_ms: Option<u64>, now_ms: u64) -> (bool, u64) {
     let margin = crate::limits::millis(MARGIN);
     let until = touched_ms.saturating_add(crate::limits::millis(ENTRY_TTL)).saturating_add(margin);
     (until >= now_ms && touched_ms <= now_ms.saturating_add(margin), until)
+}
+
+/// Whether the waiter of the locked entry `file` has ended: its lock is free,
+/// or the file is gone. A lock that cannot be tried is taken as held.
+fn ended(dir: &Dir, file: &str) -> bool {
+    !matches!(dir.unlocked(file), Ok(Some(false)) | Err(_))
 }
 
 impl FileBackend {
@@ -138,21 +167,56 @@ impl FileBackend {
                 continue;
             };
             let file = entry_file(seq);
-            let (waiter, touched) = match dir.read(&file, MAX_ENTRY_BYTES)? {
+            let (entry, touched) = match dir.read(&file, MAX_ENTRY_BYTES)? {
                 Read::Absent => continue,
                 Read::File { bytes, modified_ms } => (parse_entry(&bytes), modified_ms),
                 Read::Foreign { modified_ms, .. } | Read::TooLarge { modified_ms, .. } => (None, modified_ms),
             };
             let (alive, alive_until_ms) = alive(touched, now_ms);
-            found.push(Found { file, seq, waiter, alive, alive_until_ms });
+            let (waiter, locked) = entry.map_or((None, false), |(w, locked)| (Some(w), locked));
+            found.push(Found { file, seq, waiter, locked, alive, alive_until_ms });
         }
         found.sort_unstable_by_key(|f| f.seq);
         Ok((found, leftovers))
     }
 
-    /// The waiters alive in the line of `found`, first first.
+    /// The waiters alive in the line of `found` by their files' age, first
+    /// first.
     fn waiters_of(found: &[Found]) -> Vec<&Found> {
         found.iter().filter(|f| f.alive && f.waiter.is_some()).collect()
+    }
+
+    /// [`Self::waiters_of`], less waiters whose process has ended (their
+    /// file's lock is free), looked for only where it matters, one `open` and
+    /// `flock` each: for `me`, in line, from the waiter just ahead of it
+    /// towards the front, until one that keeps it waiting (an exclusive waiter,
+    /// or any if `me` is exclusive); otherwise from the front, until the first
+    /// alive. Ended waiters further on are left to whoever reaches them. A lock
+    /// that cannot be tried (a file swapped for a FIFO, no permission) leaves
+    /// the waiter in.
+    fn live<'a>(dir: &Dir, found: &'a [Found], me: Option<&Waiter>) -> Vec<&'a Found> {
+        let mut line = Self::waiters_of(found);
+        let ended = |f: &Found| f.locked && ended(dir, &f.file);
+        let at = me.and_then(|me| line.iter().position(|f| f.waiter.as_ref().is_some_and(|w| w.nonce == me.nonce)));
+        match (me, at) {
+            (Some(me), Some(mut i)) => {
+                while let Some(ahead) = i.checked_sub(1) {
+                    i = ahead;
+                    let f = line[i];
+                    if ended(f) {
+                        line.remove(i);
+                    } else if !(me.shared && f.waiter.as_ref().is_some_and(|w| w.shared)) {
+                        break;
+                    }
+                }
+            }
+            _ => {
+                while line.first().is_some_and(|f| ended(f)) {
+                    line.remove(0);
+                }
+            }
+        }
+        line
     }
 
     /// The store error for `e`, met by `op` in the line's directory.
@@ -162,7 +226,8 @@ impl FileBackend {
 
     fn enter_blocking(&self, name: &str, waiter: &Waiter) -> Result<()> {
         let key = line_key(name)?;
-        let bytes = entry_bytes(waiter);
+        let lock = self.held.lock().len() < MAX_HELD;
+        let bytes = entry_bytes(waiter, lock);
         if bytes.len() > MAX_ENTRY_BYTES {
             return Err(
                 self.unsupported(format!("a holder nonce of {} bytes is too long to wait in line", bytes.len()))
@@ -200,7 +265,15 @@ impl FileBackend {
                     "the line's sequence numbers ran out (a file no waiter wrote?)",
                 ));
             };
-            if dir.publish(&entry_file(seq), &bytes, false).map_err(|e| self.line_err(&op, &dir, e))? {
+            let file = entry_file(seq);
+            let published = if lock {
+                dir.publish_locked(&file, &bytes).map(|held| {
+                    held.map(|fd| self.held.lock().insert((key.clone(), waiter.nonce.clone()), fd)).is_some()
+                })
+            } else {
+                dir.publish(&file, &bytes, false)
+            };
+            if published.map_err(|e| self.line_err(&op, &dir, e))? {
                 return Ok(());
             }
             floor = seq + 1;
@@ -212,7 +285,7 @@ impl FileBackend {
         let Some(dir) = self.key_dir(&line_key(name)?, false)? else { return Ok(Vec::new()) };
         let (found, _) =
             self.read_line(&dir).map_err(|e| self.line_err(&format!("reading the wait line of {name:?}"), &dir, e))?;
-        Ok(Self::waiters_of(&found).into_iter().filter_map(|f| f.waiter.clone()).collect())
+        Ok(Self::live(&dir, &found, None).into_iter().filter_map(|f| f.waiter.clone()).collect())
     }
 
     /// Whose turn it is; when not `waiter`'s, a watch for the removal of the
@@ -230,7 +303,7 @@ impl FileBackend {
         // Watch first, then read: a departure after the read is an event.
         let mut registration = self.register(&format!("the wait line of {name:?}"), &dir, line_mask(), shared)?;
         let (found, _) = self.read_line(&dir).map_err(|e| self.line_err(&op, &dir, e))?;
-        let line = Self::waiters_of(&found);
+        let line = Self::live(&dir, &found, Some(waiter));
         let waiters: Vec<Waiter> = line.iter().filter_map(|f| f.waiter.clone()).collect();
         let at = match may_try(&waiters, waiter) {
             None => return Ok(Turn::NotInLine),
@@ -239,18 +312,28 @@ impl FileBackend {
         };
         let Some(ahead) = at.checked_sub(1).and_then(|i| line.get(i)) else { return Ok(Turn::Mine) };
         registration.on_removal_of(ahead.file.as_bytes());
-        // Removed between the read and the interest: look again at once.
-        if dir.kind(OsStr::new(&ahead.file)).map_err(|e| self.line_err(&op, &dir, e))? != Some(Kind::File) {
+        // Removed or ended between the read and the interest: look again at once.
+        if Self::gone(&dir, &ahead.file, ahead.locked).map_err(|e| self.line_err(&op, &dir, e))? {
             return Ok(Turn::Moved);
         }
-        Ok(Turn::Wait { registration, ahead: ahead.file.clone(), alive_until_ms: ahead.alive_until_ms })
+        Ok(Turn::Wait {
+            registration,
+            ahead: ahead.file.clone(),
+            locked: ahead.locked,
+            alive_until_ms: ahead.alive_until_ms,
+        })
     }
 
-    /// Whether the line's entry `file` is gone (one `stat`).
-    fn gone_blocking(&self, key: &str, file: &str) -> Result<bool> {
+    /// Whether the line's entry `file` is gone: removed, or (if `locked`) its
+    /// waiter's process has ended.
+    fn gone(dir: &Dir, file: &str, locked: bool) -> std::io::Result<bool> {
+        Ok(dir.kind(OsStr::new(file))? != Some(Kind::File) || (locked && ended(dir, file)))
+    }
+
+    /// [`Self::gone`], in the line of `key`.
+    fn gone_blocking(&self, key: &str, file: &str, locked: bool) -> Result<bool> {
         let Some(dir) = self.key_dir(key, false)? else { return Ok(true) };
-        let kind = dir.kind(OsStr::new(file)).map_err(|e| self.line_err("reading a wait line", &dir, e))?;
-        Ok(kind != Some(Kind::File))
+        Self::gone(&dir, file, locked).map_err(|e| self.line_err("reading a wait line", &dir, e))
     }
 }
 
@@ -259,11 +342,12 @@ enum Turn {
     NotInLine,
     Mine,
     Moved,
-    /// Waiting for the removal of the entry `ahead`, alive until
-    /// `alive_until_ms` at most.
+    /// Waiting for the removal of the entry `ahead` (or the end of its
+    /// waiter, if it keeps it `locked`), alive until `alive_until_ms` at most.
     Wait {
         registration: Registration,
         ahead: String,
+        locked: bool,
         alive_until_ms: u64,
     },
 }
@@ -291,7 +375,7 @@ impl Line for FileBackend {
             Turn::NotInLine => Ok(None),
             Turn::Mine => Ok(Some(true)),
             Turn::Moved => Ok(Some(false)),
-            Turn::Wait { mut registration, ahead, alive_until_ms } => {
+            Turn::Wait { mut registration, ahead, locked, alive_until_ms } => {
                 // Until the waiter ahead leaves or is taken for crashed; every
                 // RECHECK, one `stat` of its entry, in case its departure went
                 // unnoticed.
@@ -305,7 +389,7 @@ impl Line for FileBackend {
                         break;
                     }
                     let (k, f) = (key.clone(), ahead.clone());
-                    if self.run(format!("reading {what}"), move |b| b.gone_blocking(&k, &f)).await? {
+                    if self.run(format!("reading {what}"), move |b| b.gone_blocking(&k, &f, locked)).await? {
                         break;
                     }
                 }
@@ -318,7 +402,11 @@ impl Line for FileBackend {
         let (name, nonce) = (name.to_string(), nonce.to_string());
         self.run(format!("leaving the wait line of {name:?}"), move |b| {
             let op = format!("leaving the wait line of {name:?}");
-            let Some(dir) = b.key_dir(&line_key(&name)?, false)? else { return Ok(()) };
+            let key = line_key(&name)?;
+            // Closed (and its lock freed) only once its file is gone: a close
+            // seen while it is still there would be taken for the waiter's end.
+            let _held = b.held.lock().remove(&(key.clone(), nonce.clone()));
+            let Some(dir) = b.key_dir(&key, false)? else { return Ok(()) };
             let (found, _) = b.read_line(&dir).map_err(|e| b.line_err(&op, &dir, e))?;
             for f in found.iter().filter(|f| f.waiter.as_ref().is_some_and(|w| w.nonce == nonce)) {
                 match dir.remove(&f.file) {
@@ -344,10 +432,12 @@ mod tests {
             assert_eq!(parse_seq(OsStr::new(bad)), None, "{bad}");
         }
         let w = Waiter { nonce: "n\u{1b}1".into(), shared: true };
-        assert_eq!(parse_entry(&entry_bytes(&w)), Some(w));
+        assert_eq!(parse_entry(&entry_bytes(&w, true)), Some((w.clone(), true)));
+        assert_eq!(parse_entry(&entry_bytes(&w, false)), Some((w, false)));
         let empty = Waiter { nonce: String::new(), shared: false };
-        assert_eq!(parse_entry(&entry_bytes(&empty)), Some(empty));
-        for bad in [&b"x"[..], b"y\nn", b"\xff\nn", b""] {
+        assert_eq!(parse_entry(&entry_bytes(&empty, true)), Some((empty, true)));
+        assert_eq!(entry_bytes(&Waiter { nonce: "n".into(), shared: false }, true), b"X\nn");
+        for bad in [&b"x"[..], b"y\nn", b"\xff\nn", b"", b"xs\nn"] {
             assert_eq!(parse_entry(bad), None, "{bad:?}");
         }
     }

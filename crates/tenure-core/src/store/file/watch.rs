@@ -132,10 +132,12 @@ fn mask() -> WatchFlags {
 }
 
 /// The events of a wait line's directory that matter: an entry removed (its
-/// waiter left), and the directory itself going away.
+/// waiter left) or closed after writing (its waiter's process ended), and the
+/// directory itself going away.
 pub(super) fn line_mask() -> WatchFlags {
     WatchFlags::DELETE
         | WatchFlags::MOVED_FROM
+        | WatchFlags::CLOSE_WRITE
         | WatchFlags::DELETE_SELF
         | WatchFlags::MOVE_SELF
         | WatchFlags::ONLYDIR
@@ -227,7 +229,8 @@ impl Shared {
                     if matters(event.events(), name) {
                         bump(&watch.news);
                     }
-                    if event.events().intersects(ReadFlags::DELETE | ReadFlags::MOVED_FROM)
+                    // Gone, or closed after writing: a waiter's end (see `line`).
+                    if event.events().intersects(ReadFlags::DELETE | ReadFlags::MOVED_FROM | ReadFlags::CLOSE_WRITE)
                         && let Some((_, news)) = name.and_then(|n| watch.removals.get(n))
                     {
                         bump(news);
