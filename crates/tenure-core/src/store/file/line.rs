@@ -58,11 +58,10 @@ const MAX_FILES: usize = 4 * MAX_WAITERS;
 const MAX_ENTRY_BYTES: usize = 1024;
 /// How often a waiter checks (one `stat`, and the lock) that the entry ahead
 /// of it is still there and alive: a line of N waiters costs 5 N such looks a
-/// second. The removal of that entry normally wakes the waiter at once; in about one run
-/// in four of `tenure bench --op handover` (4 clients, 3 s, about 4 000
-/// hand-overs) one removal raised no inotify event here, for reasons not
-/// found, and without this check the line stood still until the waiter's next
-/// refresh (2 s).
+/// second. The removal of that entry, or its close by a waiter that ended,
+/// wakes the waiter at once; this is the net under that, for a departure the
+/// watch cannot see. (It once caught a removal lost to the kernel, one
+/// hand-over in a few thousand: see `Shared::add`.)
 const RECHECK: Duration = Duration::from_millis(200);
 /// Digits of an entry's sequence number.
 const SEQ_DIGITS: usize = 20;
