@@ -430,9 +430,7 @@ impl Dir {
             self.link(&tmp, name)?;
             // The lock passes to a descriptor of `name` with no moment free:
             // both hold it until the first is closed.
-            let held = self.open_file(name, OFlags::WRONLY)?;
-            flock(&held, FlockOperation::NonBlockingLockShared)?;
-            Ok(held)
+            self.hold(name)
         })();
         let _ = self.remove(&tmp);
         match published {
@@ -440,6 +438,15 @@ impl Dir {
             Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Opens the regular file `name` for writing and locks it (`flock(2)`,
+    /// shared): what [`Dir::publish_locked`] keeps, for a file already there.
+    pub fn hold(&self, name: &str) -> io::Result<OwnedFd> {
+        use rustix::fs::{FlockOperation, flock};
+        let held = self.open_file(name, OFlags::WRONLY)?;
+        flock(&held, FlockOperation::NonBlockingLockShared)?;
+        Ok(held)
     }
 
     /// Whether nobody holds a lock on the regular file `name`: a file of

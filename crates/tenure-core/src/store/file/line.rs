@@ -246,7 +246,16 @@ impl FileBackend {
             }
             let line = Self::waiters_of(&found);
             if let Some(me) = line.iter().find(|f| f.waiter.as_ref().is_some_and(|w| w.nonce == waiter.nonce)) {
-                // Still here.
+                // Still here. A locked entry this store no longer holds (a
+                // departure that could not remove it) is taken for ended by
+                // others: held again, when it can be.
+                let id = (key.clone(), waiter.nonce.clone());
+                if me.locked
+                    && !self.held.lock().contains_key(&id)
+                    && let Ok(fd) = dir.hold(&me.file)
+                {
+                    self.held.lock().insert(id, fd);
+                }
                 return dir.touch(&me.file).map_err(|e| self.line_err(&op, &dir, e));
             }
             if line.len() >= MAX_WAITERS {
@@ -439,6 +448,33 @@ mod tests {
         for bad in [&b"x"[..], b"y\nn", b"\xff\nn", b"", b"xs\nn"] {
             assert_eq!(parse_entry(bad), None, "{bad:?}");
         }
+    }
+
+    /// A waiter's entry is locked while its store holds it: another store (a
+    /// process of its own) sees it in line; once the lock is gone (what the
+    /// kernel does for an ended process) it does not; entering again, as a
+    /// waiter does every few seconds, holds the same entry again; leaving
+    /// removes it and lets it go.
+    #[test]
+    fn an_entry_is_in_line_while_its_store_holds_its_lock() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mine, other) = (FileBackend::new(dir.path()), FileBackend::new(dir.path()));
+        let w = Waiter { nonce: "n1".into(), shared: false };
+        let line = |b: &FileBackend| -> Vec<String> {
+            b.waiters_blocking("l").expect("read").into_iter().map(|w| w.nonce).collect()
+        };
+        mine.enter_blocking("l", &w).expect("enter");
+        assert_eq!(line(&other), ["n1"]);
+        mine.held.lock().clear();
+        assert!(line(&other).is_empty(), "its lock is free: ended");
+        mine.enter_blocking("l", &w).expect("enter again");
+        assert_eq!(line(&other), ["n1"], "held again, the same entry");
+        let files = std::fs::read_dir(dir.path().join("l~line")).expect("line").count();
+        assert_eq!(files, 1, "one entry");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(mine.leave("l", "n1")).expect("leave");
+        assert!(line(&other).is_empty());
+        assert!(mine.held.lock().is_empty(), "let go");
     }
 
     #[test]
