@@ -184,8 +184,10 @@ async fn waiters_are_keys_of_their_own_and_a_crashed_waiters_key_lapses_with_its
         .expect("join")
         .expect("acquire");
     assert!(lease_of(&s, &ghost).await.is_none(), "granted only once the ghost lapsed");
-    assert!(s.raw.get_prefix(&line).await.expect("range").kvs.is_empty(), "the granted waiter left the line");
+    // A granted waiter leaves the line in the background; its release waits
+    // for that (checking before the release raced the departure).
     lease.release().await.expect("release");
+    assert!(s.raw.get_prefix(&line).await.expect("range").kvs.is_empty(), "the granted waiter left the line");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
