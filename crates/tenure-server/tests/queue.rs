@@ -50,6 +50,22 @@ fn granted(a: Option<tenure_core::Result<Attempt>>) -> tenure_core::Grant {
     }
 }
 
+/// A raw connection to `server`, past its hello: for frames a client would
+/// not send, or not at that moment.
+async fn raw(server: &RunningServer) -> tokio::net::TcpStream {
+    use tenure_server::wire::Response;
+    let mut s = tokio::net::TcpStream::connect(server.addr()).await.expect("connect");
+    let hello = common::abuse::exchange(&mut s, &common::abuse::hello(), 1).await.pop();
+    assert!(matches!(hello, Some(Response::Hello { .. })), "{hello:?}");
+    s
+}
+
+/// An exclusive ask for `name` by `h`, for a raw frame.
+fn ask<'a>(name: &'a str, ttl_ms: u64, h: &'a Holder) -> tenure_server::wire::AskWire<'a> {
+    use tenure_server::wire::{AskWire, HolderWire};
+    AskWire { name, mode: Mode::Exclusive, ttl_ms, holder: HolderWire::of(h), retake: false, meta: None }
+}
+
 /// Starts a waiter on its own connection; it sends its label once granted.
 fn waiter(
     server: &RunningServer,
@@ -308,28 +324,15 @@ async fn a_grant_after_a_long_wait_counts_its_ttl_from_the_grant_not_the_wait() 
 
 #[tokio::test]
 async fn an_absurd_wait_or_an_unknown_unwait_is_refused_and_the_connection_serves_on() {
-    use common::abuse::{exchange, frame, hello};
-    use tenure_server::wire::{AskWire, ErrorCode, HolderWire, Request, Response};
+    use common::abuse::{exchange, frame};
+    use tenure_server::wire::{ErrorCode, Request, Response};
     let clock = ManualClock::new();
     let server = common::start_open(&clock).await;
-    let mut s = tokio::net::TcpStream::connect(server.addr()).await.expect("connect");
-    assert!(matches!(exchange(&mut s, &hello(), 1).await.pop(), Some(Response::Hello { .. })));
+    let mut s = raw(&server).await;
     let h = Holder::current();
-    let ask = || AskWire {
-        name: "absurd",
-        mode: Mode::Exclusive,
-        ttl_ms: 1000,
-        holder: HolderWire::of(&h),
-        retake: false,
-        meta: None,
-    };
     let asks = [
-        (frame(2, &Request::Wait { ask: ask(), wait_ms: u64::MAX }), ErrorCode::Invalid, "wait_ms"),
-        (
-            frame(3, &Request::Wait { ask: AskWire { ttl_ms: u64::MAX, ..ask() }, wait_ms: 1000 }),
-            ErrorCode::Invalid,
-            "ttl_ms",
-        ),
+        (frame(2, &Request::Wait { ask: ask("absurd", 1000, &h), wait_ms: u64::MAX }), ErrorCode::Invalid, "wait_ms"),
+        (frame(3, &Request::Wait { ask: ask("absurd", u64::MAX, &h), wait_ms: 1000 }), ErrorCode::Invalid, "ttl_ms"),
         (frame(4, &Request::Unwait { id: 77 }), ErrorCode::Nothing, "77"),
     ];
     for (bytes, want, field) in asks {
@@ -351,24 +354,16 @@ async fn an_absurd_wait_or_an_unknown_unwait_is_refused_and_the_connection_serve
 /// held by nobody until its deadline.
 #[tokio::test]
 async fn a_grant_withdrawn_while_on_its_way_is_given_back() {
-    use common::abuse::{exchange, frame, hello};
-    use tenure_server::wire::{AcquireReply, AskWire, HolderWire, Request, Response};
+    use common::abuse::{exchange, frame};
+    use tenure_server::wire::{AcquireReply, Request, Response};
     let clock = ManualClock::new();
     let server = common::start_open(&clock).await;
     let store = common::store(&[&server], &clock);
     let held = taken(&store, &common::req("in-flight", &holder("holder"))).await;
-    let mut s = tokio::net::TcpStream::connect(server.addr()).await.expect("connect");
-    assert!(matches!(exchange(&mut s, &hello(), 1).await.pop(), Some(Response::Hello { .. })));
+    let mut s = raw(&server).await;
     let h = Holder::current().with_label("gave-up");
-    let ask = AskWire {
-        name: "in-flight",
-        mode: Mode::Exclusive,
-        ttl_ms: 10_000,
-        holder: HolderWire::of(&h),
-        retake: false,
-        meta: None,
-    };
-    s.write_all(&frame(2, &Request::Wait { ask, wait_ms: 600_000 })).await.expect("wait");
+    let wait = Request::Wait { ask: ask("in-flight", 10_000, &h), wait_ms: 600_000 };
+    s.write_all(&frame(2, &wait)).await.expect("wait");
     until_parked(&server, 1).await;
     store.release(&held, &ReleaseRequest::default()).await.expect("release");
     // The grant is sent; the client's caller has given up before its reader saw it.
@@ -390,18 +385,15 @@ async fn a_grant_withdrawn_while_on_its_way_is_given_back() {
 /// has seen and may be using it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_withdrawn_immediate_grant_is_given_back_an_older_one_under_the_same_id_is_not() {
-    use common::abuse::{exchange, frame, hello};
-    use tenure_server::wire::{AskWire, ErrorCode, HolderWire, Request, Response};
+    use common::abuse::{exchange, frame};
+    use tenure_server::wire::{ErrorCode, Request, Response};
     let clock = ManualClock::new();
     let server = common::start_open(&clock).await;
     let store = common::store(&[&server], &clock);
-    let mut s = tokio::net::TcpStream::connect(server.addr()).await.expect("connect");
-    assert!(matches!(exchange(&mut s, &hello(), 1).await.pop(), Some(Response::Hello { .. })));
+    let mut s = raw(&server).await;
     let h = Holder::current().with_label("waiter");
     let wait = |id: u32, name: &'static str, ttl_ms: u64| {
-        let ask =
-            AskWire { name, mode: Mode::Exclusive, ttl_ms, holder: HolderWire::of(&h), retake: false, meta: None };
-        frame(id, &Request::Wait { ask, wait_ms: 600_000 })
+        frame(id, &Request::Wait { ask: ask(name, ttl_ms, &h), wait_ms: 600_000 })
     };
     let store = &store;
     let busy = |name: &'static str| async move {

@@ -23,6 +23,38 @@ fn a_fifo_is_reported_not_opened_so_nothing_blocks() {
     assert!(dir.open_file("f", OFlags::WRONLY | OFlags::APPEND).is_err(), "a FIFO is not a file to append to");
 }
 
+/// A published, locked file is locked while its descriptor is open and free
+/// once it is closed; a file tenure did not publish where one is expected (a
+/// FIFO, a symlink, a directory) is never followed, opened to block or taken
+/// for a free lock: trying its lock, or holding it, is an error at once.
+#[test]
+fn a_locked_file_is_free_once_closed_and_odd_entries_are_errors_never_waits() {
+    let (tmp, dir) = root();
+    let held = dir.publish_locked("w", b"X\nn").expect("publish").expect("first");
+    assert!(dir.publish_locked("w", b"X\nm").expect("publish").is_none(), "one writer wins the name");
+    assert_eq!(dir.unlocked("w").expect("try"), Some(false), "locked while its descriptor is open");
+    drop(held);
+    assert_eq!(dir.unlocked("w").expect("try"), Some(true), "free once closed");
+    assert_eq!(dir.unlocked("absent").expect("try"), None);
+    let held = dir.hold("w").expect("hold again");
+    assert_eq!(dir.unlocked("w").expect("try"), Some(false));
+    drop(held);
+
+    let outside = tempfile::tempdir().expect("tempdir");
+    std::fs::write(outside.path().join("target"), b"X\nn").expect("write");
+    symlink(outside.path().join("target"), tmp.path().join("link")).expect("symlink");
+    mkfifo(&tmp.path().join("fifo"));
+    std::fs::create_dir(tmp.path().join("dir")).expect("mkdir");
+    let started = Instant::now();
+    for name in ["link", "fifo", "dir"] {
+        assert!(dir.unlocked(name).is_err(), "{name}: its lock is not tried");
+        assert!(dir.hold(name).is_err(), "{name}: not held");
+    }
+    assert!(started.elapsed() < Duration::from_secs(5), "nothing blocked");
+    let names: Vec<_> = std::fs::read_dir(tmp.path()).expect("list").map(|e| e.expect("entry").file_name()).collect();
+    assert_eq!(names.len(), 4, "no temp file left: {names:?}");
+}
+
 #[test]
 fn symlinks_are_reported_never_followed() {
     let (tmp, dir) = root();
