@@ -296,8 +296,12 @@ fn watch(
         .collect();
     for h in holders {
         let out = h.wait_with_output().expect("holder");
-        assert!(out.status.success(), "holder: {}", String::from_utf8_lossy(&out.stderr));
+        let errs = ["err-h0", "err-h1"].map(|f| lines(&work.join(f)).join("\n"));
+        assert!(out.status.success(), "holder: {}{errs:#?}", String::from_utf8_lossy(&out.stderr));
     }
+    // No change notifications on NFS, so no wait line: the waiters polled.
+    let line = c.export().join("leases").join(format!("{lease}~line"));
+    assert!(!line.exists(), "waiters on NFS entered a wait line ({})", line.display());
     // Until b shows the last grant (at most 90 s: a negative lookup cached with
     // actimeo=60 may hide a new lease that long), so the stale window is measured
     // to its end.

@@ -429,8 +429,11 @@ impl Dir {
             write_all(&fd, bytes)?;
             self.link(&tmp, name)?;
             // The lock passes to a descriptor of `name` with no moment free:
-            // both hold it until the first is closed.
-            self.hold(name)
+            // both hold it until the first is closed. A file left unlocked
+            // would stand for a process that ended: none is left.
+            self.hold(name).inspect_err(|_| {
+                let _ = self.remove(name);
+            })
         })();
         let _ = self.remove(&tmp);
         match published {

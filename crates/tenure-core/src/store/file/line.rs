@@ -20,9 +20,12 @@
 //! waits. When its process ends, however it ends (`SIGKILL` too), the kernel
 //! closes the file: the lock is free, and the waiter just behind is woken by
 //! the close (`IN_CLOSE_WRITE`), finds the lock free and skips the entry, so
-//! a killed waiter holds up nobody (`flock(1)` users expect no less). The line
-//! is only kept on local file systems, where locks and the kernel's clock are
-//! the same for every waiter. A file's modification time is when its waiter
+//! a killed waiter holds up nobody (`flock(1)` users expect no less). Waiters
+//! keep a line only where they can watch it, on a local file system (on NFS
+//! they poll: the store finds out before anyone enters), and entries are locked
+//! only there: on a shared mount a lock is the server's or this machine's
+//! alone, no sign of a process; such entries are written unlocked and no lock
+//! is tried (`FileBackend::lockable`). A file's modification time is when its waiter
 //! last showed it was alive: a file untouched for more than [`ENTRY_TTL`] plus
 //! [`MARGIN`] is a waiter that crashed or is stopped, and one dated in the
 //! future was not set by a waiter: both are skipped, and the next waiter to
@@ -192,10 +195,12 @@ impl FileBackend {
     /// or any if `me` is exclusive); otherwise from the front, until the first
     /// alive. Ended waiters further on are left to whoever reaches them. A lock
     /// that cannot be tried (a file swapped for a FIFO, no permission) leaves
-    /// the waiter in.
-    fn live<'a>(dir: &Dir, found: &'a [Found], me: Option<&Waiter>) -> Vec<&'a Found> {
+    /// the waiter in. Without `probe` (a directory other machines share, where
+    /// a lock is no sign of a process here), locked entries are judged by age
+    /// alone.
+    fn live<'a>(dir: &Dir, found: &'a [Found], me: Option<&Waiter>, probe: bool) -> Vec<&'a Found> {
         let mut line = Self::waiters_of(found);
-        let ended = |f: &Found| f.locked && ended(dir, &f.file);
+        let ended = |f: &Found| probe && f.locked && ended(dir, &f.file);
         let at = me.and_then(|me| line.iter().position(|f| f.waiter.as_ref().is_some_and(|w| w.nonce == me.nonce)));
         match (me, at) {
             (Some(me), Some(mut i)) => {
@@ -223,10 +228,17 @@ impl FileBackend {
         self.err(op.to_string(), dir.path(), e)
     }
 
+    /// Whether locks on the entries of the line in `dir` say whether their
+    /// waiters live: on a local file system only. On NFS a lock is the
+    /// server's, may need the file open for reading, or (`nolock`) is seen by
+    /// this machine alone.
+    fn lockable(&self, dir: &Dir) -> bool {
+        matches!(self.on_network(dir), Ok(None))
+    }
+
     fn enter_blocking(&self, name: &str, waiter: &Waiter) -> Result<()> {
         let key = line_key(name)?;
-        let lock = self.held.lock().len() < MAX_HELD;
-        let bytes = entry_bytes(waiter, lock);
+        let bytes = entry_bytes(waiter, false);
         if bytes.len() > MAX_ENTRY_BYTES {
             return Err(
                 self.unsupported(format!("a holder nonce of {} bytes is too long to wait in line", bytes.len()))
@@ -236,6 +248,7 @@ impl FileBackend {
         let Some(dir) = self.key_dir(&key, true)? else {
             return Err(Error::store(&*self.url, op, "the line's directory vanished as it was made"));
         };
+        let lock = self.held.lock().len() < MAX_HELD && self.lockable(&dir);
         // Past the numbers lost to others (or taken by files no waiter wrote).
         let mut floor = 1;
         for _ in 0..MAX_RACES {
@@ -274,12 +287,16 @@ impl FileBackend {
                 ));
             };
             let file = entry_file(seq);
-            let published = if lock {
-                dir.publish_locked(&file, &bytes).map(|held| {
-                    held.map(|fd| self.held.lock().insert((key.clone(), waiter.nonce.clone()), fd)).is_some()
-                })
-            } else {
-                dir.publish(&file, &bytes, false)
+            let locked = if lock { dir.publish_locked(&file, &entry_bytes(waiter, true)) } else { Ok(None) };
+            let published = match locked {
+                Ok(Some(fd)) => {
+                    self.held.lock().insert((key.clone(), waiter.nonce.clone()), fd);
+                    Ok(true)
+                }
+                Ok(None) if lock => Ok(false),
+                // Not locked, or a lock this file system refuses (`flock(2)`
+                // on a FUSE or odd mount): an entry judged by its age.
+                Ok(None) | Err(_) => dir.publish(&file, &bytes, false),
             };
             if published.map_err(|e| self.line_err(&op, &dir, e))? {
                 return Ok(());
@@ -293,7 +310,7 @@ impl FileBackend {
         let Some(dir) = self.key_dir(&line_key(name)?, false)? else { return Ok(Vec::new()) };
         let (found, _) =
             self.read_line(&dir).map_err(|e| self.line_err(&format!("reading the wait line of {name:?}"), &dir, e))?;
-        Ok(Self::live(&dir, &found, None).into_iter().filter_map(|f| f.waiter.clone()).collect())
+        Ok(Self::live(&dir, &found, None, self.lockable(&dir)).into_iter().filter_map(|f| f.waiter.clone()).collect())
     }
 
     /// Whose turn it is; when not `waiter`'s, a watch for the removal of the
@@ -311,7 +328,8 @@ impl FileBackend {
         // Watch first, then read: a departure after the read is an event.
         let mut registration = self.register(&format!("the wait line of {name:?}"), &dir, line_mask(), shared)?;
         let (found, _) = self.read_line(&dir).map_err(|e| self.line_err(&op, &dir, e))?;
-        let line = Self::live(&dir, &found, Some(waiter));
+        // Watched, so on a local file system: locks say who is alive.
+        let line = Self::live(&dir, &found, Some(waiter), true);
         let waiters: Vec<Waiter> = line.iter().filter_map(|f| f.waiter.clone()).collect();
         let at = match may_try(&waiters, waiter) {
             None => return Ok(Turn::NotInLine),
@@ -475,6 +493,29 @@ mod tests {
         rt.block_on(mine.leave("l", "n1")).expect("leave");
         assert!(line(&other).is_empty());
         assert!(mine.held.lock().is_empty(), "let go");
+    }
+
+    /// On a directory other machines share (NFS), a waiter's entry is not
+    /// locked and no entry's lock is tried: a lock there is the server's, or
+    /// (`nolock`) this machine's alone, and no sign of a process either way.
+    /// Entries are judged by their age, as before locks.
+    #[test]
+    fn on_a_network_mount_entries_are_not_locked_and_locks_are_not_tried() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let local = FileBackend::new(dir.path());
+        let nfs = FileBackend::new(dir.path()).pretending_network("a test's NFS");
+        let line = |b: &FileBackend| -> Vec<String> {
+            b.waiters_blocking("l").expect("read").into_iter().map(|w| w.nonce).collect()
+        };
+        // A locked entry whose lock is gone (its process ended, as seen here).
+        local.enter_blocking("l", &Waiter { nonce: "n1".into(), shared: false }).expect("enter");
+        local.held.lock().clear();
+        nfs.enter_blocking("l", &Waiter { nonce: "n2".into(), shared: false }).expect("enter on NFS");
+        assert!(nfs.held.lock().is_empty(), "nothing held open on NFS");
+        let entry = std::fs::read(dir.path().join("l~line").join(entry_file(2))).expect("entry");
+        assert_eq!(entry, b"x\nn2", "an entry judged by age");
+        assert_eq!(line(&nfs), ["n1", "n2"], "by age alone on NFS");
+        assert_eq!(line(&local), ["n2"], "the lock tried where it means something");
     }
 
     #[test]

@@ -286,6 +286,29 @@ async fn a_parked_waiter_gets_a_released_lease_at_once_despite_a_long_backoff() 
     lease.release().await.expect("release");
 }
 
+/// On a mount other machines share (NFS), nothing is watched and nobody waits
+/// in a line: waiters poll. The store learns it even from a probe with no time
+/// to set a watch up (how it asks whether it can keep lines at all), so a
+/// waiter never enters a line it could not wait in; its entries' locks would be
+/// the NFS server's, refused on a file open for writing only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_network_mount_waiters_poll_and_enter_no_line() {
+    let (d, b) = store();
+    let b = b.pretending_network("a test's NFS");
+    for _ in 0..20 {
+        let e = b.watch("deploy", None, Duration::ZERO).await.expect_err("a watch on NFS");
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    }
+    let opts = crate::LeaseOptions::exclusive().with_ttl(Duration::from_secs(60));
+    let holder = client_on(&b).acquire("deploy", &opts).await.expect("holder");
+    for _ in 0..5 {
+        let waiter = client_on(&b).acquire("deploy", &opts.clone().with_timeout(Duration::from_millis(300))).await;
+        assert!(waiter.is_err(), "the lease is held");
+        assert!(!d.path().join("deploy~line").exists(), "a waiter entered a line on NFS");
+    }
+    holder.release().await.expect("release");
+}
+
 #[tokio::test]
 async fn a_watch_returns_at_its_timeout_when_nothing_changes() {
     let (_d, b) = store();

@@ -337,6 +337,32 @@ impl FileBackend {
             .clone()
     }
 
+    /// This store, as if its root were on a network mount (`why`): for tests of
+    /// what waiters do on NFS, where this machine has none.
+    #[cfg(test)]
+    pub(super) fn pretending_network(self, why: &str) -> Self {
+        let _ = self.network.set(Some(why.to_string()));
+        self
+    }
+
+    /// Why the open directory `dir` sits on a file system that other machines
+    /// may change without this kernel knowing (the store's mount, or `dir`'s
+    /// own by `fstatfs(2)`), if it does: no change notifications there, and no
+    /// locks that stand for a process. Blocking.
+    pub(super) fn on_network(&self, dir: &Dir) -> std::io::Result<Option<String>> {
+        if let Some(why) = self.root_on_network() {
+            return Ok(Some(why));
+        }
+        let st = rustix::fs::fstatfs(dir)?;
+        // The field's type differs between architectures; the magic is 32 bits.
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        let magic = i64::from(st.f_type) as u32;
+        Ok(NETWORK_MAGICS
+            .iter()
+            .find(|(m, _)| *m == magic)
+            .map(|(_, name)| format!("{} is on {name}", dir.path().display())))
+    }
+
     /// The store's inotify instance, created on first use.
     pub(super) fn shared(&self) -> Result<Arc<Shared>> {
         let mut slot = self.inotify.lock();
@@ -357,19 +383,10 @@ impl FileBackend {
         mask: WatchFlags,
         shared: &Arc<Shared>,
     ) -> Result<Registration> {
-        if let Some(why) = self.root_on_network() {
-            return Err(self.unsupported(why));
-        }
-        match rustix::fs::fstatfs(dir) {
-            Ok(st) => {
-                // The field's type differs between architectures; the magic is 32 bits.
-                #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
-                let magic = i64::from(st.f_type) as u32;
-                if let Some((_, name)) = NETWORK_MAGICS.iter().find(|(m, _)| *m == magic) {
-                    return Err(self.unsupported(format!("{} is on {name}", dir.path().display())));
-                }
-            }
-            Err(e) => return Err(self.err(format!("looking at the file system of {what}"), dir.path(), e.into())),
+        match self.on_network(dir) {
+            Ok(None) => {}
+            Ok(Some(why)) => return Err(self.unsupported(why)),
+            Err(e) => return Err(self.err(format!("looking at the file system of {what}"), dir.path(), e)),
         }
         match shared.add(dir, mask) {
             Ok(r) => Ok(r),
@@ -446,6 +463,11 @@ impl FileBackend {
             // Not a version of this store: whatever is there now differs.
             Some(_) => return Ok(true),
         };
+        // Before the setup, which a short `timeout` may cut off: a probe with
+        // none (is there a watch here?) must learn that there is not.
+        if let Some(why) = self.root_on_network() {
+            return Err(self.unsupported(why));
+        }
         let shared = self.shared()?;
         let k = key.to_string();
         let setup =
