@@ -20,7 +20,8 @@ use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
 
 use crate::exit;
 use crate::supervise::{
-    DRAIN_TICK, HEARTBEAT, MAX_LINE, STALL, Start, Status, TICK, boot_now_ns, group_alive, kill_group, set_disposition,
+    DRAIN_TICK, HEARTBEAT, MAX_LINE, MAX_ORPHAN_LINE, STALL, Start, Status, TICK, boot_now_ns, group_alive, kill_group,
+    set_disposition,
 };
 use crate::tree;
 
@@ -93,6 +94,7 @@ pub(crate) fn guard_main(args: &GuardArgs) -> ExitCode {
         deadline: start.deadline_ns,
         stopping: None,
         buf,
+        orphan: None,
     };
     if let Some(report) = &guard.report {
         match report.try_clone() {
@@ -103,7 +105,93 @@ pub(crate) fn guard_main(args: &GuardArgs) -> ExitCode {
             }
         }
     }
-    ExitCode::from(guard.run(args, &start))
+    let code = guard.run(args, &start);
+    // `tenure` died while the command ran, and nothing of the command runs any
+    // more: the lease is released now rather than left to expire.
+    if guard.control.is_none()
+        && let Some(plan) = guard.orphan.take()
+    {
+        release_orphaned(&plan, start.token);
+    }
+    ExitCode::from(code)
+}
+
+/// The hidden command the guard runs to release the lease of a `tenure` that
+/// died: `tenure break` with its arguments on standard input (JSON), so that
+/// the store's URL and options never show in a process listing.
+pub(crate) const BREAK_ORPHANED: &str = "__break-orphaned";
+/// Longest the guard waits for that release; the store's own deadline per
+/// operation (10 s by default) ends it sooner.
+const ORPHAN_WAIT: Duration = Duration::from_secs(60);
+
+/// The arguments of [`BREAK_ORPHANED`], read from standard input: a JSON
+/// array of strings that starts with `break`, program name first.
+pub(crate) fn orphaned_break_args() -> io::Result<Vec<String>> {
+    break_args_from(io::stdin())
+}
+
+fn break_args_from(input: impl Read) -> io::Result<Vec<String>> {
+    let mut json = Vec::new();
+    input.take(MAX_ORPHAN_LINE as u64 + 1).read_to_end(&mut json)?;
+    if json.len() > MAX_ORPHAN_LINE {
+        return Err(io::Error::other(format!("more than {MAX_ORPHAN_LINE} bytes of arguments")));
+    }
+    let args: Vec<String> = serde_json::from_slice(&json).map_err(io::Error::other)?;
+    if args.first().map(String::as_str) != Some("break") {
+        return Err(io::Error::other("expected the arguments of `tenure break`"));
+    }
+    Ok(std::iter::once("tenure".to_string()).chain(args).collect())
+}
+
+/// Runs `tenure break` with `plan` (the grant with `token` alone, conditional
+/// on the record as it reads it) and says what came of it. Bounded by
+/// [`ORPHAN_WAIT`].
+fn release_orphaned(plan: &[String], token: u64) {
+    let Ok(json) = serde_json::to_vec(plan) else { return };
+    let name = plan.get(2).map_or("?", String::as_str);
+    let exe = if std::path::Path::new("/proc/self/exe").exists() {
+        std::path::PathBuf::from("/proc/self/exe")
+    } else {
+        match std::env::current_exe() {
+            Ok(exe) => exe,
+            Err(_) => return,
+        }
+    };
+    let spawned = std::process::Command::new(exe)
+        .arg0("tenure")
+        .arg(BREAK_ORPHANED)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            let _ =
+                writeln!(io::stderr(), "tenure: cannot release lease {name} (token {token}) after tenure died: {e}");
+            return;
+        }
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(&json);
+    }
+    let until = std::time::Instant::now() + ORPHAN_WAIT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if std::time::Instant::now() < until => std::thread::sleep(DRAIN_TICK),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let said = match status.and_then(|s| s.code()) {
+        Some(0) => format!("released lease {name} (token {token}) once its command was stopped"),
+        Some(c) if c == i32::from(exit::TIMEOUT) => return,
+        _ => format!("could not release lease {name} (token {token}); it expires at its deadline"),
+    };
+    let _ = writeln!(io::stderr(), "tenure: {said}");
 }
 
 /// Waits for `tenure`'s first control line, `start <deadline ns> <token>
@@ -190,6 +278,9 @@ struct Guard {
     deadline: u64,
     stopping: Option<Stopping>,
     buf: Vec<u8>,
+    /// The arguments of `tenure break` that release the lease if `tenure`
+    /// dies (see [`release_orphaned`]).
+    orphan: Option<Vec<String>>,
 }
 
 impl Guard {
@@ -462,7 +553,7 @@ impl Guard {
             let line: Vec<u8> = self.buf.drain(..=end).collect();
             self.command(String::from_utf8_lossy(&line).trim());
         }
-        if self.buf.len() > MAX_LINE {
+        if self.buf.len() > MAX_ORPHAN_LINE {
             // Not a line tenure writes: drop it rather than grow without bound.
             self.buf.clear();
         }
@@ -478,6 +569,7 @@ impl Guard {
                     s.kill_at = s.kill_at.min(ns);
                 }
             }
+            ("orphan", json) => self.orphan = serde_json::from_str(json).ok(),
             ("stop", "signal") => self.begin("signal"),
             ("stop", _) => self.begin("lost"),
             ("signal", n) => {
@@ -558,6 +650,18 @@ mod tests {
         w.write_all(bytes)?;
         drop(w);
         await_start(&mut File::from(OwnedFd::from(r)))
+    }
+
+    #[test]
+    fn an_orphaned_release_runs_tenure_break_and_nothing_else() {
+        let args = break_args_from(&br#"["break","/d","job","--token","7"]"#[..]).expect("a break");
+        assert_eq!(args, ["tenure", "break", "/d", "job", "--token", "7"]);
+        let long = serde_json::to_vec(&["break".to_string(), "x".repeat(MAX_ORPHAN_LINE)]).expect("json");
+        for bad in
+            [&br#"["lock","/d","job","--","rm","-rf","/"]"#[..], b"[]", b"", b"break /d job", b"[\"break\", 7]", &long]
+        {
+            assert!(break_args_from(bad).is_err(), "{:?} accepted", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

@@ -56,7 +56,16 @@
 //!    When the command exits leaving some of them running, they are stopped the
 //!    same way before the lease is released, and `tenure` exits with the
 //!    command's own status.
-//! 5. **A silent guard.** The guard says `alive` several times a second. If
+//! 5. **`tenure` killed.** If `tenure` dies while the command runs (`kill -9`,
+//!    the OOM killer, a job killed by its process group), the guard stops the
+//!    command as on a loss and, once nothing of it runs, releases the lease: a
+//!    `tenure break` of that grant alone (its token, conditional on the record as
+//!    read, so it frees nobody else's grant), with the reason "its `tenure lock`
+//!    died", which `status` and the next holder show. The next waiter gets the
+//!    lease in milliseconds instead of at its deadline, and knows the work
+//!    before it was cut short. Only a crash that takes the guard too (the
+//!    machine, a kill of every process) leaves the lease to expire.
+//! 6. **A silent guard.** The guard says `alive` several times a second. If
 //!    `tenure` hears nothing from it for one renewal interval of the lease (TTL/8
 //!    by default; at least 1 s), the guard is stopped or hung and enforces nothing:
 //!    `tenure` stops the command's processes itself on the same schedule (SIGTERM,
@@ -229,6 +238,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     let outcome = match early.map_or_else(spawn, Ok) {
         Ok(mut sup) => {
             sup.start(start);
+            sup.orphan(&orphan_break(&args, &name, grant.token));
             let outcome = supervise(&lease, &mut sup, &mut signals, &*clock, &spec, start.deadline_ns).await;
             if !matches!(outcome, Outcome::Silent { .. }) {
                 sup.finish().await;
@@ -293,6 +303,35 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
 /// terminal) unless `--no-wait`. Nothing here waits longer than `--timeout`
 /// (plus [`SLACK`] while the client waits: it keeps the timeout itself), nor
 /// than the store's deadline for one operation before the wait begins.
+/// The arguments of `tenure break` that end this grant (token `token`) alone,
+/// with the store's settings, for the guard to run if `tenure` dies while the
+/// command runs.
+fn orphan_break(args: &LockArgs, name: &LeaseName, token: u64) -> Vec<String> {
+    let store = &args.store;
+    let reason = format!("its `tenure lock` (pid {}) died; the command it ran was stopped first", std::process::id());
+    let mut out: Vec<String> = vec![
+        "break".into(),
+        store.url.clone(),
+        name.to_string(),
+        "--token".into(),
+        token.to_string(),
+        "--reason".into(),
+        reason,
+        "--max-skew".into(),
+        format!("{}ms", store.max_skew.as_millis()),
+        "--corrupt-ttl".into(),
+        format!("{}ms", store.corrupt_ttl.as_millis()),
+    ];
+    for (k, v) in &store.store_opts {
+        out.push("--store-opt".into());
+        out.push(format!("{k}={v}"));
+    }
+    if store.trust_store {
+        out.push("--trust-store".into());
+    }
+    out
+}
+
 async fn take(
     args: &LockArgs,
     name: &LeaseName,

@@ -30,7 +30,19 @@ use clap::Parser;
 use crate::args::{Cli, Command};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let orphaned = std::env::args_os().nth(1).is_some_and(|a| a == guard::BREAK_ORPHANED);
+    let parsed = if orphaned {
+        match guard::orphaned_break_args() {
+            Ok(args) => Cli::try_parse_from(args),
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "tenure: {}: {e}", guard::BREAK_ORPHANED);
+                return exit::code(exit::USAGE);
+            }
+        }
+    } else {
+        Cli::try_parse()
+    };
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             if let Some(hint) = args::missing_separator(&e, std::env::args_os()) {

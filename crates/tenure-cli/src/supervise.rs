@@ -5,7 +5,7 @@
 //! ```text
 //! shell ── tenure (its own job's process group: receives ^C, kill %1; a child subreaper)
 //!            │   control pipe ──▶  start <ns> <token> <ms> (first, once granted) |
-//!            │                      deadline <ns> | stop [signal] | signal <n>
+//!            │                      orphan <json> | deadline <ns> | stop [signal] | signal <n>
 //!            │   report pipe  ◀──  started <pid> (from the command, just before exec) | alive |
 //!            │                      leader exited <n> | leader killed <n> | stopping <why> |
 //!            │                      failed <code> <msg> | exited <n> | killed <n>
@@ -28,7 +28,11 @@
 //! guard instead holds the read end of a pipe whose only write end is in `tenure`
 //! (close-on-exec, so nothing else inherits it). The guard stops the command —
 //! SIGTERM (and SIGCONT, for stopped members), then SIGKILL — when:
-//! - the pipe reports EOF: `tenure` died, even by SIGKILL;
+//! - the pipe reports EOF: `tenure` died, even by SIGKILL. Once nothing of the
+//!   command runs, the guard then releases the lease itself: `orphan` (sent
+//!   right after `start`) gave it the arguments of a `tenure break` of that
+//!   grant alone, which it runs with them on standard input (never in a process
+//!   listing: a store's URL may hold a password);
 //! - `tenure` says `stop`: the lease was lost, or a second SIGINT/SIGTERM came;
 //! - the deadline `tenure` last sent (the lease's `stop_by`, pushed back at every
 //!   renewal) is less than the grace away: renewals are failing, or `tenure` is
@@ -122,6 +126,10 @@ pub(crate) const STALL: Duration = Duration::from_secs(10);
 /// Longest line either side sends or accepts: far below `PIPE_BUF`, so that a
 /// write of one line is all or nothing, also on a non-blocking pipe.
 pub(crate) const MAX_LINE: usize = 1024;
+/// Longest `orphan` line `tenure` sends and the guard accepts: still below
+/// `PIPE_BUF` (4096 on Linux). A store's URL and options that do not fit leave
+/// the lease of a `tenure` that died to expire.
+pub(crate) const MAX_ORPHAN_LINE: usize = 4000;
 
 /// `CLOCK_BOOTTIME` now, in nanoseconds: the clock of the guard's deadlines, which
 /// keeps counting while the machine is suspended.
@@ -346,7 +354,7 @@ impl Supervisor {
 
     fn send(&mut self, line: &str) {
         let Some(fd) = &self.control else { return };
-        // Lines are far below PIPE_BUF, so a write is all or nothing.
+        // Lines are below PIPE_BUF, so a write is all or nothing.
         match rustix::io::write(fd, line.as_bytes()) {
             Ok(_) => {}
             Err(Errno::AGAIN) => tracing::warn!(line, "the guard is not reading its control pipe"),
@@ -360,6 +368,20 @@ impl Supervisor {
         let Start { deadline_ns, token, deadline_ms } = start;
         self.send(&format!("start {deadline_ns} {token} {deadline_ms}\n"));
         self.last_heard = Instant::now();
+    }
+
+    /// How the guard releases the lease should `tenure` die while the command
+    /// runs: the arguments of a `tenure break` of this grant alone, as JSON, run
+    /// by the guard once the command and everything it started are gone (see
+    /// [`crate::guard`]). Not sent if it would not fit one line.
+    pub(crate) fn orphan(&mut self, break_args: &[String]) {
+        let Ok(json) = serde_json::to_string(break_args) else { return };
+        let line = format!("orphan {json}\n");
+        if line.len() > MAX_ORPHAN_LINE {
+            tracing::debug!(bytes = line.len(), "the store's settings are too long to pass to the guard");
+            return;
+        }
+        self.send(&line);
     }
 
     /// The command must be dead by `ns` (CLOCK_BOOTTIME) unless a later deadline comes.

@@ -35,13 +35,19 @@ fn next_holder_sees_none_running(store: &FileStore, name: &str, pids: &[u32], si
     (got_in, status.code().unwrap_or(-1))
 }
 
+/// `tenure` killed with SIGKILL while its command runs: the guard stops the
+/// command's whole group at once, and once nothing of it runs, releases the
+/// lease (a break of that grant alone, with the reason): the next holder gets
+/// it long before the TTL, is told why, and finds nothing of the command
+/// running.
 #[test]
-fn sigkill_of_tenure_kills_the_commands_whole_group_before_the_lease_is_taken_over() {
+fn sigkill_of_tenure_kills_the_commands_whole_group_then_its_guard_releases_the_lease() {
     let store = FileStore::new();
     let pids_file = store.path("pids");
-    let mut holder = start(&store, "crash", &["--ttl", "3s", "--max-skew", SKEW], &sleepers(&pids_file));
+    let mut holder = start(&store, "crash", &["--ttl", "60s", "--max-skew", SKEW], &sleepers(&pids_file));
     let pids = pids_of(&pids_file, 3);
     assert!(pids.iter().all(|&p| running(p)));
+    let guard = guard_of(&holder);
 
     signal(holder.id(), Signal::KILL);
     let killed_at = Instant::now();
@@ -52,11 +58,47 @@ fn sigkill_of_tenure_kills_the_commands_whole_group_before_the_lease_is_taken_ov
         "the command's group outlived tenure: {}",
         survivors(&pids)
     );
-    // …while the lease itself stays held until it expires: nobody broke it.
-    assert_eq!(holders(&store.url(), "crash").len(), 1, "the dead holder's grant is still in the record");
+    // …and then releases the lease.
+    assert!(eventually(LIMIT, || !running(guard)), "the guard never ended");
+    assert!(holders(&store.url(), "crash").is_empty(), "the dead holder's grant is still in the record");
+    let status = status_json_with(&store.url(), "crash", &[]);
+    let reason = status[0]["last"]["broken"]["reason"].as_str().unwrap_or_default().to_string();
+    assert!(reason.contains("died") && reason.contains("stopped"), "the record says why: {status}");
 
     let (got_in, code) = next_holder_sees_none_running(&store, "crash", &pids, killed_at);
     assert_eq!(code, 0, "a process of the killed holder's command still ran when the next holder got the lease");
+    assert!(got_in < Duration::from_secs(30), "taken over {got_in:?} after the kill: by the 60s TTL, not released");
+}
+
+/// `tenure` and its guard killed together, as a crashed machine: nobody is
+/// left to release the lease, which is taken over only once it expired.
+#[test]
+fn sigkill_of_tenure_and_its_guard_leaves_the_lease_to_expire() {
+    let store = FileStore::new();
+    let pids_file = store.path("pids");
+    let mut holder = start(&store, "crash", &["--ttl", "3s", "--max-skew", SKEW], &sleepers(&pids_file));
+    pids_of(&pids_file, 3);
+    let guard = guard_of(&holder);
+
+    signal(guard, Signal::KILL);
+    signal(holder.id(), Signal::KILL);
+    let killed_at = Instant::now();
+    let _ = holder.wait();
+    assert!(eventually(LIMIT, || !running(guard)), "the guard never ended");
+    assert_eq!(holders(&store.url(), "crash").len(), 1, "the dead holder's grant is still in the record");
+
+    let stamp = store.path("next");
+    let next = run(
+        &mut lock(
+            &store.url(),
+            "crash",
+            &["--max-skew", SKEW, "--poll", "50ms"],
+            &["touch", stamp.to_str().expect("utf-8")],
+        ),
+        LIMIT,
+    );
+    assert!(next.status.success(), "{}", stderr(&next));
+    let got_in = killed_at.elapsed();
     assert!(got_in >= Duration::from_millis(1500), "taken over {got_in:?} after the kill, before the 3s TTL");
 }
 

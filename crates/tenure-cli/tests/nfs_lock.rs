@@ -47,14 +47,17 @@ echo "$TENURE_TOKEN $((n + 1)) $run $(hostname)" >> "$NFS_MNT/log"
 echo "end $EPOCHREALTIME $TENURE_TOKEN" >> "$log"
 "#;
 
-/// Kills the `tenure` with PID `$1` in this guest, waits until it and its
-/// command (PID `$3`) are gone, then prints the kill time, the time the command
-/// was seen gone (an upper bound of its hold's end: its guard may SIGKILL it
-/// before its TERM trap can log), and the lease's record before and after the
-/// kill (a renewal may land between the first read and the kill, none after it).
+/// Kills the `tenure` with PID `$1` in this guest and its guard, as a crashed
+/// machine would (the guard frozen first, so that it cannot release the lease
+/// when `tenure` ends: the lease must expire), waits until they and the command
+/// (PID `$3`) are gone, then prints the kill time, the time the command was
+/// seen gone (an upper bound of its hold's end: it dies with its guard), and
+/// the lease's record before and after the kill (a renewal may land between
+/// the first read and the kill, none after it).
 const KILL: &str = r#"
 before=$("$TENURE" status --json "$2" counter | tr -d '\n')
-kill -9 "$1"; t=$EPOCHREALTIME
+guard=$(cat /proc/$1/task/$1/children)
+kill -STOP $guard; kill -9 "$1"; t=$EPOCHREALTIME; kill -9 $guard
 echo "$t $(wait_gone "$3")"
 wait_gone "$1" > /dev/null
 echo "$before"
