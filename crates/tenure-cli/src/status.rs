@@ -319,7 +319,9 @@ pub(crate) async fn break_lease(args: BreakArgs) -> Result<ExitCode> {
     let seen = store.inspect(&name).await?;
     let targets: Vec<&HolderView> =
         seen.holders.iter().chain(&seen.expired).filter(|h| args.token.is_none_or(|t| t == h.token)).collect();
-    if targets.is_empty() && seen.corrupt.is_none() {
+    // An unreadable record is replaced by a break of the lease, never by a
+    // break of one token (it cannot show whose it is).
+    if targets.is_empty() && (seen.corrupt.is_none() || args.token.is_some()) {
         let what = match args.token {
             Some(t) => format!("has no grant with token {t}"),
             None => "is not held".to_string(),
@@ -329,7 +331,7 @@ pub(crate) async fn break_lease(args: BreakArgs) -> Result<ExitCode> {
     let note = tenure::BreakNote { by: std::sync::Arc::new(tenure::Holder::current()), reason: args.reason };
     store.break_lease(&seen, args.token, Some(&note)).await?;
     let mut out = std::io::stdout().lock();
-    if let Some(c) = &seen.corrupt {
+    if let Some(c) = seen.corrupt.as_ref().filter(|_| args.token.is_none()) {
         ignore_broken_pipe(writeln!(out, "replaced the unreadable record of {name} ({c})"))?;
     }
     for h in targets {

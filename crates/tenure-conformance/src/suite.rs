@@ -261,7 +261,23 @@ pub async fn break_is_conditional_on_the_observed_version(h: &dyn Harness) {
     let next = client(h).await.try_acquire("brk", &opts()).await.expect("free after break");
     let predecessor = next.grant().predecessor.clone().expect("a predecessor");
     assert_eq!((predecessor.how, predecessor.broken.as_ref()), (EndedHow::Broken, Some(&note)), "{predecessor:?}");
-    next.release().await.expect("release");
+    // A break of one grant alone (what `tenure lock`'s guard does for a
+    // `tenure` that died) never frees a successor: the old token names nothing.
+    let seen = admin.inspect("brk").await.expect("inspect the successor");
+    assert!(admin.break_lease(&seen, Some(lease.token()), None).await.is_err(), "an old token must break nothing");
+    let tokens = |s: &tenure_core::LeaseState| s.holders.iter().map(|h| h.token).collect::<Vec<_>>();
+    assert_eq!(tokens(&admin.inspect("brk").await.expect("inspect")), [next.token()], "the successor still holds");
+    // The successor's own token breaks its grant (retried if a renewal moved it).
+    for attempt in 0.. {
+        let seen = admin.inspect("brk").await.expect("inspect");
+        match admin.break_lease(&seen, Some(next.token()), None).await {
+            Ok(()) => break,
+            Err(Error::Changed { .. }) if attempt < 10 => {}
+            Err(e) => panic!("breaking the holder's own token must succeed: {e}"),
+        }
+    }
+    assert!(tokens(&admin.inspect("brk").await.expect("inspect")).is_empty(), "broken by its token");
+    drop(next);
     drop(lease);
 }
 
@@ -320,6 +336,12 @@ pub async fn corrupt_records_are_judged_by_age(h: &dyn Harness) {
         let contender = client(h).await;
         let state = contender.inspect(lease).await.expect("inspecting a corrupt record is not an error");
         assert!(state.corrupt.is_some(), "{lease}: inspect must report the damage");
+        // An unreadable record cannot show whose it is: a break of one token
+        // (the one that held it before the damage) must not replace it.
+        assert!(
+            contender.break_lease(&state, Some(before), None).await.is_err(),
+            "{lease}: a break of token {before} alone must not replace an unreadable record"
+        );
         match contender.try_acquire(lease, &opts()).await {
             Err(Error::Busy { holder, .. }) => assert!(holder.contains("unreadable"), "{holder}"),
             other => panic!("{lease}: a recent corrupt record must block, got {other:?}"),

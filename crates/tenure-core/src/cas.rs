@@ -635,6 +635,19 @@ impl LeaseStore for CasStore {
                     .map_err(|g| Error::unsupported(self.url(), format!("lease {name:?}: {}", g.detail)))?;
                 (s, broken)
             }
+            // A break of one grant cannot tell whose an unreadable record is:
+            // it may hold that grant, or a successor's. Only a break of
+            // whatever the record holds replaces it.
+            Read::Unreadable(_, detail) if only_token.is_some() => {
+                let token = only_token.unwrap_or_default();
+                return Err(Error::unsupported(
+                    self.url(),
+                    format!(
+                        "lease {name:?}: the record is unreadable ({detail}), so it cannot show whether \
+                         token {token} still holds it; nothing was broken"
+                    ),
+                ));
+            }
             Read::Unreadable(s, _) => {
                 // Replace the unreadable record with an empty one that keeps the token floor.
                 let mut rec = LeaseRecord::empty(name);
