@@ -1,6 +1,8 @@
 //! The guard process (`tenure __guard`): runs the command and stops it, and every
-//! process it started, when `tenure` can no longer vouch for the lease. The
-//! design is explained in [`crate::supervise`]; this is the guard's side.
+//! process it started, when `tenure` can no longer vouch for the lease; and if
+//! `tenure` died, releases the lease once nothing of the command runs
+//! ([`release_orphaned`]). The design is explained in [`crate::supervise`];
+//! this is the guard's side.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -26,7 +28,7 @@ use crate::supervise::{
 use crate::tree;
 
 /// Signals the guard ignores: they are `tenure`'s to forward.
-const GUARD_IGNORES: [i32; 7] =
+pub(crate) const GUARD_IGNORES: [i32; 7] =
     [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
 
 /// Arguments of the hidden guard process (`tenure __guard`), started by `tenure lock`.
@@ -57,6 +59,9 @@ pub(crate) fn guard_main(args: &GuardArgs) -> ExitCode {
     for sig in GUARD_IGNORES {
         set_disposition(sig, true);
     }
+    // `tenure`: should the control pipe close, whether it died or closed the
+    // pipe itself (it stops the command on its own when the guard is silent).
+    let tenure = rustix::process::getppid();
     let fds = inherited(args.control_fd).and_then(|c| Ok((c, inherited(args.report_fd)?)));
     let (control, report) = match fds {
         Ok(fds) => fds,
@@ -107,22 +112,47 @@ pub(crate) fn guard_main(args: &GuardArgs) -> ExitCode {
     }
     let code = guard.run(args, &start);
     // `tenure` died while the command ran, and nothing of the command runs any
-    // more: the lease is released now rather than left to expire.
+    // more: the lease is released now rather than left to expire. A `tenure`
+    // that is alive releases it itself.
     if guard.control.is_none()
         && let Some(plan) = guard.orphan.take()
+        && died(tenure)
     {
         release_orphaned(&plan, start.token);
     }
     ExitCode::from(code)
 }
 
+/// Whether `tenure` (this guard's parent, `tenure`) has died: the guard then
+/// has another parent. A `tenure` that is exiting has closed its pipes before
+/// its children are handed on, so this waits a moment for that.
+fn died(tenure: Option<Pid>) -> bool {
+    let until = std::time::Instant::now() + ORPHAN_PARENT_WAIT;
+    loop {
+        if rustix::process::getppid() != tenure {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(DRAIN_TICK);
+    }
+}
+
 /// The hidden command the guard runs to release the lease of a `tenure` that
 /// died: `tenure break` with its arguments on standard input (JSON), so that
 /// the store's URL and options never show in a process listing.
 pub(crate) const BREAK_ORPHANED: &str = "__break-orphaned";
-/// Longest the guard waits for that release; the store's own deadline per
-/// operation (10 s by default) ends it sooner.
+/// Longest the guard waits for that release (a break is a few store
+/// operations, each under the store's own deadline, 10 s by default); then it
+/// stops it and leaves the lease to expire.
 const ORPHAN_WAIT: Duration = Duration::from_secs(60);
+/// Longest the guard waits, after the control pipe closed, to see `tenure`
+/// gone (see [`died`]).
+const ORPHAN_PARENT_WAIT: Duration = Duration::from_secs(2);
+/// Longest the guard waits for a release it stopped to end (a process stuck
+/// in the kernel on a hung mount does not die at once); then it leaves it.
+const ORPHAN_KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// The arguments of [`BREAK_ORPHANED`], read from standard input: a JSON
 /// array of strings that starts with `break`, program name first.
@@ -181,7 +211,11 @@ fn release_orphaned(plan: &[String], token: u64) {
             Ok(None) if std::time::Instant::now() < until => std::thread::sleep(DRAIN_TICK),
             _ => {
                 let _ = child.kill();
-                let _ = child.wait();
+                // Reaped if it dies soon; never waited for without a bound.
+                let gone = std::time::Instant::now() + ORPHAN_KILL_WAIT;
+                while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < gone {
+                    std::thread::sleep(DRAIN_TICK);
+                }
                 break None;
             }
         }
@@ -569,6 +603,7 @@ impl Guard {
                     s.kill_at = s.kill_at.min(ns);
                 }
             }
+            // `orphan -`: `tenure` takes the release back (it closes the pipe itself).
             ("orphan", json) => self.orphan = serde_json::from_str(json).ok(),
             ("stop", "signal") => self.begin("signal"),
             ("stop", _) => self.begin("lost"),

@@ -63,8 +63,10 @@
 //!    read, so it frees nobody else's grant), with the reason "its `tenure lock`
 //!    died", which `status` and the next holder show. The next waiter gets the
 //!    lease in milliseconds instead of at its deadline, and knows the work
-//!    before it was cut short. Only a crash that takes the guard too (the
-//!    machine, a kill of every process) leaves the lease to expire.
+//!    before it was cut short. The release is an attempt: the lease is left to
+//!    expire when the guard dies too (the machine crashes, every process is
+//!    killed), when the store cannot be reached or the break fails, or when the
+//!    store's URL and options are too long to hand to the guard (4000 bytes).
 //! 6. **A silent guard.** The guard says `alive` several times a second. If
 //!    `tenure` hears nothing from it for one renewal interval of the lease (TTL/8
 //!    by default; at least 1 s), the guard is stopped or hung and enforces nothing:
@@ -299,10 +301,6 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     Ok(exit::code(code))
 }
 
-/// Opens the store and acquires the lease, waiting (with the live line on a
-/// terminal) unless `--no-wait`. Nothing here waits longer than `--timeout`
-/// (plus [`SLACK`] while the client waits: it keeps the timeout itself), nor
-/// than the store's deadline for one operation before the wait begins.
 /// The arguments of `tenure break` that end this grant (token `token`) alone,
 /// with the store's settings, for the guard to run if `tenure` dies while the
 /// command runs.
@@ -332,6 +330,10 @@ fn orphan_break(args: &LockArgs, name: &LeaseName, token: u64) -> Vec<String> {
     out
 }
 
+/// Opens the store and acquires the lease, waiting (with the live line on a
+/// terminal) unless `--no-wait`. Nothing here waits longer than `--timeout`
+/// (plus [`SLACK`] while the client waits: it keeps the timeout itself), nor
+/// than the store's deadline for one operation before the wait begins.
 async fn take(
     args: &LockArgs,
     name: &LeaseName,

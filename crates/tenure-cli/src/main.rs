@@ -32,6 +32,11 @@ use crate::args::{Cli, Command};
 fn main() -> ExitCode {
     let orphaned = std::env::args_os().nth(1).is_some_and(|a| a == guard::BREAK_ORPHANED);
     let parsed = if orphaned {
+        // Started by the guard, which ignores these (they are `tenure`'s to
+        // forward): this release may be stopped like any command.
+        for sig in guard::GUARD_IGNORES {
+            supervise::set_disposition(sig, false);
+        }
         match guard::orphaned_break_args() {
             Ok(args) => Cli::try_parse_from(args),
             Err(e) => {

@@ -357,7 +357,11 @@ impl Supervisor {
         // Lines are below PIPE_BUF, so a write is all or nothing.
         match rustix::io::write(fd, line.as_bytes()) {
             Ok(_) => {}
-            Err(Errno::AGAIN) => tracing::warn!(line, "the guard is not reading its control pipe"),
+            // The verb only: an `orphan` line holds the store's URL and options.
+            Err(Errno::AGAIN) => {
+                let verb = line.split(' ').next().unwrap_or_default().trim_end();
+                tracing::warn!(verb, "the guard is not reading its control pipe");
+            }
             Err(_) => self.control = None,
         }
     }
@@ -499,7 +503,9 @@ impl Supervisor {
     /// (CLOCK_BOOTTIME ns) to what is left, until nothing is; then kills the guard.
     /// Says where the command stood when the guard fell silent.
     pub(crate) async fn take_over(&mut self, kill_at: u64) -> Leader {
-        // A guard that wakes up now sees EOF and stops too: the same thing.
+        // A guard that wakes up now sees EOF and stops too: the same thing. It
+        // leaves the release to `tenure`, which is alive.
+        self.send("orphan -\n");
         self.control = None;
         let leader = match (self.leader, self.pgid) {
             (Some(status), _) => Leader::Ended(status),

@@ -70,6 +70,28 @@ fn sigkill_of_tenure_kills_the_commands_whole_group_then_its_guard_releases_the_
     assert!(got_in < Duration::from_secs(30), "taken over {got_in:?} after the kill: by the 60s TTL, not released");
 }
 
+/// `tenure` killed while its command ignores SIGTERM: the guard releases the
+/// lease only once the command is dead (after the grace, by SIGKILL), never
+/// while it still runs — a waiter that asks from the moment of the kill gets
+/// in after that, and long before the TTL.
+#[test]
+fn the_guard_of_a_killed_tenure_releases_only_once_a_stubborn_command_is_dead() {
+    let store = FileStore::new();
+    let marks = store.path("marks");
+    let flags = ["--ttl", "60s", "--max-skew", SKEW, "--kill-grace", "2s"];
+    let mut holder = start(&store, "stubborn-orphan", &flags, &stubborn(&marks));
+    let shell: u32 = wait_lines(&marks, 1, LIMIT)[0].parse().expect("pid");
+
+    signal(holder.id(), Signal::KILL);
+    let killed_at = Instant::now();
+    let _ = holder.wait();
+    let (got_in, code) = next_holder_sees_none_running(&store, "stubborn-orphan", &[shell], killed_at);
+    assert_eq!(code, 0, "the lease was released while the stubborn command still ran");
+    assert!(lines(&marks).iter().any(|l| l == "term"), "the command was asked to stop first");
+    assert!(got_in >= Duration::from_millis(1500), "released {got_in:?} after the kill, before the 2s grace");
+    assert!(got_in < Duration::from_secs(30), "taken over {got_in:?} after the kill: by the 60s TTL, not released");
+}
+
 /// `tenure` and its guard killed together, as a crashed machine: nobody is
 /// left to release the lease, which is taken over only once it expired.
 #[test]
@@ -77,13 +99,16 @@ fn sigkill_of_tenure_and_its_guard_leaves_the_lease_to_expire() {
     let store = FileStore::new();
     let pids_file = store.path("pids");
     let mut holder = start(&store, "crash", &["--ttl", "3s", "--max-skew", SKEW], &sleepers(&pids_file));
-    pids_of(&pids_file, 3);
+    let pids = pids_of(&pids_file, 3);
     let guard = guard_of(&holder);
 
-    signal(guard, Signal::KILL);
+    // The guard frozen first, so that `tenure` cannot see it die and release
+    // the lease itself before it is killed too.
+    signal(guard, Signal::STOP);
     signal(holder.id(), Signal::KILL);
-    let killed_at = Instant::now();
     let _ = holder.wait();
+    signal(guard, Signal::KILL);
+    let killed_at = Instant::now();
     assert!(eventually(LIMIT, || !running(guard)), "the guard never ended");
     assert_eq!(holders(&store.url(), "crash").len(), 1, "the dead holder's grant is still in the record");
 
@@ -100,6 +125,13 @@ fn sigkill_of_tenure_and_its_guard_leaves_the_lease_to_expire() {
     assert!(next.status.success(), "{}", stderr(&next));
     let got_in = killed_at.elapsed();
     assert!(got_in >= Duration::from_millis(1500), "taken over {got_in:?} after the kill, before the 3s TTL");
+    // Nobody was left to stop the command's sleeps (as after a crash): the
+    // test does.
+    for p in pids {
+        if running(p) {
+            signal(p, Signal::KILL);
+        }
+    }
 }
 
 #[test]
