@@ -418,3 +418,66 @@ async fn a_withdrawn_immediate_grant_is_given_back_an_older_one_under_the_same_i
     assert!(matches!(answer, Some(Response::Error { code: ErrorCode::Nothing, .. })), "{answer:?}");
     assert!(busy("kept").await, "the older grant under id 6 is still held");
 }
+
+/// A grant to a waiter whose connection fails before the grant is written
+/// is given back, never left to hold the lease for its TTL: here the waiter's
+/// client stops reading, so the server is stuck writing earlier answers when
+/// the lease frees, and closes the connection when its `io_timeout` runs out
+/// with the grant still unsent (the clock never moves: a grant kept would hold
+/// the lease for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_its_waiters_connection_failed_to_take_is_given_back() {
+    use common::abuse::frame;
+    use tenure_server::wire::{MAX_LIST_PAGE, Request};
+    use tenure_server::{CoreOptions, ServerOptions};
+    let clock = ManualClock::new();
+    let opts = ServerOptions { io_timeout: Duration::from_secs(1), ..ServerOptions::default() };
+    let server = common::start(clock.shared(), CoreOptions::new(common::MAX_LEASE), opts).await;
+    clock.advance(common::MAX_LEASE + Duration::from_secs(1));
+    let store = common::store(&[&server], &clock);
+    // Leases with long names: each page of their list is a large answer.
+    let core = &server.shared().core;
+    let lister = holder("lister");
+    for i in 0..2_000 {
+        let n = "n".repeat(60);
+        let name = format!("crowd/{i:05}/{n}/{n}/{n}");
+        let ask = tenure_server::core::Ask {
+            name: &name,
+            mode: Mode::Exclusive,
+            ttl_ms: 10_000,
+            holder: &lister,
+            retake: false,
+            meta: None,
+        };
+        core.acquire(&[ask], false).expect("a crowd lease");
+    }
+    let held = taken(&store, &common::req("unsent", &holder("holder"))).await;
+    // A client that queues, then asks for far more than its socket takes, and
+    // reads nothing.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("a small receive buffer");
+    let mut s = socket.connect(server.addr()).await.expect("connect");
+    s.write_all(&common::abuse::hello()).await.expect("hello");
+    let h = Holder::current().with_label("stuck");
+    let wait = Request::Wait { ask: ask("unsent", 10_000, &h), wait_ms: 600_000 };
+    s.write_all(&frame(2, &wait)).await.expect("wait");
+    until_parked(&server, 1).await;
+    let list = Request::List { prefix: "crowd/", limit: MAX_LIST_PAGE as u32, after: None };
+    let lists: Vec<u8> = (0..64u32).flat_map(|id| frame(10 + id, &list)).collect();
+    s.write_all(&lists).await.expect("lists");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The lease frees while the server is stuck on the lists' answers.
+    store.release(&held, &ReleaseRequest::default()).await.expect("release");
+    let mut free = false;
+    for _ in 0..500 {
+        match store.try_acquire(&common::req("unsent", &holder("next"))).await.expect("acquire") {
+            Attempt::Granted(_) => {
+                free = true;
+                break;
+            }
+            Attempt::Busy(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    assert!(free, "the grant the server could not send still holds the lease");
+    drop(s);
+}

@@ -36,7 +36,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::Shared;
-use super::dispatch::{Answer, Reply, error};
+use super::dispatch::{Answer, Reply, Unsent, Waited, error};
 use crate::admission::{self, Ticket};
 use crate::spin::Spin;
 use crate::tls::{self, Accepted, ServerStream, ServerTls};
@@ -211,7 +211,7 @@ pub(super) struct Connection {
     /// Its queued waits ([`Request::Wait`]), each answering when its lease is
     /// granted or its wait ends. Dropped with the connection, which takes every
     /// one of them out of its queue.
-    pub(super) waits: JoinSet<Answer>,
+    pub(super) waits: JoinSet<Waited>,
     /// The queued waits by request id, to withdraw one ([`Request::Unwait`]).
     pub(super) wait_ids: HashMap<u32, Queued>,
     /// The grants of waits sent lately, newest last (at most
@@ -223,7 +223,10 @@ pub(super) struct Connection {
     /// anyway is not sent, and its grant is given back.
     pub(super) withdrawn: HashMap<u32, Queued>,
     /// Waits that ended (answered, or cancelled), not yet looked at.
-    pushed: Vec<Result<Answer, tokio::task::JoinError>>,
+    pushed: Vec<Result<Waited, tokio::task::JoinError>>,
+    /// The grants to waits in the batch being answered: given back unless
+    /// the batch is written (see [`Unsent`]).
+    pub(super) unsent: Vec<Unsent>,
 }
 
 impl Connection {
@@ -255,6 +258,7 @@ impl Connection {
             sent_grants: VecDeque::new(),
             withdrawn: HashMap::new(),
             pushed: Vec::new(),
+            unsent: Vec::new(),
         }
     }
 
@@ -337,6 +341,8 @@ impl Connection {
                     }
                 }
                 self.flush().await?;
+                // Written: the grants to waits in it are the client's now.
+                self.unsent.drain(..).for_each(Unsent::sent);
                 if close {
                     return Err("closed after an error answer".into());
                 }

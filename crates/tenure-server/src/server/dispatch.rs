@@ -113,6 +113,46 @@ fn granted_token(answer: &Answer) -> Option<u64> {
     }
 }
 
+/// The answer to a queued wait, with its grant's way back.
+pub(super) struct Waited {
+    pub(super) answer: Answer,
+    pub(super) unsent: Option<Unsent>,
+}
+
+/// A grant to a waiter that is not yet written to its connection: dropped
+/// before [`Unsent::sent`] (the connection failed or closed first, the wait
+/// was withdrawn, its task's answer was never collected), it gives the grant
+/// back at once, so that a waiter that is gone never holds the lease for its
+/// TTL.
+pub(super) struct Unsent {
+    core: Arc<crate::Core>,
+    name: Box<str>,
+    nonce: Box<str>,
+    token: u64,
+    armed: bool,
+}
+
+impl Unsent {
+    /// The way back of the grant `answer` carries, if it carries one.
+    fn of(core: &Arc<crate::Core>, answer: &Answer, name: &str, nonce: &str) -> Option<Self> {
+        let token = granted_token(answer)?;
+        Some(Self { core: core.clone(), name: name.into(), nonce: nonce.into(), token, armed: true })
+    }
+
+    /// The grant was written to the client: it is the client's now.
+    pub(super) fn sent(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.core.release(&self.name, self.token, None, &self.nonce, true, None, None);
+        }
+    }
+}
+
 impl Connection {
     /// Starts a [`Request::Wait`]: answered at once if the lease is free (or
     /// the request is refused), otherwise queued, its answer pushed when it
@@ -155,16 +195,23 @@ impl Connection {
             retake: ask.retake,
             meta: ask.meta,
         };
-        match self.shared.core.acquire_or_park(&ask, Duration::from_millis(*wait_ms)) {
+        let core = self.shared.core.clone();
+        match core.acquire_or_park(&ask, Duration::from_millis(*wait_ms)) {
             Parking::Done(outcome) => {
                 let answer = answer(outcome);
+                self.unsent.extend(Unsent::of(&core, &answer, ask.name, &holder.nonce));
                 self.remember_grant(&answer, ask.name.into(), holder.nonce.as_str().into());
                 Some(answer)
             }
             Parking::Parked(parked) => {
-                let abort = self.waits.spawn(async move { answer(parked.wait().await) });
-                let queued = Queued { abort, name: ask.name.into(), nonce: holder.nonce.as_str().into() };
-                self.wait_ids.insert(id, queued);
+                let (name, nonce): (Box<str>, Box<str>) = (ask.name.into(), holder.nonce.as_str().into());
+                let (task_name, task_nonce) = (name.clone(), nonce.clone());
+                let abort = self.waits.spawn(async move {
+                    let answer = answer(parked.wait().await);
+                    let unsent = Unsent::of(&core, &answer, &task_name, &task_nonce);
+                    Waited { answer, unsent }
+                });
+                self.wait_ids.insert(id, Queued { abort, name, nonce });
                 None
             }
         }
@@ -291,9 +338,9 @@ impl Connection {
     /// ([`Request::Unwait`]; a grant it got anyway is given back). A grant
     /// sent is remembered for a while, in case the client withdraws the wait
     /// before it sees the grant.
-    pub(super) fn waited(&mut self, done: Result<Answer, tokio::task::JoinError>) -> Option<Answer> {
-        let answer = match done {
-            Ok(answer) => answer,
+    pub(super) fn waited(&mut self, done: Result<Waited, tokio::task::JoinError>) -> Option<Answer> {
+        let Waited { answer, unsent } = match done {
+            Ok(waited) => waited,
             // Cancelled by an Unwait (or panicked): nothing to send.
             Err(e) => {
                 self.withdrawn.retain(|_, w| w.abort.id() != e.id());
@@ -301,13 +348,12 @@ impl Connection {
                 return None;
             }
         };
-        if let Some(w) = self.withdrawn.remove(&answer.id) {
-            if let Some(token) = granted_token(&answer) {
-                let _ = self.shared.core.release(&w.name, token, None, &w.nonce, true, None, None);
-            }
+        // Withdrawn meanwhile: not sent, so dropping `unsent` gives the grant back.
+        if self.withdrawn.remove(&answer.id).is_some() {
             return None;
         }
         let queued = self.wait_ids.remove(&answer.id)?;
+        self.unsent.extend(unsent);
         self.remember_grant(&answer, queued.name, queued.nonce);
         Some(answer)
     }
