@@ -271,3 +271,36 @@ fn an_upgrade_is_held_to_the_limits_of_any_full_ask() {
     let state = c.inspect(&LeaseName::new("hot").expect("name"));
     assert!(state.holders.is_empty() && state.last_token == last, "no token was spent: {state:?}");
 }
+
+/// A waiter queued on a record that was retired (in the quarantine nothing
+/// holds a record, and a sweep retires it) brings it back to life: dropping
+/// the oldest retired records never drops it with its waiter, who is granted
+/// once the quarantine is over.
+#[tokio::test]
+async fn a_waiter_on_a_retired_record_keeps_it_and_is_granted_after_the_quarantine() {
+    use tenure_server::core::Parking;
+    let clock = ManualClock::new();
+    let opts = CoreOptions { retain: 1, ..CoreOptions::new(Duration::from_secs(10)) };
+    let core = Arc::new(Core::new(clock.shared(), opts));
+    let (early, victim) = (Arc::new(Holder::current()), Arc::new(Holder::current().with_label("victim")));
+    let park =
+        |name: &str, holder: &Arc<Holder>| match core.acquire_or_park(&ask(name, holder), Duration::from_secs(600)) {
+            Parking::Parked(p) => p,
+            Parking::Done(done) => panic!("{name} answered at once in the quarantine: {done:?}"),
+        };
+    // A wait on `x` that leaves; the sweep then retires its record.
+    drop(park("x", &early));
+    core.sweep();
+    // The victim queues on the retired record.
+    let waiting = park("x", &victim);
+    // Many more records retired, each shard keeping one: the oldest go first.
+    for i in 0..2_000 {
+        drop(park(&format!("other/{i}"), &early));
+    }
+    core.sweep();
+    clock.advance(core.quarantine_left());
+    match waiting.wait().await {
+        Ok(Acquired::Granted(g)) => assert_eq!(g.len(), 1),
+        other => panic!("the victim's wait must end in a grant, got {other:?}"),
+    }
+}

@@ -30,7 +30,7 @@ use tenure_core::record::{self, ClockJudge};
 use tenure_core::{ClockExt, EndedHow, Holder, Mode, Mono};
 use tokio::sync::oneshot;
 
-use super::table::{Shard, slot_mut};
+use super::table::{Shard, slot_mut, unretire};
 use super::{Acquired, Ask, Core, Granted, Refusal, bump};
 use crate::witness::WitnessKind;
 
@@ -132,6 +132,11 @@ impl Core {
                 ask.name
             ))));
         }
+        // A record with waiters is live: one retired (nothing held it, as in
+        // the quarantine) comes back, or dropping the oldest retired records
+        // could drop it with its waiters.
+        let retired = std::mem::take(&mut slot.retired);
+        unretire(&mut shard.retired, &mut shard.retire_queue, retired);
         shard.next_waiter += 1;
         let id = shard.next_waiter;
         let (tx, rx) = oneshot::channel();
