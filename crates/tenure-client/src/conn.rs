@@ -286,6 +286,15 @@ impl Conn {
         self.send(req, true).await
     }
 
+    /// Sends `req` and does not wait for its answer: for a drop guard, which
+    /// cannot wait. Nothing is sent on a closed connection.
+    pub(crate) fn send_unanswered(&self, req: &Request<'_>) {
+        let st = self.inner.state.lock();
+        if st.closed.is_none() {
+            unanswered(&self.inner, st, req);
+        }
+    }
+
     async fn send(&self, req: &Request<'_>, parked: bool) -> Result<(u64, Bytes), String> {
         let (tx, rx) = oneshot::channel();
         let (lead, first, id) = {
@@ -371,16 +380,27 @@ struct Withdraw<'a> {
 impl Drop for Withdraw<'_> {
     fn drop(&mut self) {
         let mut st = self.inner.state.lock();
-        if st.closed.is_some() || st.pending.remove(&self.id).is_none() {
+        if st.closed.is_some() {
             return;
         }
-        st.parked = st.parked.saturating_sub(1);
-        let unwait = next_id(&mut st);
-        wire::encode_request(&mut st.out, unwait, &Request::Unwait { id: self.id });
-        if !std::mem::replace(&mut st.writing, true) {
-            drop(st);
-            self.inner.wake_writer.notify_one();
+        // Still waiting; or answered, the answer not yet taken by the caller
+        // that gave up: the server gives back a grant it sent under this id
+        // (an Unwait of any other answer changes nothing).
+        if st.pending.remove(&self.id).is_some() {
+            st.parked = st.parked.saturating_sub(1);
         }
+        unanswered(self.inner, st, &Request::Unwait { id: self.id });
+    }
+}
+
+/// Sends `req` without waiting for its answer (which the reader drops, as it
+/// answers no caller): for what a caller that gave up leaves to be done.
+fn unanswered(inner: &Inner, mut st: parking_lot::MutexGuard<'_, State>, req: &Request<'_>) {
+    let id = next_id(&mut st);
+    wire::encode_request(&mut st.out, id, req);
+    if !std::mem::replace(&mut st.writing, true) {
+        drop(st);
+        inner.wake_writer.notify_one();
     }
 }
 

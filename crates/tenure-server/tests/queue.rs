@@ -481,3 +481,44 @@ async fn a_grant_its_waiters_connection_failed_to_take_is_given_back() {
     assert!(free, "the grant the server could not send still holds the lease");
     drop(s);
 }
+
+/// A caller that gives up on its wait after the grant reached its
+/// connection, but before it took it, gives the grant back: the client
+/// withdraws the wait all the same, and the server, which sent the grant,
+/// releases it (the clock never moves: a grant kept would hold the lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_gives_up_after_its_grant_arrived_gives_it_back() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let held = taken(&store, &common::req("arrived", &holder("holder"))).await;
+    let waiter = common::store(&[&server], &clock);
+    let req = common::req("arrived", &holder("gave-up"));
+    let mut wait = Box::pin(waiter.acquire_queued(&req, WAIT));
+    assert!(tokio::time::timeout(Duration::from_millis(100), &mut wait).await.is_err(), "the lease is held");
+    until_parked(&server, 1).await;
+    store.release(&held, &ReleaseRequest::default()).await.expect("release");
+    // The grant goes to the waiter's connection; its caller never looks again.
+    let handovers = || server.shared().core.stats().handovers.load(std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..500 {
+        if handovers() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(handovers(), 1, "the lease was handed to the waiter");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(wait);
+    let mut free = false;
+    for _ in 0..500 {
+        match store.try_acquire(&common::req("arrived", &holder("next"))).await.expect("acquire") {
+            Attempt::Granted(_) => {
+                free = true;
+                break;
+            }
+            Attempt::Busy(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    assert!(free, "the grant its caller never took still holds the lease");
+    drop(waiter);
+}

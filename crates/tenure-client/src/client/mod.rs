@@ -515,14 +515,20 @@ impl TenureStore {
         let answer = async {
             let conn = self.conn(e).await?;
             let answer = match conn.call_waiting(&wait).await {
-                Err(_) if conn.closed_idle() => self.conn(e).await?.call_waiting(&wait).await,
-                answer => answer,
+                Err(_) if conn.closed_idle() => {
+                    let conn = self.conn(e).await?;
+                    conn.call_waiting(&wait).await.map(|a| (a, conn))
+                }
+                answer => answer.map(|a| (a, conn)),
             };
-            answer.map(|(_, body)| body).map_err(|m| Error::store(&self.url, op, m))
+            answer.map_err(|m| Error::store(&self.url, op, m))
         };
-        let grant = match answer.await.and_then(|body| self.acquired(server, &body, &[req], sent, false)) {
-            Ok(Ok(mut grants)) => grants.pop().ok_or_else(|| Error::store(&self.url, op, "no grant")),
-            Ok(Err((_, busy))) => return Some(Ok(Attempt::Busy(busy))),
+        let (grant, conn) = match answer.await {
+            Ok(((_, body), conn)) => match self.acquired(server, &body, &[req], sent, false) {
+                Ok(Ok(mut grants)) => (grants.pop().ok_or_else(|| Error::store(&self.url, op, "no grant")), conn),
+                Ok(Err((_, busy))) => return Some(Ok(Attempt::Busy(busy))),
+                Err(e) => return Some(Err(e)),
+            },
             Err(e) => return Some(Err(e)),
         };
         Some(match grant {
@@ -530,9 +536,13 @@ impl TenureStore {
             // only that moment is known to be early enough to count its TTL
             // from: after a long wait little or nothing of it would be left
             // (a wait through the restart quarantine outlasts a short TTL).
-            // A renewal at once counts the TTL from now.
+            // A renewal at once counts the TTL from now. A caller that gives
+            // up during it (its timeout) gives the grant back.
             Ok(g) if self.clock.mono().saturating_since(sent) > g.ttl / 50 => {
-                self.renew(&g).await.map(Attempt::Granted)
+                let give_back = GiveBack { conn: &conn, grant: &g };
+                let renewed = self.renew(&g).await;
+                std::mem::forget(give_back);
+                renewed.map(Attempt::Granted)
             }
             other => other.map(Attempt::Granted),
         })
@@ -696,6 +706,21 @@ impl TenureStore {
             (None, Some((_, busy))) => Ok(AllAttempt::Busy(busy)),
             (None, None) => Err(Error::store(&self.url, "acquiring", "no outcome")),
         }
+    }
+}
+
+/// A grant to a wait whose caller gave up before it was returned (dropped
+/// while it was renewed): released on its connection without waiting, so that
+/// the lease does not stay held by nobody until its TTL.
+struct GiveBack<'a> {
+    conn: &'a Conn,
+    grant: &'a Grant,
+}
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        let release = ReleaseWire { grant: grant_ref(self.grant), dropped: true, watermark_ms: None, meta: None };
+        self.conn.send_unanswered(&Request::Release(vec![release]));
     }
 }
 
