@@ -164,6 +164,7 @@ macro_rules! conformance_tests {
             release_publishes_watermark_to_the_next_holder,
             concurrent_workers_increment_a_fenced_counter_exactly,
             waiters_are_granted_in_the_order_they_queued,
+            a_multi_lease_waiter_takes_its_turn_in_a_queue_that_never_empties,
         );
     };
     (@each $make:path; #[$runtime:meta]; $($name:ident),* $(,)?) => {

@@ -25,6 +25,19 @@ fn name(s: &str) -> LeaseName {
     LeaseName::new(s).expect("valid test name")
 }
 
+/// Waits (in real time) until `n` wait in `lease`'s line, as `onlooker` reads it.
+async fn until_queued(onlooker: &Arc<dyn LeaseStore>, lease: &str, n: usize) {
+    let mut queued = 0;
+    for _ in 0..1000 {
+        queued = onlooker.waiting(&name(lease)).await.expect("read the line").expect("a line");
+        if queued == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{queued} waiters in line, never {n}");
+}
+
 /// Acquires through the store directly, with no keep-alive: a holder that crashes
 /// right after acquiring.
 async fn crashed_holder(store: &Arc<dyn LeaseStore>, lease: &str, holder: Holder) -> Grant {
@@ -516,17 +529,7 @@ pub async fn waiters_are_granted_in_the_order_they_queued(h: &dyn Harness) {
         return;
     }
     let onlooker = h.store().await;
-    let until_queued = async |n: usize| {
-        let mut queued = 0;
-        for _ in 0..1000 {
-            queued = onlooker.waiting(&name(lease)).await.expect("read the line").expect("a line");
-            if queued == n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("{queued} waiters in line, never {n}");
-    };
+    let until_queued = async |n: usize| until_queued(&onlooker, lease, n).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut waiters = Vec::new();
     for i in 0..5 {
@@ -553,4 +556,61 @@ pub async fn waiters_are_granted_in_the_order_they_queued(h: &dyn Harness) {
         w.await.expect("waiter");
     }
     until_queued(0).await;
+}
+
+/// A multi-lease waiter on a store that keeps queues takes its turn: while
+/// others keep the queue of one of its leases full, it is granted after those
+/// ahead of it and before those behind it, instead of being refused for as
+/// long as anyone waits (it holds the leases before that one meanwhile).
+pub async fn a_multi_lease_waiter_takes_its_turn_in_a_queue_that_never_empties(h: &dyn Harness) {
+    let (hot, cold) = ("conf/turn/hot", "conf/turn/cold");
+    let store = h.store().await;
+    let ask = |label: &str| AcquireRequest {
+        name: name(hot),
+        mode: Mode::Exclusive,
+        ttl: TTL,
+        holder: Arc::new(Holder::current().with_label(label)),
+        retake: false,
+        meta: None,
+    };
+    let first = crashed_holder(&store, hot, Holder::current().with_label("first")).await;
+    // A wait of no time says whether the store queues at all.
+    if store.acquire_queued(&ask("probe"), Duration::ZERO).await.is_none() {
+        return;
+    }
+    let onlooker = h.store().await;
+    let until_queued = async |n: usize| until_queued(&onlooker, hot, n).await;
+    let waiter = |label: &'static str, s: Arc<dyn LeaseStore>| {
+        let r = ask(label);
+        tokio::spawn(async move {
+            match s.acquire_queued(&r, Duration::from_secs(600)).await.expect("a queue").expect("wait") {
+                Attempt::Granted(g) => (g, s),
+                Attempt::Busy(_) => panic!("{label}: the wait ran out"),
+            }
+        })
+    };
+    // One waits ahead; then the multi-lease waiter; then one more behind it.
+    let ahead = waiter("ahead", h.store().await);
+    until_queued(1).await;
+    let multi = client(h).await;
+    let both = LeaseOptions::exclusive().with_ttl(TTL).with_timeout(Duration::from_secs(600));
+    let set = tokio::spawn(async move { multi.acquire_all(&[hot, cold], &both).await });
+    until_queued(2).await;
+    let behind = waiter("behind", h.store().await);
+    until_queued(3).await;
+    // The lease passes along the queue: to the one ahead, then to the set.
+    store.release(&first, &ReleaseRequest::default()).await.expect("release");
+    let (g, s) = tokio::time::timeout(Duration::from_secs(60), ahead).await.expect("ahead's turn").expect("join");
+    s.release(&g, &ReleaseRequest::default()).await.expect("release");
+    let set = with_time_flowing(h, async { tokio::time::timeout(Duration::from_secs(60), set).await })
+        .await
+        .expect("the set's turn came before the one behind it")
+        .expect("join")
+        .expect("the set");
+    let names: Vec<String> = set.grants().iter().map(|g| g.name.to_string()).collect();
+    assert_eq!(names, [cold, hot], "both, in canonical order");
+    assert!(!behind.is_finished(), "the one behind the set got the lease first");
+    set.release().await.expect("release the set");
+    let (g, s) = tokio::time::timeout(Duration::from_secs(60), behind).await.expect("behind's turn").expect("join");
+    s.release(&g, &ReleaseRequest::default()).await.expect("release");
 }

@@ -112,9 +112,16 @@ impl Client {
         Ok(Lease::start(self.store.clone(), grant, opts, self.held.clone()))
     }
 
-    /// Acquires every one of `names`, all or nothing: in canonical (sorted) order,
-    /// under one overall timeout, releasing what it took whenever one is busy
-    /// (seeds 003 and 000).
+    /// Acquires every one of `names`, all or nothing, under one overall
+    /// timeout: all at once if they are free (in canonical, sorted, order;
+    /// releasing what it took if one is busy, seeds 003 and 000). If one is
+    /// busy and the store keeps queues, it then waits in them in canonical
+    /// order, holding (and renewing) the leases before the one it waits for:
+    /// so it waits its turn like anyone else, and is never starved by a queue
+    /// that is never empty. Every waiter takes leases in the same order, so no
+    /// set of waiters can wait on each other in a circle; on a timeout or an
+    /// error it releases what it held. On a store without queues it polls for
+    /// them all at once, holding nothing while it waits.
     pub async fn acquire_all<S: AsRef<str>>(&self, names: &[S], opts: &LeaseOptions) -> Result<LeaseSet> {
         self.acquire_all_watching(names, opts, |_| {}).await
     }
@@ -136,7 +143,134 @@ impl Client {
         Ok(LeaseSet::start(self.store.clone(), grants, opts, self.held.clone()))
     }
 
+    /// Acquires `names` (canonical order, no duplicates): see [`Client::acquire_all`].
     async fn acquire_grants(
+        &self,
+        names: &[LeaseName],
+        opts: &LeaseOptions,
+        mut on_wait: impl FnMut(&Busy) + Send,
+    ) -> Result<Vec<Grant>> {
+        if names.len() == 1 || opts.timeout == Some(Duration::ZERO) {
+            return self.take_grants(names, opts, on_wait).await;
+        }
+        opts.validate()?;
+        let clock = self.clock().clone();
+        let started = clock.mono();
+        let deadline = opts.timeout.map(|t| started + t);
+        // All at once, if they are free; if not, whether the store keeps queues.
+        // Under the overall timeout: a store that hangs ends the wait on time.
+        let first = async {
+            let taken = self.take_grants(names, &opts.clone().no_wait(), &mut on_wait).await;
+            let busy = matches!(taken, Err(Error::Busy { .. }));
+            let queues = busy && matches!(self.store.waiting(&names[0]).await, Ok(Some(_)));
+            (taken, queues)
+        };
+        let (taken, queues) = match deadline {
+            Some(d) => match clock.timeout(d.saturating_since(clock.mono()), first).await {
+                Some(first) => first,
+                None => return Err(self.unanswered(&names[0], opts, clock.mono().saturating_since(started))),
+            },
+            None => first.await,
+        };
+        let taken = match taken {
+            Err(Error::Busy { .. }) if queues => self.take_in_order(names, opts, deadline, on_wait).await,
+            Err(Error::Busy { .. }) => self.take_grants(names, &self.until(opts, deadline), on_wait).await,
+            done => done,
+        };
+        // A timeout counts the whole wait, not only its last part.
+        taken.map_err(|e| match e {
+            Error::Timeout { store, name, holder, .. } => {
+                Error::Timeout { store, name, holder, waited: clock.mono().saturating_since(started) }
+            }
+            other => other,
+        })
+    }
+
+    /// `opts` with what is left until `deadline` as its timeout (at least a
+    /// moment, so that a wait past its deadline ends as a timeout, not as busy).
+    fn until(&self, opts: &LeaseOptions, deadline: Option<Mono>) -> LeaseOptions {
+        let left = deadline.map(|d| d.saturating_since(self.clock().mono()).max(Duration::from_millis(1)));
+        LeaseOptions { timeout: left, ..opts.clone() }
+    }
+
+    /// Takes `names` one by one in canonical order, each waited for in its
+    /// store's queue while the ones before it are held and renewed (see
+    /// [`Client::acquire_all`]). A lease held meanwhile that is lost (broken,
+    /// or its renewals failed until its time ran out) starts it over.
+    async fn take_in_order(
+        &self,
+        names: &[LeaseName],
+        opts: &LeaseOptions,
+        deadline: Option<Mono>,
+        mut on_wait: impl FnMut(&Busy) + Send,
+    ) -> Result<Vec<Grant>> {
+        let clock = self.clock().clone();
+        'over: loop {
+            let mut held: Vec<Grant> = Vec::with_capacity(names.len());
+            for name in names {
+                let opts_one = self.until(opts, deadline);
+                let mut take = Box::pin(self.take_grants(std::slice::from_ref(name), &opts_one, &mut on_wait));
+                let taken = loop {
+                    // The wait goes on (in its queue) while the held leases are renewed.
+                    tokio::select! {
+                        taken = &mut take => break taken,
+                        () = clock.sleep(opts.renew_interval()), if !held.is_empty() => {
+                            if !self.keep(&mut held, opts).await {
+                                drop(take); // its wait withdrawn first
+                                self.let_go(&held, opts).await;
+                                continue 'over;
+                            }
+                        }
+                    }
+                };
+                match taken {
+                    Ok(mut grants) => held.append(&mut grants),
+                    Err(e) => {
+                        self.let_go(&held, opts).await;
+                        return Err(e);
+                    }
+                }
+            }
+            return Ok(held);
+        }
+    }
+
+    /// Renews `held` while [`Client::take_in_order`] waits: whether they are
+    /// all still held (a renewal that fails is tried again at the next turn,
+    /// until a lease's time is up).
+    async fn keep(&self, held: &mut [Grant], opts: &LeaseOptions) -> bool {
+        // Bounded like the keep-alive's renewals: a hung store is a failed renewal.
+        let renewals = self.clock().timeout(opts.renew_interval(), self.store.renew_all(held)).await;
+        for (grant, result) in held.iter_mut().zip(renewals.unwrap_or_default()) {
+            match result {
+                Ok(renewed) => *grant = renewed,
+                Err(Error::Lost { .. }) => return false,
+                Err(e) => tracing::debug!(error = %e, "renewing a lease held while waiting for the next failed"),
+            }
+        }
+        let now = self.clock().mono();
+        held.iter().all(|g| now + opts.safety() < g.local_deadline)
+    }
+
+    /// Releases what [`Client::take_in_order`] held, when it gives up (bounded
+    /// like the keep-alive's release; what is not released expires by itself).
+    async fn let_go(&self, held: &[Grant], opts: &LeaseOptions) {
+        if held.is_empty() {
+            return;
+        }
+        let budget = opts.renew_interval().max(Duration::from_millis(100));
+        let plain = crate::store::ReleaseRequest::default();
+        let release = self.store.release_all(held, &plain);
+        for r in self.clock().timeout(budget, release).await.unwrap_or_default() {
+            if let Err(e) = r {
+                tracing::info!(error = %e, "releasing a lease held while waiting failed; it expires by itself");
+            }
+        }
+    }
+
+    /// One attempt loop for `names`: polls, or (one lease, on a store that
+    /// keeps queues) waits in the store's queue.
+    async fn take_grants(
         &self,
         names: &[LeaseName],
         opts: &LeaseOptions,

@@ -22,8 +22,9 @@
 //! section (shared waiters together, up to the first exclusive one), so a
 //! release-to-grant gap is one pushed frame. While a lease has waiters, nobody
 //! overtakes them, not even an `Acquire` that could share the lease. A
-//! multi-lease acquisition does not queue (it polls, holding nothing while it
-//! waits), so no queue ever waits on another and waiters cannot deadlock. A
+//! waiter is one lease: a client's multi-lease acquisition waits for its
+//! leases one at a time, in canonical order, holding those before (see
+//! `tenure_core::Client::acquire_all`), so waiters cannot deadlock. A
 //! waiter whose connection closes, or who sends `Unwait` with its request id,
 //! leaves the queue, and a grant it was handed but not sent is given back at
 //! once. Bounds: [`core::MAX_WAITERS`] per lease, [`wire::MAX_WAITS_PER_CONNECTION`]

@@ -14,9 +14,9 @@
 //! **Order.** Strict FIFO: while a lease has waiters, a newcomer — waiting or
 //! not — is refused as busy, even when the lease could be granted to it, so a
 //! reader cannot overtake a queued writer and nobody overtakes someone who
-//! waited longer. A waiter is only ever one lease (a multi-lease acquisition
-//! polls, holding nothing while it waits): a queue therefore never waits on
-//! another queue, and no set of waiters can deadlock.
+//! waited longer. A waiter is only ever one lease: a client's multi-lease
+//! acquisition waits for its leases one at a time in canonical order, holding
+//! the ones before, so no set of waiters waits on each other in a circle.
 //!
 //! **Leaving.** A waiter that times out, or whose connection goes, leaves the
 //! queue when its [`Parked`] handle is dropped; if it was granted in the
