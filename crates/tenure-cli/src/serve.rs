@@ -95,8 +95,9 @@ pub(crate) struct ServeArgs {
     /// newer one closes the oldest, so they never take a client's place.
     #[arg(long, default_value_t = 256, value_name = "N")]
     pub(crate) max_pre_hello: usize,
-    /// Most leases with a live grant at once; each shared holder and each
-    /// reservation counts as one more (a lease has at most 1024 of each).
+    /// Most leases with a live grant at once; each shared holder, each
+    /// reservation and each queued waiter counts as one more (a lease has at
+    /// most 1024 of each).
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) max_leases: usize,
     /// Released lease records kept for their watermark and metadata (oldest dropped first).

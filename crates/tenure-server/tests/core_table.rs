@@ -304,3 +304,32 @@ async fn a_waiter_on_a_retired_record_keeps_it_and_is_granted_after_the_quaranti
         other => panic!("the victim's wait must end in a grant, got {other:?}"),
     }
 }
+
+/// Queued waiters take places in the table like leases: a shard full of
+/// waiters refuses the next one as overloaded, so a client that queues
+/// without end cannot take the server's memory.
+#[tokio::test]
+async fn waiters_take_places_in_the_table_like_leases() {
+    use tenure_server::core::Parking;
+    let clock = ManualClock::new();
+    // Two places a shard: the held lease, and one waiter.
+    let c = Arc::new(core(
+        &clock,
+        CoreOptions { max_live: 2 * tenure_server::core::SHARDS, ..CoreOptions::new(Duration::from_secs(10)) },
+    ));
+    let (holder, first, second) = (
+        Arc::new(Holder::current()),
+        Arc::new(Holder::current().with_label("first")),
+        Arc::new(Holder::current().with_label("second")),
+    );
+    acquire(&c, "w", &holder).expect("held");
+    let park = |who: &Arc<Holder>| c.acquire_or_park(&ask("w", who), Duration::from_secs(600));
+    let Parking::Parked(waiting) = park(&first) else { panic!("the first waiter queues") };
+    match park(&second) {
+        Parking::Done(Err(Refusal::Overloaded(why))) => assert!(why.contains("waiter"), "{why}"),
+        Parking::Done(other) => panic!("expected overloaded, got {other:?}"),
+        Parking::Parked(_) => panic!("a full shard queued one more waiter"),
+    }
+    drop(waiting);
+    let Parking::Parked(_again) = park(&second) else { panic!("a waiter's place is free again once it left") };
+}

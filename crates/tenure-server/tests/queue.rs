@@ -522,3 +522,29 @@ async fn a_caller_that_gives_up_after_its_grant_arrived_gives_it_back() {
     assert!(free, "the grant its caller never took still holds the lease");
     drop(waiter);
 }
+
+/// A hundred callers of one process wait on one connection: every one of
+/// them queues (none falls back to polling, where a queue that is never
+/// empty would refuse it), and each is granted in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_waits_on_one_connection_all_queue_and_are_served() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let held = taken(&store, &common::req("crowded", &holder("holder"))).await;
+    let waiters = Arc::new(common::store(&[&server], &clock));
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let (waiters, req) = (waiters.clone(), common::req("crowded", &holder(&format!("w{i}"))));
+        tasks.push(tokio::spawn(async move {
+            let g = granted(waiters.acquire_queued(&req, WAIT).await);
+            waiters.release(&g, &ReleaseRequest::default()).await.expect("release");
+        }));
+    }
+    until_parked(&server, 100).await;
+    assert_eq!(server.shared().core.waiters(&tenure_core::LeaseName::new("crowded").expect("name")), 100);
+    store.release(&held, &ReleaseRequest::default()).await.expect("release");
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t).await.expect("served").expect("waiter");
+    }
+}

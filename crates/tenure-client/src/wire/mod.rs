@@ -50,8 +50,11 @@ pub const MIN_PROTOCOL_VERSION: u16 = 2;
 /// Longest wait one [`Request::Wait`] may ask for (a day); a client that waits
 /// longer asks again.
 pub const MAX_WAIT_MS: u64 = 24 * 3600 * 1000;
-/// Most waits one connection may have queued at once.
-pub const MAX_WAITS_PER_CONNECTION: usize = 64;
+/// Most waits one connection may have queued at once: far more than one
+/// process waits for, so that a client's waiters never fall back to polling
+/// (a hostile client is bounded by the server's table, where every waiter
+/// takes a place like a lease).
+pub const MAX_WAITS_PER_CONNECTION: usize = 1024;
 /// The first four bytes of the hello's payload.
 pub const MAGIC: [u8; 4] = *b"TNRW";
 /// Largest request frame a server accepts (length field included).

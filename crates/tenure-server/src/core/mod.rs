@@ -71,8 +71,8 @@ pub struct CoreOptions {
     /// Time after start during which nothing is granted (normally `max_lease` plus a
     /// margin: every grant of a previous incarnation has ended by then).
     pub quarantine: Duration,
-    /// Most leases with a live grant or reservation at once; each shared holder
-    /// and each reservation counts as one more.
+    /// Most leases with a live grant or reservation at once; each shared holder,
+    /// each reservation and each queued waiter counts as one more.
     pub max_live: usize,
     /// Most retired records (no live grant) kept for their watermark and metadata.
     pub retain: usize,
@@ -729,9 +729,13 @@ impl Core {
         self.full_with(shard, 0)
     }
 
-    /// [`Core::full`] once `pending` more places are taken.
+    /// [`Core::full`] once `pending` more places are taken. Live leases,
+    /// their shared holders and reservations, and waiters each take a place.
     fn full_with(&self, shard: &Shard, pending: usize) -> bool {
-        let used = (shard.slots.len() - shard.retired).saturating_add(shard.weight).saturating_add(pending);
+        let used = (shard.slots.len() - shard.retired)
+            .saturating_add(shard.weight)
+            .saturating_add(shard.waiting)
+            .saturating_add(pending);
         used >= (self.opts.max_live / SHARDS).max(1)
     }
 
@@ -755,7 +759,7 @@ impl Core {
 
     fn full_refusal(&self) -> Refusal {
         Refusal::Overloaded(format!(
-            "the server holds its limit of {} live leases (each shared holder and reservation counts as one)",
+            "the server holds its limit of {} live leases (each shared holder, reservation and waiter counts as one)",
             self.opts.max_live
         ))
     }

@@ -112,13 +112,14 @@ impl Core {
         if wait.is_zero() {
             return Parking::Done(self.refuse_queued(shard, h, ask.name, now_us));
         }
+        // A waiter takes a place in the table like a lease.
+        if self.full(shard) {
+            return Parking::Done(Err(self.full_refusal()));
+        }
         if slot_mut(&mut shard.slots, h, ask.name).is_none() {
             // No record and yet not granted: the quarantine. Queue on a new one.
             if let Err(e) = tenure_core::LeaseName::new(ask.name) {
                 return Parking::Done(Err(Refusal::Invalid(e.to_string())));
-            }
-            if self.full(shard) {
-                return Parking::Done(Err(self.full_refusal()));
             }
             let slot = super::table::Slot::new(Arc::from(ask.name), h, now_us / 1000);
             shard.slots.insert_unique(h, slot, |s| s.hash);
