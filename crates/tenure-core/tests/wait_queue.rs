@@ -408,3 +408,50 @@ async fn a_waiter_whose_process_ended_holds_up_nobody() {
     assert_eq!(granted(next).await.holder.label.as_deref(), Some("next"));
     assert!(line_dir.join(format!("{:020}", 3)).exists(), "the ended waiter's entry is skipped, not removed");
 }
+
+/// A directory's line cluttered past its limit (another tenant's files, more
+/// names than any line holds) is no line, never a reason to keep anyone from a
+/// free lease: a store that waited in that line before gets the free lease at
+/// once, and a waiter polls instead of failing, and gets the lease once it is
+/// free. (Before, every look at such a line failed, and so did every
+/// acquisition of a store that had waited in it, however free the lease.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_foreign_files_in_a_directory_line_keep_nobody_from_the_lease() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let name = "cluttered";
+    let (holder, waiting) = (store(&url), store(&url));
+    // `waiting` waits in the line once, while it is fine.
+    let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
+    let queued = {
+        let waiting = waiting.clone();
+        tokio::spawn(async move {
+            held(waiting.acquire_queued(&req(name, "w"), WAIT).await.expect("a queue").expect("wait"))
+        })
+    };
+    until_queued(&url, name, 1).await;
+    holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+    let g = granted(queued).await;
+    waiting.release(&g, &ReleaseRequest::default()).await.expect("release");
+
+    let line_dir = dir.path().join(format!("{name}~line"));
+    for i in 0..5_000 {
+        std::fs::write(line_dir.join(format!("junk-{i}")), b"").expect("write");
+    }
+    let g = held(waiting.try_acquire(&req(name, "w")).await.expect("the lease is free, whatever its line holds"));
+    waiting.release(&g, &ReleaseRequest::default()).await.expect("release");
+
+    let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
+    let answer = tokio::time::timeout(Duration::from_secs(5), waiting.acquire_queued(&req(name, "w"), WAIT))
+        .await
+        .expect("answered at once");
+    assert!(answer.is_none(), "no line to wait in: its caller polls, not {answer:?}");
+    // As a client does when there is no line.
+    let client = tenure_core::Client::new(store(&url));
+    let opts = tenure_core::LeaseOptions::exclusive().with_ttl(TTL).with_timeout(Duration::from_secs(20));
+    let polled = tokio::spawn(async move { client.acquire(name, &opts).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+    let lease = tokio::time::timeout(WAIT, polled).await.expect("in time").expect("task").expect("granted once free");
+    lease.release().await.expect("release");
+}

@@ -35,6 +35,10 @@
 //! lease that is free at that instant, which between a release and the head's
 //! grab is a window of one watch wake-up. A store that cannot watch the queue
 //! (a directory on NFS: no change notifications) keeps no queue: its waiters poll.
+//! So do the waiters of a line that cannot be used (a directory's line cluttered
+//! with what others left there, see `store::file::line`): such a line is taken
+//! for empty, never an error that keeps anyone from a free lease. Only the
+//! store's own failures (no answer in time) are the caller's to see.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -92,6 +96,13 @@ fn queue_key(name: &str) -> String {
 /// The error of a waiter refused because the line of `name` is full.
 pub fn line_full(url: &str, name: &str) -> Error {
     Error::store(url, format!("waiting for {name:?}"), format!("its line has its limit of {MAX_WAITERS} waiters"))
+}
+
+/// Whether `e`, from a [`Line`], says that there is no line to wait in: none
+/// here for this waiter ([`Error::Unsupported`]), or one that cannot be used
+/// ([`Error::Corrupt`]). Its waiters poll.
+fn no_line(e: &Error) -> bool {
+    matches!(e, Error::Unsupported { .. } | Error::Corrupt { .. })
 }
 
 /// The line of a store that keeps none of its own: one record per lease, at
@@ -302,7 +313,16 @@ impl CasStore {
             return Ok(None);
         }
         self.departures.settle(name).await;
-        let line = self.line.waiters(name).await?;
+        let line = match self.line.waiters(name).await {
+            Ok(line) => line,
+            // Nobody waits in a line that cannot be used: its waiters poll.
+            Err(e) if no_line(&e) => {
+                tracing::debug!(lease = name, error = %e, "the wait line cannot be read; nobody is ahead");
+                self.lined.lock().remove(name);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
         if line.is_empty() {
             self.lined.lock().remove(name);
             return Ok(None);
@@ -326,12 +346,8 @@ impl CasStore {
         let me = Waiter { nonce: req.holder.nonce.clone(), shared: req.mode == Mode::Shared };
         self.lined.lock().insert(name.to_string());
         self.departures.settle(name).await;
-        match self.line.enter(name, &me).await {
-            Ok(()) => {}
-            // This waiter cannot be in this line (a directory's line takes nonces
-            // of up to 1 KiB): it polls.
-            Err(Error::Unsupported { .. }) => return None,
-            Err(e) => return Some(Err(e)),
+        if let Err(e) = self.line.enter(name, &me).await {
+            return self.off_the_line(name, e, None).await;
         }
         let leave = Leave {
             departures: self.departures.clone(),
@@ -350,7 +366,7 @@ impl CasStore {
             if now.saturating_since(entered) >= REFRESH {
                 // Still here.
                 if let Err(e) = self.line.enter(name, &me).await {
-                    return Some(Err(e));
+                    return self.off_the_line(name, e, Some(leave)).await;
                 }
                 entered = self.clock.mono();
             }
@@ -382,13 +398,13 @@ impl CasStore {
                 },
                 Ok(Some(false)) => Ok(false),
                 // Taken for crashed after a long pause: back in line.
-                Ok(None) => match self.line.enter(name, &me).await {
-                    Ok(()) => {
-                        entered = self.clock.mono();
-                        Ok(false)
+                Ok(None) => {
+                    if let Err(e) = self.line.enter(name, &me).await {
+                        return self.off_the_line(name, e, Some(leave)).await;
                     }
-                    Err(e) => Err(e),
-                },
+                    entered = self.clock.mono();
+                    Ok(false)
+                }
                 Err(e) => Err(e),
             };
             match watched {
@@ -399,7 +415,7 @@ impl CasStore {
                     leave.now().await;
                     return None;
                 }
-                Err(e) => return Some(Err(e)),
+                Err(e) => return self.off_the_line(name, e, Some(leave)).await,
             }
         }
         leave.now().await;
@@ -407,5 +423,26 @@ impl CasStore {
             Some(b) => Ok(Attempt::Busy(b)),
             None => self.inspect(&req.name).await.map(|s| Attempt::Busy(Busy::of(s))),
         })
+    }
+
+    /// What a waiter does when its line failed it with `e`: if there is no
+    /// line to wait in ([`no_line`]) it leaves (if it entered) and polls
+    /// (`None`); a line that cannot be used is also no reason to stay behind
+    /// it ([`Self::behind_the_line`]). Any other error is the caller's (and
+    /// the waiter leaves in the background).
+    async fn off_the_line(&self, name: &str, e: Error, leave: Option<Leave>) -> Option<Result<Attempt>> {
+        if !no_line(&e) {
+            return Some(Err(e));
+        }
+        if let Error::Corrupt { .. } = e {
+            tracing::warn!(lease = name, error = %e, "the wait line cannot be used; waiting by polling");
+            self.lined.lock().remove(name);
+        } else {
+            tracing::debug!(lease = name, error = %e, "no place in the wait line; waiting by polling");
+        }
+        if let Some(leave) = leave {
+            leave.now().await;
+        }
+        None
     }
 }

@@ -35,8 +35,12 @@
 //! **Hostile content.** The directory is opened like a key's, without following
 //! links; names that are not a sequence number, entries that are not regular
 //! files, files larger than [`MAX_ENTRY_BYTES`] or not in the entry format are
-//! not waiters (only their age lets them be removed). A directory with more
-//! than [`MAX_FILES`] entries is an error, not a long listing.
+//! not waiters (only their age lets them be removed), and an entry that cannot
+//! be read is skipped (and left alone: its age is unknown). A line that cannot
+//! be used at all — more than [`MAX_FILES`] names, a directory that cannot be
+//! listed, no sequence number left — is reported as [`Error::Corrupt`], never
+//! a long listing: its waiters poll instead (see `cas::queue`), and nobody is
+//! kept from a free lease by what others left in its line.
 
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
@@ -77,8 +81,17 @@ const MAX_RACES: usize = 64;
 /// process); past it, entries are written unlocked, judged by their age.
 const MAX_HELD: usize = MAX_FILES;
 
-/// The open, locked files of this store's waiters, by line key and nonce.
-pub(super) type Held = std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<(String, String), OwnedFd>>>;
+/// The open, locked files of this store's waiters.
+pub(super) type Held = std::sync::Arc<Entries>;
+
+/// The open, locked files of one store's waiters, by line key and nonce.
+#[derive(Debug, Default)]
+pub(super) struct Entries {
+    fds: parking_lot::Mutex<std::collections::HashMap<(String, String), OwnedFd>>,
+    /// Entries read by this store, and entries whose read fails (tests).
+    #[cfg(test)]
+    hooks: hooks::Hooks,
+}
 
 /// `name~line`: the key whose directory holds `name`'s waiters.
 fn line_key(name: &str) -> Result<String> {
@@ -151,35 +164,85 @@ fn ended(dir: &Dir, file: &str) -> bool {
     !matches!(dir.unlocked(file), Ok(Some(false)) | Err(_))
 }
 
+/// The names of a line's directory, as listed.
+#[derive(Default)]
+struct Listing {
+    /// The sequence numbers of its entries, lowest first.
+    seqs: Vec<u64>,
+    /// Temp files (`{seq}.tmp-…`): entries being written, or whose writer
+    /// crashed.
+    tmps: Vec<String>,
+}
+
+/// The names in the line's directory `dir`. Names that are neither an entry
+/// nor a temp file are skipped; past [`MAX_FILES`] names in all the listing
+/// stops, an error: a line so cluttered is no line (its waiters poll), and a
+/// directory of a million names costs no more than one of [`MAX_FILES`].
+fn list(dir: &Dir) -> std::io::Result<Listing> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut listing = Listing::default();
+    let mut names = 0usize;
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
+        }
+        names += 1;
+        if names > MAX_FILES {
+            return Err(std::io::Error::other(format!("{} holds more than {MAX_FILES} names", dir.path().display())));
+        }
+        if let Some(seq) = parse_seq(name) {
+            listing.seqs.push(seq);
+        } else if let Some(tmp) = name.to_str().filter(|n| n.contains(".tmp-")) {
+            listing.tmps.push(tmp.to_string());
+        }
+    }
+    listing.seqs.sort_unstable();
+    Ok(listing)
+}
+
 impl FileBackend {
-    /// The files of the line in `dir`, lowest sequence first (at most
-    /// [`MAX_FILES`] entries), and the temp files of entries whose writer
+    /// The files of the line in `dir`, lowest sequence first (entries that
+    /// cannot be read left out), and the temp files of entries whose writer
     /// crashed (`{seq}.tmp-…`, as old as a crashed waiter's entry).
     fn read_line(&self, dir: &Dir) -> std::io::Result<(Vec<Found>, Vec<String>)> {
         let now_ms = crate::clock::unix_ms(std::time::SystemTime::now());
-        let (mut found, mut leftovers) = (Vec::new(), Vec::new());
-        for entry in dir.entries(MAX_FILES)? {
-            let Some(seq) = parse_seq(&entry.name) else {
-                if let Some(tmp) = entry.name.to_str().filter(|n| n.contains(".tmp-"))
-                    && let Some((_, touched)) = dir.file_size(tmp).ok().flatten()
-                    && !alive(touched, now_ms).0
-                {
-                    leftovers.push(tmp.to_string());
-                }
-                continue;
-            };
-            let file = entry_file(seq);
-            let (entry, touched) = match dir.read(&file, MAX_ENTRY_BYTES)? {
-                Read::Absent => continue,
-                Read::File { bytes, modified_ms } => (parse_entry(&bytes), modified_ms),
-                Read::Foreign { modified_ms, .. } | Read::TooLarge { modified_ms, .. } => (None, modified_ms),
-            };
-            let (alive, alive_until_ms) = alive(touched, now_ms);
-            let (waiter, locked) = entry.map_or((None, false), |(w, locked)| (Some(w), locked));
-            found.push(Found { file, seq, waiter, locked, alive, alive_until_ms });
-        }
-        found.sort_unstable_by_key(|f| f.seq);
+        let listing = list(dir)?;
+        let found = listing.seqs.iter().filter_map(|&seq| self.look(dir, seq, now_ms)).collect();
+        let leftovers = listing
+            .tmps
+            .into_iter()
+            .filter(|tmp| matches!(dir.file_size(tmp), Ok(Some((_, touched))) if !alive(touched, now_ms).0))
+            .collect();
         Ok((found, leftovers))
+    }
+
+    /// The entry `seq` of the line in `dir`, as read at `now_ms`; `None` if it
+    /// is gone, or cannot be read: then it is no waiter, and is not removed
+    /// either (its age is unknown).
+    fn look(&self, dir: &Dir, seq: u64, now_ms: u64) -> Option<Found> {
+        let file = entry_file(seq);
+        let (entry, touched) = match self.read_entry(dir, &file) {
+            Ok(Read::Absent) => return None,
+            Ok(Read::File { bytes, modified_ms }) => (parse_entry(&bytes), modified_ms),
+            Ok(Read::Foreign { modified_ms, .. } | Read::TooLarge { modified_ms, .. }) => (None, modified_ms),
+            Err(e) => {
+                tracing::debug!(line = %dir.path().display(), file, error = %e, "a wait-line entry cannot be read; skipped");
+                return None;
+            }
+        };
+        let (alive, alive_until_ms) = alive(touched, now_ms);
+        let (waiter, locked) = entry.map_or((None, false), |(w, locked)| (Some(w), locked));
+        Some(Found { file, seq, waiter, locked, alive, alive_until_ms })
+    }
+
+    /// Reads the entry `file` of the line in `dir` (at most
+    /// [`MAX_ENTRY_BYTES`]).
+    fn read_entry(&self, dir: &Dir, file: &str) -> std::io::Result<Read> {
+        #[cfg(test)]
+        self.held.hooks.reading(file)?;
+        dir.read(file, MAX_ENTRY_BYTES)
     }
 
     /// The waiters alive in the line of `found` by their files' age, first
@@ -228,6 +291,21 @@ impl FileBackend {
         self.err(op.to_string(), dir.path(), e)
     }
 
+    /// `e`, met in the wait line of `name`, as what it means to its waiters:
+    /// a line that cannot be used ([`Error::Corrupt`]), so they poll — unless
+    /// there can be no line here at all ([`Error::Unsupported`]: no watch).
+    /// Every error of a line's own file-system calls is one of these: only
+    /// the store's deadline (a hung mount), met outside them, stays an error
+    /// of the store.
+    fn unusable(&self, name: &str, e: Error) -> Error {
+        let detail = match e {
+            Error::Unsupported { .. } | Error::InvalidName { .. } | Error::Corrupt { .. } => return e,
+            Error::Store { op, source, .. } => format!("{op}: {source}"),
+            e => e.to_string(),
+        };
+        Error::corrupt(&*self.url, format!("the wait line of {name:?}"), detail)
+    }
+
     /// Whether locks on the entries of the line in `dir` say whether their
     /// waiters live: on a local file system only. On NFS a lock is the
     /// server's, may need the file open for reading, or (`nolock`) is seen by
@@ -248,7 +326,7 @@ impl FileBackend {
         let Some(dir) = self.key_dir(&key, true)? else {
             return Err(Error::store(&*self.url, op, "the line's directory vanished as it was made"));
         };
-        let lock = self.held.lock().len() < MAX_HELD && self.lockable(&dir);
+        let lock = self.held.fds.lock().len() < MAX_HELD && self.lockable(&dir);
         // Past the numbers lost to others (or taken by files no waiter wrote).
         let mut floor = 1;
         for _ in 0..MAX_RACES {
@@ -264,10 +342,10 @@ impl FileBackend {
                 // others: held again, when it can be.
                 let id = (key.clone(), waiter.nonce.clone());
                 if me.locked
-                    && !self.held.lock().contains_key(&id)
+                    && !self.held.fds.lock().contains_key(&id)
                     && let Ok(fd) = dir.hold(&me.file)
                 {
-                    self.held.lock().insert(id, fd);
+                    self.held.fds.lock().insert(id, fd);
                 }
                 return dir.touch(&me.file).map_err(|e| self.line_err(&op, &dir, e));
             }
@@ -290,7 +368,7 @@ impl FileBackend {
             let locked = if lock { dir.publish_locked(&file, &entry_bytes(waiter, true)) } else { Ok(None) };
             let published = match locked {
                 Ok(Some(fd)) => {
-                    self.held.lock().insert((key.clone(), waiter.nonce.clone()), fd);
+                    self.held.fds.lock().insert((key.clone(), waiter.nonce.clone()), fd);
                     Ok(true)
                 }
                 Ok(None) if lock => Ok(false),
@@ -350,6 +428,24 @@ impl FileBackend {
         })
     }
 
+    fn leave_blocking(&self, name: &str, nonce: &str) -> Result<()> {
+        let op = format!("leaving the wait line of {name:?}");
+        let key = line_key(name)?;
+        // Closed (and its lock freed) only once its file is gone: a close
+        // seen while it is still there would be taken for the waiter's end.
+        let _held = self.held.fds.lock().remove(&(key.clone(), nonce.to_string()));
+        let Some(dir) = self.key_dir(&key, false)? else { return Ok(()) };
+        let (found, _) = self.read_line(&dir).map_err(|e| self.line_err(&op, &dir, e))?;
+        for f in found.iter().filter(|f| f.waiter.as_ref().is_some_and(|w| w.nonce == nonce)) {
+            match dir.remove(&f.file) {
+                Ok(()) => {}
+                Err(e) if crate::store::fs::is_gone(&e) => {}
+                Err(e) => return Err(self.line_err(&op, &dir, e)),
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the line's entry `file` is gone: removed, or (if `locked`) its
     /// waiter's process has ended.
     fn gone(dir: &Dir, file: &str, locked: bool) -> std::io::Result<bool> {
@@ -382,12 +478,18 @@ enum Turn {
 impl Line for FileBackend {
     async fn enter(&self, name: &str, waiter: &Waiter) -> Result<()> {
         let (name, waiter) = (name.to_string(), waiter.clone());
-        self.run(format!("entering the wait line of {name:?}"), move |b| b.enter_blocking(&name, &waiter)).await
+        self.run(format!("entering the wait line of {name:?}"), move |b| {
+            b.enter_blocking(&name, &waiter).map_err(|e| b.unusable(&name, e))
+        })
+        .await
     }
 
     async fn waiters(&self, name: &str) -> Result<Vec<Waiter>> {
         let name = name.to_string();
-        self.run(format!("reading the wait line of {name:?}"), move |b| b.waiters_blocking(&name)).await
+        self.run(format!("reading the wait line of {name:?}"), move |b| {
+            b.waiters_blocking(&name).map_err(|e| b.unusable(&name, e))
+        })
+        .await
     }
 
     async fn turn(&self, name: &str, waiter: &Waiter, timeout: Duration) -> Result<Option<bool>> {
@@ -395,7 +497,9 @@ impl Line for FileBackend {
         let shared = self.shared()?;
         let what = format!("the wait line of {name:?}");
         let (n, w) = (name.to_string(), waiter.clone());
-        let turn = self.set_up(format!("reading {what}"), deadline, move |b| b.turn_blocking(&n, &w, &shared));
+        let turn = self.set_up(format!("reading {what}"), deadline, move |b| {
+            b.turn_blocking(&n, &w, &shared).map_err(|e| b.unusable(&n, e))
+        });
         let Some(turn) = turn.await? else { return Ok(Some(false)) };
         match turn {
             Turn::NotInLine => Ok(None),
@@ -414,8 +518,9 @@ impl Line for FileBackend {
                     if self.wait_on(&what, &mut registration, until).await? || until >= end {
                         break;
                     }
-                    let (k, f) = (key.clone(), ahead.clone());
-                    if self.run(format!("reading {what}"), move |b| b.gone_blocking(&k, &f, locked)).await? {
+                    let (n, k, f) = (name.to_string(), key.clone(), ahead.clone());
+                    let gone = move |b: &FileBackend| b.gone_blocking(&k, &f, locked).map_err(|e| b.unusable(&n, e));
+                    if self.run(format!("reading {what}"), gone).await? {
                         break;
                     }
                 }
@@ -427,23 +532,36 @@ impl Line for FileBackend {
     async fn leave(&self, name: &str, nonce: &str) -> Result<()> {
         let (name, nonce) = (name.to_string(), nonce.to_string());
         self.run(format!("leaving the wait line of {name:?}"), move |b| {
-            let op = format!("leaving the wait line of {name:?}");
-            let key = line_key(&name)?;
-            // Closed (and its lock freed) only once its file is gone: a close
-            // seen while it is still there would be taken for the waiter's end.
-            let _held = b.held.lock().remove(&(key.clone(), nonce.clone()));
-            let Some(dir) = b.key_dir(&key, false)? else { return Ok(()) };
-            let (found, _) = b.read_line(&dir).map_err(|e| b.line_err(&op, &dir, e))?;
-            for f in found.iter().filter(|f| f.waiter.as_ref().is_some_and(|w| w.nonce == nonce)) {
-                match dir.remove(&f.file) {
-                    Ok(()) => {}
-                    Err(e) if crate::store::fs::is_gone(&e) => {}
-                    Err(e) => return Err(b.line_err(&op, &dir, e)),
-                }
-            }
-            Ok(())
+            b.leave_blocking(&name, &nonce).map_err(|e| b.unusable(&name, e))
         })
         .await
+    }
+}
+
+/// What tests do to a store's line.
+#[cfg(test)]
+mod hooks {
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Debug, Default)]
+    pub(super) struct Hooks {
+        /// Entries read so far.
+        pub(super) reads: AtomicUsize,
+        /// Entries whose read fails with `EIO` (tests run as root, whom no
+        /// permission keeps from reading a file).
+        pub(super) broken: parking_lot::Mutex<HashSet<String>>,
+    }
+
+    impl Hooks {
+        /// Before the entry `file` is read.
+        pub(super) fn reading(&self, file: &str) -> std::io::Result<()> {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            if self.broken.lock().contains(file) {
+                return Err(rustix::io::Errno::IO.into());
+            }
+            Ok(())
+        }
     }
 }
 
@@ -483,7 +601,7 @@ mod tests {
         };
         mine.enter_blocking("l", &w).expect("enter");
         assert_eq!(line(&other), ["n1"]);
-        mine.held.lock().clear();
+        mine.held.fds.lock().clear();
         assert!(line(&other).is_empty(), "its lock is free: ended");
         mine.enter_blocking("l", &w).expect("enter again");
         assert_eq!(line(&other), ["n1"], "held again, the same entry");
@@ -492,7 +610,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(mine.leave("l", "n1")).expect("leave");
         assert!(line(&other).is_empty());
-        assert!(mine.held.lock().is_empty(), "let go");
+        assert!(mine.held.fds.lock().is_empty(), "let go");
     }
 
     /// On a directory other machines share (NFS), a waiter's entry is not
@@ -509,13 +627,75 @@ mod tests {
         };
         // A locked entry whose lock is gone (its process ended, as seen here).
         local.enter_blocking("l", &Waiter { nonce: "n1".into(), shared: false }).expect("enter");
-        local.held.lock().clear();
+        local.held.fds.lock().clear();
         nfs.enter_blocking("l", &Waiter { nonce: "n2".into(), shared: false }).expect("enter on NFS");
-        assert!(nfs.held.lock().is_empty(), "nothing held open on NFS");
+        assert!(nfs.held.fds.lock().is_empty(), "nothing held open on NFS");
         let entry = std::fs::read(dir.path().join("l~line").join(entry_file(2))).expect("entry");
         assert_eq!(entry, b"x\nn2", "an entry judged by age");
         assert_eq!(line(&nfs), ["n1", "n2"], "by age alone on NFS");
         assert_eq!(line(&local), ["n2"], "the lock tried where it means something");
+    }
+
+    /// A lease store over `b`, as a process keeps one.
+    fn lease_store(b: &FileBackend) -> std::sync::Arc<crate::CasStore> {
+        let (clock, opts) = (crate::SystemClock::shared(), crate::CasOptions::default());
+        std::sync::Arc::new(crate::CasStore::new(std::sync::Arc::new(b.clone()), clock, opts))
+    }
+
+    /// An exclusive request for lease `l` by a holder of its own.
+    fn request(label: &str) -> crate::AcquireRequest {
+        crate::AcquireRequest {
+            name: crate::LeaseName::new("l").expect("name"),
+            mode: crate::Mode::Exclusive,
+            ttl: Duration::from_secs(30),
+            holder: std::sync::Arc::new(crate::Holder::current().with_label(label)),
+            retake: false,
+            meta: None,
+        }
+    }
+
+    fn granted(a: crate::Attempt) -> crate::Grant {
+        match a {
+            crate::Attempt::Granted(g) => g,
+            crate::Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+        }
+    }
+
+    /// An entry that cannot be read (an I/O error: tests run as root, who
+    /// can read any file, so a hook fails its read) is skipped and left
+    /// alone: it is no waiter, and nobody fails on it. Before, every look at
+    /// the line failed on it: a waiter could not enter, and a store that had
+    /// waited in the line could not take the lease, however free.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_entry_that_cannot_be_read_is_skipped_and_keeps_nobody_from_the_lease() {
+        use crate::LeaseStore;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let line_dir = dir.path().join("l~line");
+        std::fs::create_dir_all(&line_dir).expect("mkdir");
+        std::fs::write(line_dir.join(entry_file(1)), b"x\nbroken").expect("write");
+        let b = FileBackend::new(dir.path()).with_fsync(false);
+        b.held.hooks.broken.lock().insert(entry_file(1));
+        assert!(b.waiters_blocking("l").expect("read the line").is_empty(), "no waiter");
+
+        let (holder, waiting) = (lease_store(&FileBackend::new(dir.path())), lease_store(&b));
+        let first = granted(holder.try_acquire(&request("first")).await.expect("acquire"));
+        let queued = {
+            let waiting = waiting.clone();
+            tokio::spawn(async move { waiting.acquire_queued(&request("w"), Duration::from_secs(60)).await })
+        };
+        for _ in 0..500 {
+            if line_dir.join(entry_file(2)).exists() || queued.is_finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        holder.release(&first, &crate::ReleaseRequest::default()).await.expect("release");
+        let answer = tokio::time::timeout(Duration::from_secs(5), queued).await.expect("in time").expect("task");
+        let g = granted(answer.expect("a line").expect("waited in line"));
+        waiting.release(&g, &crate::ReleaseRequest::default()).await.expect("release");
+        let g = granted(waiting.try_acquire(&request("again")).await.expect("the lease is free"));
+        waiting.release(&g, &crate::ReleaseRequest::default()).await.expect("release");
+        assert!(line_dir.join(entry_file(1)).exists(), "left alone");
     }
 
     #[test]
