@@ -241,9 +241,12 @@ async fn a_crashed_waiter_or_a_forged_file_in_a_directory_line_holds_up_nobody()
     let next = waiter(&url, r);
     until_queued(&url, name, 1).await;
     assert_eq!(line(&url, name).await, [next_nonce]);
-    for gone in ["00000000000000000001", "00000000000000000002", "00000000000000000004.tmp-0123"] {
-        assert!(!line_dir.join(gone).exists(), "{gone} was removed");
+    // (Their numbers are free again: the waiter may have taken one.)
+    for (gone, was) in [("00000000000000000001", "crashed"), ("00000000000000000002", "future")] {
+        let now = std::fs::read(line_dir.join(gone)).unwrap_or_default();
+        assert!(!now.ends_with(was.as_bytes()), "{gone} was removed");
     }
+    assert!(!line_dir.join("00000000000000000004.tmp-0123").exists(), "the leftover was removed");
     for kept in ["notes.txt", "00000000000000000007", "00000000000000000008"] {
         assert!(line_dir.join(kept).exists(), "{kept}, fresh and not an entry, is left alone");
     }
@@ -454,4 +457,50 @@ async fn thousands_of_foreign_files_in_a_directory_line_keep_nobody_from_the_lea
     holder.release(&first, &ReleaseRequest::default()).await.expect("release");
     let lease = tokio::time::timeout(WAIT, polled).await.expect("in time").expect("task").expect("granted once free");
     lease.release().await.expect("release");
+}
+
+/// Entries in a waiter's format numbered at the top of the range (the last
+/// number a waiter takes, and u64::MAX). One that crashed long ago is removed
+/// by the next waiter to enter, which takes a number in the same pass (it
+/// failed, "ran out", until the next pass); a fresh one (a hostile tenant's,
+/// or a waiter that somehow got there) leaves no number after it: waiters
+/// poll instead of failing, and get the lease once it is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_at_the_top_of_the_numbers_never_shuts_the_line() {
+    use std::time::SystemTime;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let planted = |name: &str, file: &str, at: SystemTime| {
+        let line_dir = dir.path().join(format!("{name}~line"));
+        std::fs::create_dir_all(&line_dir).expect("mkdir");
+        std::fs::write(line_dir.join(file), b"x\nplanted").expect("write");
+        let f = std::fs::File::options().write(true).open(line_dir.join(file)).expect("open");
+        f.set_modified(at).expect("set mtime");
+        line_dir.join(file)
+    };
+    let holder = store(&url);
+
+    let crashed = planted("stale", "09999999999999999999", SystemTime::now() - Duration::from_secs(3600));
+    let first = held(holder.try_acquire(&req("stale", "first")).await.expect("acquire"));
+    let r = req("stale", "next");
+    let next_nonce = r.holder.nonce.clone();
+    let next = waiter(&url, r);
+    until_queued(&url, "stale", 1).await;
+    assert_eq!(line(&url, "stale").await, [next_nonce]);
+    assert!(!crashed.exists(), "the crashed entry was removed");
+    holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+    assert_eq!(granted(next).await.holder.label.as_deref(), Some("next"));
+
+    for (name, file) in [("fresh", "09999999999999999999"), ("max", &u64::MAX.to_string())] {
+        planted(name, file, SystemTime::now());
+        let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
+        let waiting = store(&url);
+        let answer = tokio::time::timeout(Duration::from_secs(5), waiting.acquire_queued(&req(name, "w"), WAIT))
+            .await
+            .expect("answered at once");
+        assert!(answer.is_none(), "{file}: no number left, the waiter polls, not {answer:?}");
+        holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+        let g = held(waiting.try_acquire(&req(name, "w")).await.expect("a free lease"));
+        waiting.release(&g, &ReleaseRequest::default()).await.expect("release");
+    }
 }

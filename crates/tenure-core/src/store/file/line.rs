@@ -158,6 +158,27 @@ fn alive(touched_ms: Option<u64>, now_ms: u64) -> (bool, u64) {
     (until >= now_ms && touched_ms <= now_ms.saturating_add(margin), until)
 }
 
+/// The lowest number from `start` on that no entry of `found` (lowest
+/// first) has; `None` past `u64::MAX`.
+fn first_free(start: u64, found: &[Found]) -> Option<u64> {
+    let mut seq = start;
+    for f in found.iter().skip_while(|f| f.seq < start) {
+        if f.seq != seq {
+            break;
+        }
+        seq = seq.checked_add(1)?;
+    }
+    Some(seq)
+}
+
+/// Whether a removal left the entry gone.
+fn removed(removal: std::io::Result<()>) -> bool {
+    match removal {
+        Ok(()) => true,
+        Err(e) => crate::store::fs::is_gone(&e),
+    }
+}
+
 /// Whether the waiter of the locked entry `file` has ended: its lock is free,
 /// or the file is gone. A lock that cannot be tried is taken as held.
 fn ended(dir: &Dir, file: &str) -> bool {
@@ -331,10 +352,12 @@ impl FileBackend {
         let mut floor = 1;
         for _ in 0..MAX_RACES {
             let (found, leftovers) = self.read_line(&dir).map_err(|e| self.line_err(&op, &dir, e))?;
-            // Waiters that crashed, files dated in the future, and old leftovers.
-            for file in found.iter().filter(|f| !f.alive).map(|f| &f.file).chain(&leftovers) {
+            // Waiters that crashed, files dated in the future, and old
+            // leftovers; the numbers of those removed are free again.
+            for file in &leftovers {
                 let _ = dir.remove(file);
             }
+            let found: Vec<Found> = found.into_iter().filter(|f| f.alive || !removed(dir.remove(&f.file))).collect();
             let line = Self::waiters_of(&found);
             if let Some(me) = line.iter().find(|f| f.waiter.as_ref().is_some_and(|w| w.nonce == waiter.nonce)) {
                 // Still here. A locked entry this store no longer holds (a
@@ -352,16 +375,19 @@ impl FileBackend {
             if line.len() >= MAX_WAITERS {
                 return Err(line_full(&self.url, name));
             }
-            // One past the last waiter's entry, crashed or not: files no waiter
-            // wrote (a directory, a FIFO, garbage) are no place in the line, and
-            // one numbered at the top of the range must not shut it.
-            let last = found.iter().rev().find(|f| f.waiter.is_some());
-            let next = last.map_or(Some(1), |f| f.seq.checked_add(1)).map(|s| s.max(floor)).filter(|&s| s < MAX_SEQ);
-            let Some(seq) = next else {
+            // One past the last waiter's entry still there (crashed or not),
+            // and past the names taken right after it: files no waiter wrote
+            // (a directory, a FIFO, garbage) are no place in the line, and
+            // one numbered at the top of the range must not shut it. A waiter
+            // there (one that crashed was just removed) leaves no number: this
+            // waiter polls (see `unusable`) until that entry lapses.
+            let last = found.iter().rev().find(|f| f.waiter.is_some()).map_or(0, |f| f.seq);
+            let next = last.checked_add(1).map(|s| s.max(floor)).and_then(|s| first_free(s, &found));
+            let Some(seq) = next.filter(|&s| s < MAX_SEQ) else {
                 return Err(Error::store(
                     &*self.url,
                     op,
-                    "the line's sequence numbers ran out (a file no waiter wrote?)",
+                    format!("no sequence number is left past the entry {} (a file no waiter wrote?)", entry_file(last)),
                 ));
             };
             let file = entry_file(seq);
@@ -379,7 +405,7 @@ impl FileBackend {
             if published.map_err(|e| self.line_err(&op, &dir, e))? {
                 return Ok(());
             }
-            floor = seq + 1;
+            floor = seq.saturating_add(1);
         }
         Err(Error::store(&*self.url, op, format!("lost the race for a place {MAX_RACES} times in a row")))
     }
