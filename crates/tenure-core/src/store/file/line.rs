@@ -6,15 +6,17 @@
 //!
 //! | line | directory | cost |
 //! |---|---|---|
-//! | enter | list; link a new file `{seq:020}` (one past the last waiter's) holding `X` or `S` (exclusive or shared), a newline and the waiter's nonce, locked and kept open; a lost race (the name exists) lists again | a listing, a small write, a `link(2)` and two `flock(2)` |
-//! | stay | `utimensat(2)` of its file: the kernel's clock, nobody woken | a `stat` |
-//! | whose turn | list and read the entries; try the lock of each entry ahead | a listing, a small read per waiter, an `open` and a `flock` per waiter ahead |
-//! | wait for the turn | inotify on the line's directory, woken only when the entry just ahead is removed, or closed by its waiter's end | no file-system call |
-//! | leave | `unlink(2)` of its file, then close it | one |
+//! | enter (once per wait) | list and read the entries, removing those of crashed waiters; link a new file `{seq:020}` (one past the last waiter's) holding `X` or `S` (exclusive or shared), a newline and the waiter's nonce, locked and kept open; a lost race (the name exists) lists again | a listing, a small read per entry, a small write, a `link(2)` and two `flock(2)` |
+//! | stay (every 2 s) | `futimens(2)` of its own open file, still linked (`fstat`): the kernel's clock, the line not read, nobody woken | an `fstat` and a `futimens`, no lookup |
+//! | whose turn (when the entry ahead goes, and every 2 s) | check that its own name is still its file; list the names; read the entries ahead of it, nearest first, trying their locks, until one that keeps it waiting | a `stat`, a listing of names, and a small read, an `open` and a `flock` per entry looked at: one, unless those just ahead ended (or, for a shared waiter, are shared) |
+//! | wait for the turn | inotify on the line's directory, woken only when the entry just ahead is removed, or closed by its waiter's end; every 200 ms, a look at that entry | a `stat`, an `open` and a `flock` per look |
+//! | leave | `unlink(2)` of its own file (checked to be its own), then close it | a `stat` and an `unlink` |
 //!
 //! So a hand-over wakes one waiter, not the whole line (a single record per
-//! lease woke every waiter at every entry and departure). Line files are not
-//! `fsync`ed: only the order is at stake, never a lease.
+//! lease woke every waiter at every entry and departure), and a line of N
+//! waiters reads about N entries every 2 s, not every entry for every waiter
+//! twice (2 N²: 80 000 reads for 200 waiters). Line files are not `fsync`ed:
+//! only the order is at stake, never a lease.
 //!
 //! **Liveness.** A waiter keeps its file open and locked (`flock(2)`) while it
 //! waits. When its process ends, however it ends (`SIGKILL` too), the kernel
@@ -42,8 +44,10 @@
 //! a long listing: its waiters poll instead (see `cas::queue`), and nobody is
 //! kept from a free lease by what others left in its line.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -51,7 +55,7 @@ use tokio::time::Instant;
 
 use super::FileBackend;
 use super::watch::{Registration, line_mask};
-use crate::backend::{Line, Waiter, check_key, may_try};
+use crate::backend::{Line, Waiter, check_key};
 use crate::cas::{ENTRY_TTL, MAX_WAITERS, line_full};
 use crate::error::{Error, Result};
 use crate::store::fs::{Dir, Kind, Read};
@@ -77,20 +81,58 @@ const MAX_SEQ: u64 = 10u64.pow(19);
 /// Entries that lost the race for a sequence number in a row before entering
 /// gives up.
 const MAX_RACES: usize = 64;
-/// Entries one store keeps open and locked at once (one per waiter of this
-/// process); past it, entries are written unlocked, judged by their age.
+/// Entries one store keeps open at once (one per waiter of this process);
+/// past it, waiters poll.
 const MAX_HELD: usize = MAX_FILES;
 
-/// The open, locked files of this store's waiters.
-pub(super) type Held = std::sync::Arc<Entries>;
+/// The entries of this store's waiters.
+pub(super) type Held = Arc<Entries>;
 
-/// The open, locked files of one store's waiters, by line key and nonce.
+/// The entries of one store's waiters, by line key and nonce, each kept open
+/// (and locked where locks say whether a process lives) while its waiter
+/// waits: its waiter stays in line, and finds its place, through it alone.
 #[derive(Debug, Default)]
 pub(super) struct Entries {
-    fds: parking_lot::Mutex<std::collections::HashMap<(String, String), OwnedFd>>,
+    mine: parking_lot::Mutex<HashMap<(String, String), Mine>>,
     /// Entries read by this store, and entries whose read fails (tests).
     #[cfg(test)]
     hooks: hooks::Hooks,
+}
+
+/// A waiter's own entry.
+#[derive(Debug)]
+struct Mine {
+    seq: u64,
+    /// Its file, open; closed once the file is removed (see `leave`).
+    fd: Arc<OwnedFd>,
+}
+
+impl Entries {
+    /// The number and the open file of the entry of `id`, if held.
+    fn get(&self, id: &(String, String)) -> Option<(u64, Arc<OwnedFd>)> {
+        self.mine.lock().get(id).map(|m| (m.seq, m.fd.clone()))
+    }
+
+    fn put(&self, id: (String, String), seq: u64, fd: OwnedFd) {
+        self.mine.lock().insert(id, Mine { seq, fd: Arc::new(fd) });
+    }
+
+    fn take(&self, id: &(String, String)) -> Option<Mine> {
+        self.mine.lock().remove(id)
+    }
+
+    /// Lets the entry of `id` go, if it still is the file `fd`: its file was
+    /// removed or replaced, so it is no place in line.
+    fn forget(&self, id: &(String, String), fd: &Arc<OwnedFd>) {
+        let mut mine = self.mine.lock();
+        if mine.get(id).is_some_and(|m| Arc::ptr_eq(&m.fd, fd)) {
+            mine.remove(id);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.mine.lock().len()
+    }
 }
 
 /// `name~line`: the key whose directory holds `name`'s waiters.
@@ -177,6 +219,42 @@ fn removed(removal: std::io::Result<()>) -> bool {
         Ok(()) => true,
         Err(e) => crate::store::fs::is_gone(&e),
     }
+}
+
+/// Opens the entry `file` to keep while its waiter waits: locked (for
+/// writing, as [`Dir::publish_locked`] keeps it) if `locked`, else for reading.
+fn hold(dir: &Dir, file: &str, locked: bool) -> std::io::Result<OwnedFd> {
+    if locked { dir.hold(file) } else { dir.open_file(file, rustix::fs::OFlags::RDONLY) }
+}
+
+/// [`Dir::publish`] of an entry judged by its age, kept open for reading;
+/// `None` if `file` exists.
+fn publish_unlocked(dir: &Dir, file: &str, bytes: &[u8]) -> std::io::Result<Option<OwnedFd>> {
+    if !dir.publish(file, bytes, false)? {
+        return Ok(None);
+    }
+    hold(dir, file, false).map(Some).inspect_err(|_| {
+        let _ = dir.remove(file);
+    })
+}
+
+/// Sets the modification time of the open entry `fd` to now, on the kernel's
+/// clock (`futimens(2)`: an attribute, which raises no event a waiter watches).
+fn touch(fd: &OwnedFd) -> std::io::Result<()> {
+    use rustix::fs::{Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
+    let (omit, now) = (Timespec { tv_sec: 0, tv_nsec: UTIME_OMIT }, Timespec { tv_sec: 0, tv_nsec: UTIME_NOW });
+    Ok(rustix::fs::futimens(fd, &Timestamps { last_access: omit, last_modification: now })?)
+}
+
+/// Whether `file` in `dir` is the open file `fd`: not removed, nor replaced.
+fn same_file(dir: &Dir, file: &str, fd: &OwnedFd) -> std::io::Result<bool> {
+    let there = match rustix::fs::statat(dir, file, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(e) if e == rustix::io::Errno::NOENT || e == rustix::io::Errno::STALE => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    let open = rustix::fs::fstat(fd)?;
+    Ok((there.st_dev, there.st_ino) == (open.st_dev, open.st_ino))
 }
 
 /// Whether the waiter of the locked entry `file` has ended: its lock is free,
@@ -272,37 +350,17 @@ impl FileBackend {
         found.iter().filter(|f| f.alive && f.waiter.is_some()).collect()
     }
 
-    /// [`Self::waiters_of`], less waiters whose process has ended (their
-    /// file's lock is free), looked for only where it matters, one `open` and
-    /// `flock` each: for `me`, in line, from the waiter just ahead of it
-    /// towards the front, until one that keeps it waiting (an exclusive waiter,
-    /// or any if `me` is exclusive); otherwise from the front, until the first
-    /// alive. Ended waiters further on are left to whoever reaches them. A lock
-    /// that cannot be tried (a file swapped for a FIFO, no permission) leaves
-    /// the waiter in. Without `probe` (a directory other machines share, where
-    /// a lock is no sign of a process here), locked entries are judged by age
-    /// alone.
-    fn live<'a>(dir: &Dir, found: &'a [Found], me: Option<&Waiter>, probe: bool) -> Vec<&'a Found> {
+    /// [`Self::waiters_of`], less waiters at the front whose process has
+    /// ended (their file's lock is free), one `open` and `flock` each, until
+    /// the first alive. Ended waiters further on are left to whoever reaches
+    /// them. A lock that cannot be tried (a file swapped for a FIFO, no
+    /// permission) leaves the waiter in. Without `probe` (a directory other
+    /// machines share, where a lock is no sign of a process here), locked
+    /// entries are judged by age alone.
+    fn live<'a>(dir: &Dir, found: &'a [Found], probe: bool) -> Vec<&'a Found> {
         let mut line = Self::waiters_of(found);
-        let ended = |f: &Found| probe && f.locked && ended(dir, &f.file);
-        let at = me.and_then(|me| line.iter().position(|f| f.waiter.as_ref().is_some_and(|w| w.nonce == me.nonce)));
-        match (me, at) {
-            (Some(me), Some(mut i)) => {
-                while let Some(ahead) = i.checked_sub(1) {
-                    i = ahead;
-                    let f = line[i];
-                    if ended(f) {
-                        line.remove(i);
-                    } else if !(me.shared && f.waiter.as_ref().is_some_and(|w| w.shared)) {
-                        break;
-                    }
-                }
-            }
-            _ => {
-                while line.first().is_some_and(|f| ended(f)) {
-                    line.remove(0);
-                }
-            }
+        while line.first().is_some_and(|f| probe && f.locked && ended(dir, &f.file)) {
+            line.remove(0);
         }
         line
     }
@@ -335,19 +393,29 @@ impl FileBackend {
         matches!(self.on_network(dir), Ok(None))
     }
 
+    /// Enters `waiter` in the line of `name`, or keeps it where it is: then
+    /// only its own entry is touched, through the file it keeps open.
     fn enter_blocking(&self, name: &str, waiter: &Waiter) -> Result<()> {
         let key = line_key(name)?;
+        let id = (key.clone(), waiter.nonce.clone());
+        let op = format!("entering the wait line of {name:?}");
+        if self.stay(&id).map_err(|e| self.err(&op, &self.root.join(&key), e))? {
+            return Ok(());
+        }
         let bytes = entry_bytes(waiter, false);
         if bytes.len() > MAX_ENTRY_BYTES {
             return Err(
                 self.unsupported(format!("a holder nonce of {} bytes is too long to wait in line", bytes.len()))
             );
         }
-        let op = format!("entering the wait line of {name:?}");
+        // Every entry is kept open: past so many, a waiter polls instead.
+        if self.held.len() >= MAX_HELD {
+            return Err(self.unsupported(format!("this store keeps {MAX_HELD} wait-line entries open already")));
+        }
         let Some(dir) = self.key_dir(&key, true)? else {
             return Err(Error::store(&*self.url, op, "the line's directory vanished as it was made"));
         };
-        let lock = self.held.fds.lock().len() < MAX_HELD && self.lockable(&dir);
+        let lock = self.lockable(&dir);
         // Past the numbers lost to others (or taken by files no waiter wrote).
         let mut floor = 1;
         for _ in 0..MAX_RACES {
@@ -360,17 +428,21 @@ impl FileBackend {
             let found: Vec<Found> = found.into_iter().filter(|f| f.alive || !removed(dir.remove(&f.file))).collect();
             let line = Self::waiters_of(&found);
             if let Some(me) = line.iter().find(|f| f.waiter.as_ref().is_some_and(|w| w.nonce == waiter.nonce)) {
-                // Still here. A locked entry this store no longer holds (a
-                // departure that could not remove it) is taken for ended by
-                // others: held again, when it can be.
-                let id = (key.clone(), waiter.nonce.clone());
-                if me.locked
-                    && !self.held.fds.lock().contains_key(&id)
-                    && let Ok(fd) = dir.hold(&me.file)
-                {
-                    self.held.fds.lock().insert(id, fd);
+                // Still here, in an entry this store does not hold (a
+                // departure that could not remove it; a locked one is taken
+                // for ended by others): held again, and touched. One that
+                // cannot be held is removed, and the waiter enters anew.
+                match hold(&dir, &me.file, me.locked && lock) {
+                    Ok(fd) => {
+                        touch(&fd).map_err(|e| self.line_err(&op, &dir, e))?;
+                        self.held.put(id, me.seq, fd);
+                        return Ok(());
+                    }
+                    Err(_) => {
+                        let _ = dir.remove(&me.file);
+                        continue;
+                    }
                 }
-                return dir.touch(&me.file).map_err(|e| self.line_err(&op, &dir, e));
             }
             if line.len() >= MAX_WAITERS {
                 return Err(line_full(&self.url, name));
@@ -391,18 +463,14 @@ impl FileBackend {
                 ));
             };
             let file = entry_file(seq);
-            let locked = if lock { dir.publish_locked(&file, &entry_bytes(waiter, true)) } else { Ok(None) };
-            let published = match locked {
-                Ok(Some(fd)) => {
-                    self.held.fds.lock().insert((key.clone(), waiter.nonce.clone()), fd);
-                    Ok(true)
-                }
-                Ok(None) if lock => Ok(false),
+            let published = match lock.then(|| dir.publish_locked(&file, &entry_bytes(waiter, true))) {
+                Some(Ok(locked)) => Ok(locked),
                 // Not locked, or a lock this file system refuses (`flock(2)`
                 // on a FUSE or odd mount): an entry judged by its age.
-                Ok(None) | Err(_) => dir.publish(&file, &bytes, false),
+                None | Some(Err(_)) => publish_unlocked(&dir, &file, &bytes),
             };
-            if published.map_err(|e| self.line_err(&op, &dir, e))? {
+            if let Some(fd) = published.map_err(|e| self.line_err(&op, &dir, e))? {
+                self.held.put(id, seq, fd);
                 return Ok(());
             }
             floor = seq.saturating_add(1);
@@ -410,40 +478,72 @@ impl FileBackend {
         Err(Error::store(&*self.url, op, format!("lost the race for a place {MAX_RACES} times in a row")))
     }
 
+    /// Touches the entry this store holds for `id` through its open file: no
+    /// look at the line, nor even a lookup of its name. `false` if it holds
+    /// none, or its file was removed (its waiter taken for crashed): the
+    /// waiter enters again.
+    fn stay(&self, id: &(String, String)) -> std::io::Result<bool> {
+        let Some((_, fd)) = self.held.get(id) else { return Ok(false) };
+        if !rustix::fs::fstat(&*fd).is_ok_and(|st| st.st_nlink > 0) {
+            self.held.forget(id, &fd);
+            return Ok(false);
+        }
+        touch(&fd)?;
+        Ok(true)
+    }
+
     fn waiters_blocking(&self, name: &str) -> Result<Vec<Waiter>> {
         let Some(dir) = self.key_dir(&line_key(name)?, false)? else { return Ok(Vec::new()) };
         let (found, _) =
             self.read_line(&dir).map_err(|e| self.line_err(&format!("reading the wait line of {name:?}"), &dir, e))?;
-        Ok(Self::live(&dir, &found, None, self.lockable(&dir)).into_iter().filter_map(|f| f.waiter.clone()).collect())
+        Ok(Self::live(&dir, &found, self.lockable(&dir)).into_iter().filter_map(|f| f.waiter.clone()).collect())
     }
 
     /// Whose turn it is; when not `waiter`'s, a watch for the removal of the
     /// entry just ahead of it, set before that entry was last seen, and until
-    /// when that entry is alive at most.
-    fn turn_blocking(
-        &self,
-        name: &str,
-        waiter: &Waiter,
-        shared: &std::sync::Arc<super::watch::Shared>,
-    ) -> Result<Turn> {
+    /// when that entry is alive at most. Reads what it needs only: its own
+    /// place is the entry this store holds (checked to be still there), and
+    /// the entries ahead of it are read from the nearest on, until one that
+    /// keeps it waiting ([`crate::backend::may_try`]: an exclusive waiter,
+    /// or any if it is exclusive itself) — one entry, unless those just
+    /// ahead ended.
+    fn turn_blocking(&self, name: &str, waiter: &Waiter, shared: &Arc<super::watch::Shared>) -> Result<Turn> {
         let key = line_key(name)?;
         let op = format!("reading the wait line of {name:?}");
         let Some(dir) = self.key_dir(&key, false)? else { return Ok(Turn::NotInLine) };
         // Watch first, then read: a departure after the read is an event.
-        let mut registration = self.register(&format!("the wait line of {name:?}"), &dir, line_mask(), shared)?;
-        let (found, _) = self.read_line(&dir).map_err(|e| self.line_err(&op, &dir, e))?;
-        // Watched, so on a local file system: locks say who is alive.
-        let line = Self::live(&dir, &found, Some(waiter), true);
-        let waiters: Vec<Waiter> = line.iter().filter_map(|f| f.waiter.clone()).collect();
-        let at = match may_try(&waiters, waiter) {
-            None => return Ok(Turn::NotInLine),
-            Some(true) => return Ok(Turn::Mine),
-            Some(false) => waiters.iter().position(|w| w.nonce == waiter.nonce).unwrap_or(0),
-        };
-        let Some(ahead) = at.checked_sub(1).and_then(|i| line.get(i)) else { return Ok(Turn::Mine) };
+        let registration = self.register(&format!("the wait line of {name:?}"), &dir, line_mask(), shared)?;
+        let id = (key, waiter.nonce.clone());
+        let Some((seq, fd)) = self.held.get(&id) else { return Ok(Turn::NotInLine) };
+        if !same_file(&dir, &entry_file(seq), &fd).map_err(|e| self.line_err(&op, &dir, e))? {
+            // Removed (taken for crashed) or replaced: it enters again.
+            self.held.forget(&id, &fd);
+            return Ok(Turn::NotInLine);
+        }
+        let listing = list(&dir).map_err(|e| self.line_err(&op, &dir, e))?;
+        let now_ms = crate::clock::unix_ms(std::time::SystemTime::now());
+        let mut nearest: Option<Found> = None;
+        for &s in listing.seqs.iter().rev().filter(|&&s| s < seq) {
+            // Watched, so on a local file system: locks say who is alive.
+            let Some(f) = self.look(&dir, s, now_ms).filter(|f| f.alive && !(f.locked && ended(&dir, &f.file))) else {
+                continue;
+            };
+            let Some(theirs) = &f.waiter else { continue };
+            let keeps_waiting = !(waiter.shared && theirs.shared);
+            let nearest = nearest.get_or_insert(f);
+            if keeps_waiting {
+                return self.wait_for(&dir, &op, registration, nearest);
+            }
+        }
+        Ok(Turn::Mine)
+    }
+
+    /// [`Turn::Wait`] for the removal of the entry `ahead`, watched by
+    /// `registration`; [`Turn::Moved`] if it went while the watch was set.
+    fn wait_for(&self, dir: &Dir, op: &str, mut registration: Registration, ahead: &Found) -> Result<Turn> {
         registration.on_removal_of(ahead.file.as_bytes());
         // Removed or ended between the read and the interest: look again at once.
-        if Self::gone(&dir, &ahead.file, ahead.locked).map_err(|e| self.line_err(&op, &dir, e))? {
+        if Self::gone(dir, &ahead.file, ahead.locked).map_err(|e| self.line_err(op, dir, e))? {
             return Ok(Turn::Moved);
         }
         Ok(Turn::Wait {
@@ -454,16 +554,29 @@ impl FileBackend {
         })
     }
 
+    /// Takes the waiter `nonce` out of the line of `name`: its own entry, if
+    /// this store holds it (and it is still there), else any entry of its.
     fn leave_blocking(&self, name: &str, nonce: &str) -> Result<()> {
         let op = format!("leaving the wait line of {name:?}");
         let key = line_key(name)?;
         // Closed (and its lock freed) only once its file is gone: a close
         // seen while it is still there would be taken for the waiter's end.
-        let _held = self.held.fds.lock().remove(&(key.clone(), nonce.to_string()));
+        let mine = self.held.take(&(key.clone(), nonce.to_string()));
         let Some(dir) = self.key_dir(&key, false)? else { return Ok(()) };
-        let (found, _) = self.read_line(&dir).map_err(|e| self.line_err(&op, &dir, e))?;
-        for f in found.iter().filter(|f| f.waiter.as_ref().is_some_and(|w| w.nonce == nonce)) {
-            match dir.remove(&f.file) {
+        let files = match &mine {
+            Some(m) => {
+                let file = entry_file(m.seq);
+                let here = same_file(&dir, &file, &m.fd).map_err(|e| self.line_err(&op, &dir, e))?;
+                if here { vec![file] } else { Vec::new() }
+            }
+            None => {
+                let (found, _) = self.read_line(&dir).map_err(|e| self.line_err(&op, &dir, e))?;
+                let theirs = |f: &Found| f.waiter.as_ref().is_some_and(|w| w.nonce == nonce);
+                found.into_iter().filter(theirs).map(|f| f.file).collect()
+            }
+        };
+        for file in files {
+            match dir.remove(&file) {
                 Ok(()) => {}
                 Err(e) if crate::store::fs::is_gone(&e) => {}
                 Err(e) => return Err(self.line_err(&op, &dir, e)),
@@ -627,7 +740,7 @@ mod tests {
         };
         mine.enter_blocking("l", &w).expect("enter");
         assert_eq!(line(&other), ["n1"]);
-        mine.held.fds.lock().clear();
+        mine.held.mine.lock().clear();
         assert!(line(&other).is_empty(), "its lock is free: ended");
         mine.enter_blocking("l", &w).expect("enter again");
         assert_eq!(line(&other), ["n1"], "held again, the same entry");
@@ -636,7 +749,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(mine.leave("l", "n1")).expect("leave");
         assert!(line(&other).is_empty());
-        assert!(mine.held.fds.lock().is_empty(), "let go");
+        assert_eq!(mine.held.len(), 0, "let go");
     }
 
     /// On a directory other machines share (NFS), a waiter's entry is not
@@ -653,9 +766,10 @@ mod tests {
         };
         // A locked entry whose lock is gone (its process ended, as seen here).
         local.enter_blocking("l", &Waiter { nonce: "n1".into(), shared: false }).expect("enter");
-        local.held.fds.lock().clear();
+        local.held.mine.lock().clear();
         nfs.enter_blocking("l", &Waiter { nonce: "n2".into(), shared: false }).expect("enter on NFS");
-        assert!(nfs.held.fds.lock().is_empty(), "nothing held open on NFS");
+        let line_dir = Dir::open_root(&dir.path().join("l~line"), false).expect("open").expect("there");
+        assert_eq!(line_dir.unlocked(&entry_file(2)).expect("lock"), Some(true), "not locked on NFS");
         let entry = std::fs::read(dir.path().join("l~line").join(entry_file(2))).expect("entry");
         assert_eq!(entry, b"x\nn2", "an entry judged by age");
         assert_eq!(line(&nfs), ["n1", "n2"], "by age alone on NFS");
@@ -722,6 +836,42 @@ mod tests {
         let g = granted(waiting.try_acquire(&request("again")).await.expect("the lease is free"));
         waiting.release(&g, &crate::ReleaseRequest::default()).await.expect("release");
         assert!(line_dir.join(entry_file(1)).exists(), "left alone");
+    }
+
+    /// What a line of 200 waiters costs, in entries read: a round of stays
+    /// (each waiter's every [`crate::cas::REFRESH`]) reads none, and a round
+    /// of turns (each waiter's look at the line when the entry ahead leaves,
+    /// and at that same period) reads the one entry just ahead of each. (It
+    /// was the whole line for each waiter, twice per period: 2 N² entries.)
+    /// The figures are printed; only the counts are checked.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_stays_in_line_reading_no_entry_and_looks_only_ahead() {
+        use std::sync::atomic::Ordering;
+        const N: usize = 200;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b = FileBackend::new(dir.path()).with_fsync(false);
+        let waiters: Vec<Waiter> = (0..N).map(|i| Waiter { nonce: format!("w{i}"), shared: false }).collect();
+        for w in &waiters {
+            b.enter_blocking("l", w).expect("enter");
+        }
+        let shared = b.shared().expect("inotify");
+        let reads = || b.held.hooks.reads.load(Ordering::Relaxed);
+        let (before, started) = (reads(), std::time::Instant::now());
+        for w in &waiters {
+            b.enter_blocking("l", w).expect("stay");
+        }
+        let (stays, stays_took) = (reads() - before, started.elapsed());
+        let (before, started) = (reads(), std::time::Instant::now());
+        for (i, w) in waiters.iter().enumerate() {
+            let turn = b.turn_blocking("l", w, &shared).expect("turn");
+            assert_eq!(matches!(turn, Turn::Mine), i == 0, "only the first waiter's turn");
+        }
+        let (turns, turns_took) = (reads() - before, started.elapsed());
+        eprintln!(
+            "{N} waiters: a round of stays read {stays} entries in {stays_took:?}, a round of turns {turns} in {turns_took:?}"
+        );
+        assert_eq!(stays, 0, "a waiter stays in line without reading it");
+        assert_eq!(turns, N - 1, "each waiter reads the entry just ahead of it");
     }
 
     #[test]
