@@ -31,8 +31,12 @@
 //! last showed it was alive: a file untouched for more than [`ENTRY_TTL`] plus
 //! [`MARGIN`] is a waiter that crashed or is stopped, and one dated in the
 //! future was not set by a waiter: both are skipped, and the next waiter to
-//! enter removes them. Files in the older format (`x` or `s`, not locked: a
-//! waiter that could hold no more files open) are judged by their age alone.
+//! enter removes them. Files in the older format (`x` or `s`, not locked:
+//! where a lock says nothing of a process) are judged by their age alone.
+//!
+//! **Open files.** A waiter keeps its entry open while it waits, so a store
+//! keeps at most a quarter of the process's limit of open files
+//! (`RLIMIT_NOFILE`) as entries; past it, waiters poll instead.
 //!
 //! **Hostile content.** The directory is opened like a key's, without following
 //! links; names that are not a sequence number, entries that are not regular
@@ -81,19 +85,17 @@ const MAX_SEQ: u64 = 10u64.pow(19);
 /// Entries that lost the race for a sequence number in a row before entering
 /// gives up.
 const MAX_RACES: usize = 64;
-/// Entries one store keeps open at once (one per waiter of this process);
-/// past it, waiters poll.
-const MAX_HELD: usize = MAX_FILES;
-
 /// The entries of this store's waiters.
 pub(super) type Held = Arc<Entries>;
 
 /// The entries of one store's waiters, by line key and nonce, each kept open
 /// (and locked where locks say whether a process lives) while its waiter
 /// waits: its waiter stays in line, and finds its place, through it alone.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Entries {
     mine: parking_lot::Mutex<HashMap<(String, String), Mine>>,
+    /// Most entries kept open at once ([`max_held`]); past it, waiters poll.
+    cap: usize,
     /// Entries read by this store, and entries whose read fails (tests).
     #[cfg(test)]
     hooks: hooks::Hooks,
@@ -107,7 +109,34 @@ struct Mine {
     fd: Arc<OwnedFd>,
 }
 
+impl Default for Entries {
+    fn default() -> Self {
+        Self::with_cap(max_held())
+    }
+}
+
+/// Most entries one store keeps open: a quarter of the process's soft limit
+/// of open files (`RLIMIT_NOFILE`, read once; commonly 1 024, so 256), which
+/// leaves the rest to everything else the process opens. (It was 4 096: past
+/// a limit of 1 024, a process with many waiters failed to open anything.)
+fn max_held() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+        soft.map_or(usize::MAX, |n| usize::try_from(n / 4).unwrap_or(usize::MAX))
+    })
+}
+
 impl Entries {
+    fn with_cap(cap: usize) -> Self {
+        Self {
+            mine: parking_lot::Mutex::default(),
+            cap,
+            #[cfg(test)]
+            hooks: hooks::Hooks::default(),
+        }
+    }
+
     /// The number and the open file of the entry of `id`, if held.
     fn get(&self, id: &(String, String)) -> Option<(u64, Arc<OwnedFd>)> {
         self.mine.lock().get(id).map(|m| (m.seq, m.fd.clone()))
@@ -132,6 +161,11 @@ impl Entries {
 
     fn len(&self) -> usize {
         self.mine.lock().len()
+    }
+
+    /// Whether a new entry would be one too many.
+    fn full(&self) -> bool {
+        self.len() >= self.cap
     }
 }
 
@@ -409,8 +443,9 @@ impl FileBackend {
             );
         }
         // Every entry is kept open: past so many, a waiter polls instead.
-        if self.held.len() >= MAX_HELD {
-            return Err(self.unsupported(format!("this store keeps {MAX_HELD} wait-line entries open already")));
+        if self.held.full() {
+            let why = format!("this store keeps {} wait-line entries open already, its most", self.held.len());
+            return Err(self.unsupported(why));
         }
         let Some(dir) = self.key_dir(&key, true)? else {
             return Err(Error::store(&*self.url, op, "the line's directory vanished as it was made"));
@@ -872,6 +907,35 @@ mod tests {
         );
         assert_eq!(stays, 0, "a waiter stays in line without reading it");
         assert_eq!(turns, N - 1, "each waiter reads the entry just ahead of it");
+    }
+
+    /// A store keeps at most so many entries open, a quarter of the
+    /// process's limit of open files; past it, a waiter is told that there is
+    /// no line for it (its acquisition polls, it does not fail) and writes no
+    /// file, while those in line stay there.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn past_the_entries_a_store_keeps_open_a_waiter_polls() {
+        use crate::LeaseStore;
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+        assert_eq!(Some(max_held() as u64), soft.map(|n| n / 4), "a quarter of the limit");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b = FileBackend { held: Arc::new(Entries::with_cap(2)), ..FileBackend::new(dir.path()).with_fsync(false) };
+        let waiter = |i: usize| Waiter { nonce: format!("w{i}"), shared: false };
+        for i in 0..2 {
+            b.enter_blocking("l", &waiter(i)).expect("enter");
+        }
+        let e = b.enter_blocking("l", &waiter(2)).expect_err("one too many");
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        b.enter_blocking("l", &waiter(0)).expect("staying in line is no new entry");
+
+        let holder = lease_store(&FileBackend::new(dir.path()));
+        let first = granted(holder.try_acquire(&request("first")).await.expect("acquire"));
+        let (waiting, w) = (lease_store(&b), request("w"));
+        let queued = waiting.acquire_queued(&w, Duration::from_secs(60));
+        let answer = tokio::time::timeout(Duration::from_secs(5), queued).await.expect("answered at once");
+        assert!(answer.is_none(), "no line for it: its caller polls");
+        holder.release(&first, &crate::ReleaseRequest::default()).await.expect("release");
+        assert_eq!(std::fs::read_dir(dir.path().join("l~line")).expect("line").count(), 2, "no third file");
     }
 
     #[test]
