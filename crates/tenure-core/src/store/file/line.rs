@@ -684,7 +684,8 @@ impl Line for FileBackend {
                 // RECHECK, one `stat` of its entry, in case its departure went
                 // unnoticed.
                 let now_ms = crate::clock::unix_ms(std::time::SystemTime::now());
-                let lapses = Instant::now() + Duration::from_millis(alive_until_ms.saturating_sub(now_ms) + 1);
+                let lapses =
+                    Instant::now() + Duration::from_millis(alive_until_ms.saturating_sub(now_ms).saturating_add(1));
                 let end = deadline.min(lapses);
                 let key = line_key(name)?;
                 loop {
