@@ -83,6 +83,21 @@ async fn granted(w: tokio::task::JoinHandle<Grant>) -> Grant {
     tokio::time::timeout(Duration::from_secs(5), w).await.expect("granted in time").expect("the waiter")
 }
 
+/// With `name` held, a waiter finds no line to wait in (its queued
+/// acquisition answers `None` at once: its caller polls, not fails), and
+/// gets the lease once it is free.
+async fn no_line_but_granted_once_free(url: &str, holder: &Arc<dyn LeaseStore>, name: &str) {
+    let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
+    let waiting = store(url);
+    let answer = tokio::time::timeout(Duration::from_secs(5), waiting.acquire_queued(&req(name, "w"), WAIT))
+        .await
+        .expect("answered at once");
+    assert!(answer.is_none(), "{name}: no line, the waiter polls, not {answer:?}");
+    holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+    let g = held(waiting.try_acquire(&req(name, "w")).await.expect("a free lease"));
+    waiting.release(&g, &ReleaseRequest::default()).await.expect("release");
+}
+
 async fn in_order(url: &str) {
     let name = "line";
     let first = held(store(url).try_acquire(&req(name, "first")).await.expect("acquire"));
@@ -444,12 +459,9 @@ async fn thousands_of_foreign_files_in_a_directory_line_keep_nobody_from_the_lea
     let g = held(waiting.try_acquire(&req(name, "w")).await.expect("the lease is free, whatever its line holds"));
     waiting.release(&g, &ReleaseRequest::default()).await.expect("release");
 
+    no_line_but_granted_once_free(&url, &holder, name).await;
+    // A client polls when there is no line.
     let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
-    let answer = tokio::time::timeout(Duration::from_secs(5), waiting.acquire_queued(&req(name, "w"), WAIT))
-        .await
-        .expect("answered at once");
-    assert!(answer.is_none(), "no line to wait in: its caller polls, not {answer:?}");
-    // As a client does when there is no line.
     let client = tenure_core::Client::new(store(&url));
     let opts = tenure_core::LeaseOptions::exclusive().with_ttl(TTL).with_timeout(Duration::from_secs(20));
     let polled = tokio::spawn(async move { client.acquire(name, &opts).await });
@@ -493,14 +505,25 @@ async fn a_waiter_at_the_top_of_the_numbers_never_shuts_the_line() {
 
     for (name, file) in [("fresh", "09999999999999999999"), ("max", &u64::MAX.to_string())] {
         planted(name, file, SystemTime::now());
-        let first = held(holder.try_acquire(&req(name, "first")).await.expect("acquire"));
-        let waiting = store(&url);
-        let answer = tokio::time::timeout(Duration::from_secs(5), waiting.acquire_queued(&req(name, "w"), WAIT))
-            .await
-            .expect("answered at once");
-        assert!(answer.is_none(), "{file}: no number left, the waiter polls, not {answer:?}");
-        holder.release(&first, &ReleaseRequest::default()).await.expect("release");
-        let g = held(waiting.try_acquire(&req(name, "w")).await.expect("a free lease"));
-        waiting.release(&g, &ReleaseRequest::default()).await.expect("release");
+        no_line_but_granted_once_free(&url, &holder, name).await;
     }
+}
+
+/// A file or a symlink where a lease's line directory belongs (another
+/// tenant's) is no line: waiters poll and get the lease once it is free, and
+/// tenure neither follows nor replaces it. (Before, every queued acquisition
+/// failed on it, for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_where_a_directory_line_belongs_keeps_nobody_from_the_lease() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("file~line"), b"not a line").expect("write");
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("link~line")).expect("symlink");
+    let holder = store(&url);
+    for name in ["file", "link"] {
+        no_line_but_granted_once_free(&url, &holder, name).await;
+    }
+    assert_eq!(std::fs::read(dir.path().join("file~line")).expect("read"), b"not a line");
+    assert_eq!(std::fs::read_dir(elsewhere.path()).expect("list").count(), 0, "nothing written through the link");
 }
