@@ -11,12 +11,12 @@ use bytes::Bytes;
 use tenure_conformance::{TTL, server_from_env};
 use tenure_core::record::LeaseRecord;
 use tenure_core::{
-    AcquireRequest, Attempt, Backend, CasOptions, Client, Error, FencedRecord, Grant, Holder, LeaseName, LeaseOptions,
-    LeaseStore, ManualClock, Mode, OpenOptions, Put, PutOptions, Released,
+    Backend, CasOptions, Client, Error, FencedRecord, LeaseOptions, LeaseStore, ManualClock, OpenOptions, Put,
+    PutOptions, Released,
 };
 use tenure_etcd::SHADOW_SUFFIX;
 
-use common::{Scratch, open_options};
+use common::{Scratch, held, open_options};
 
 /// Real time to wait for anything that should happen in a few seconds.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -28,22 +28,6 @@ async fn scratch(what: &str) -> Option<Scratch> {
 
 async fn open(url: &str, opts: &OpenOptions) -> Arc<dyn LeaseStore> {
     tenure_etcd::open(url, opts).await.expect("open the etcd store")
-}
-
-/// Acquires through the store, with no keep-alive: a holder that dies at once.
-async fn crashed_holder(store: &Arc<dyn LeaseStore>, name: &str) -> Grant {
-    let req = AcquireRequest {
-        name: LeaseName::new(name).expect("name"),
-        mode: Mode::Exclusive,
-        ttl: TTL,
-        holder: Arc::new(Holder::current()),
-        retake: false,
-        meta: None,
-    };
-    match store.try_acquire(&req).await.expect("acquire") {
-        Attempt::Granted(g) => g,
-        Attempt::Busy(b) => panic!("{name} should be free: {}", b.describe()),
-    }
 }
 
 /// The etcd lease a key is attached to (0: none), or `None` if the key is absent.
@@ -63,7 +47,7 @@ async fn etcd_deletes_a_crashed_holders_record_and_a_frozen_waiter_takes_over_ab
     let Some(s) = scratch("vanish").await else { return };
     let started = Instant::now();
     let holder = open(&s.url, &open_options()).await;
-    let dead = crashed_holder(&holder, "crash").await;
+    let dead = held(&holder, "crash", TTL).await;
     let key = s.key("crash");
     let lease = lease_of(&s, &key).await.expect("the record exists");
     assert_ne!(lease, 0, "a grant's record is attached to an etcd lease");

@@ -8,7 +8,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rcgen::{
@@ -18,7 +18,7 @@ use rcgen::{
 use tenure_conformance::server_from_env;
 use tenure_core::{Client, Error, LeaseOptions, OpenOptions};
 
-use common::open_options;
+use common::{Member, open_options};
 
 /// A CA and the files it signed, in a temporary directory.
 struct Pki {
@@ -55,58 +55,18 @@ impl Pki {
     }
 }
 
-/// One etcd member speaking TLS on its client port, killed when dropped.
-struct TlsEtcd {
-    child: Child,
-    port: u16,
-    _data: tempfile::TempDir,
+/// One etcd member speaking TLS on its client port, with the PKI's server
+/// certificate; `extra` flags as given.
+fn start_tls(pki: &Pki, extra: &[&str]) -> Member {
+    let (cert, key) = (pki.path("server.pem"), pki.path("server.key"));
+    let (cert, key) = (cert.to_string_lossy(), key.to_string_lossy());
+    let mut args = vec!["--cert-file", &cert, "--key-file", &key];
+    args.extend_from_slice(extra);
+    Member::start("https", &args)
 }
 
-impl Drop for TlsEtcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-impl TlsEtcd {
-    /// Starts etcd with the PKI's server certificate; `extra` flags as given.
-    fn start(pki: &Pki, extra: &[&str]) -> Self {
-        let data = tempfile::tempdir().expect("data dir");
-        let (port, peer) = (free_port(), free_port());
-        let path = |f: &str| pki.path(f).to_string_lossy().into_owned();
-        let child = Command::new("etcd")
-            .args(["--name", "tls", "--data-dir"])
-            .arg(data.path())
-            .args(["--listen-client-urls", &format!("https://127.0.0.1:{port}")])
-            .args(["--advertise-client-urls", &format!("https://127.0.0.1:{port}")])
-            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args(["--initial-cluster", &format!("tls=http://127.0.0.1:{peer}")])
-            .args(["--cert-file", &path("server.pem"), "--key-file", &path("server.key")])
-            .args(extra)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start etcd (the etcd test servers' binary)");
-        let member = Self { child, port, _data: data };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "etcd with TLS did not listen on {port} within 20s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        member
-    }
-
-    fn url(&self, host: &str, query: &str) -> String {
-        format!("etcd://{host}:{}/tls-test?{query}", self.port)
-    }
+fn url(member: &Member, host: &str, query: &str) -> String {
+    format!("etcd://{host}:{}/tls-test?{query}", member.port)
 }
 
 fn with(params: &[(&str, &Path)]) -> OpenOptions {
@@ -137,19 +97,21 @@ async fn leases_over_tls_with_a_private_ca_and_clear_errors_for_untrusted_or_pla
         return;
     }
     let (pki, stranger) = (Pki::new(), Pki::new());
-    let etcd = TlsEtcd::start(&pki, &[]);
+    let etcd = start_tls(&pki, &[]);
     let ca = pki.path("ca.pem");
 
-    let store = open(&etcd.url("127.0.0.1", "tls=true"), &with(&[("ca_file", &ca)])).await.expect("open over TLS");
+    let store = open(&url(&etcd, "127.0.0.1", "tls=true"), &with(&[("ca_file", &ca)])).await.expect("open over TLS");
     round_trip(store).await;
     // The name in the certificate is checked: localhost is in it, and server_name overrides the host.
-    open(&etcd.url("localhost", "tls=true"), &with(&[("ca_file", &ca)])).await.expect("by name");
+    open(&url(&etcd, "localhost", "tls=true"), &with(&[("ca_file", &ca)])).await.expect("by name");
     let mut by_server_name = with(&[("ca_file", &ca)]);
     by_server_name.params.insert("server_name".into(), "localhost".into());
-    open(&etcd.url("127.0.0.1", "tls=true"), &by_server_name).await.expect("server_name names the certificate's host");
+    open(&url(&etcd, "127.0.0.1", "tls=true"), &by_server_name)
+        .await
+        .expect("server_name names the certificate's host");
 
     let started = Instant::now();
-    let untrusted = open(&etcd.url("127.0.0.1", "tls=true"), &with(&[("ca_file", &stranger.path("ca.pem"))]))
+    let untrusted = open(&url(&etcd, "127.0.0.1", "tls=true"), &with(&[("ca_file", &stranger.path("ca.pem"))]))
         .await
         .expect_err("a certificate from another CA");
     let text = untrusted.to_string();
@@ -158,10 +120,10 @@ async fn leases_over_tls_with_a_private_ca_and_clear_errors_for_untrusted_or_pla
 
     let mut wrong_name = with(&[("ca_file", &ca)]);
     wrong_name.params.insert("server_name".into(), "etcd.example".into());
-    let e = open(&etcd.url("127.0.0.1", "tls=true"), &wrong_name).await.expect_err("a name not in the certificate");
+    let e = open(&url(&etcd, "127.0.0.1", "tls=true"), &wrong_name).await.expect_err("a name not in the certificate");
     assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
 
-    let e = open(&etcd.url("127.0.0.1", "timeout=2s"), &open_options()).await.expect_err("plaintext to a TLS port");
+    let e = open(&url(&etcd, "127.0.0.1", "timeout=2s"), &open_options()).await.expect_err("plaintext to a TLS port");
     assert!(e.to_string().contains("127.0.0.1") && e.to_string().contains("add tls=true"), "{e}");
     assert!(started.elapsed() < Duration::from_secs(30), "the refusals took {:?}", started.elapsed());
 
@@ -180,8 +142,8 @@ async fn client_certificates_are_presented_when_etcd_asks_for_them() {
     let pki = Pki::new();
     let ca = pki.path("ca.pem");
     let trusted_ca = ca.to_string_lossy().into_owned();
-    let etcd = TlsEtcd::start(&pki, &["--client-cert-auth", "--trusted-ca-file", &trusted_ca]);
-    let url = etcd.url("127.0.0.1", "tls=true&timeout=3s");
+    let etcd = start_tls(&pki, &["--client-cert-auth", "--trusted-ca-file", &trusted_ca]);
+    let url = url(&etcd, "127.0.0.1", "tls=true&timeout=3s");
 
     let e = open(&url, &with(&[("ca_file", &ca)])).await.expect_err("no client certificate");
     assert!(e.to_string().contains("127.0.0.1") && e.to_string().contains("cert_file="), "{e}");
@@ -201,7 +163,7 @@ async fn passwords_go_over_tls_and_an_expired_token_is_renewed() {
     let pki = Pki::new();
     let ca = pki.path("ca.pem");
     // etcd's simple tokens expire after --auth-token-ttl seconds unused.
-    let etcd = TlsEtcd::start(&pki, &["--auth-token-ttl", "1"]);
+    let etcd = start_tls(&pki, &["--auth-token-ttl", "1"]);
     let endpoint = format!("https://127.0.0.1:{}", etcd.port);
     let etcdctl = |args: &[&str]| {
         let out = Command::new("etcdctl")
@@ -218,7 +180,7 @@ async fn passwords_go_over_tls_and_an_expired_token_is_renewed() {
     etcdctl(&["user", "add", "root:pw"]);
     etcdctl(&["auth", "enable"]);
 
-    let url = etcd.url("127.0.0.1", "tls=true&user=root");
+    let url = url(&etcd, "127.0.0.1", "tls=true&user=root");
     let mut opts = with(&[("ca_file", &ca)]);
     opts.params.insert("password".into(), "pw".into());
     let store = open(&url, &opts).await.expect("open with a password over TLS");
