@@ -10,8 +10,9 @@
 //!
 //! | line | etcd | cost |
 //! |---|---|---|
-//! | enter (and stay) | `Txn`: if `create_revision == 0`, put the key on our etcd lease and count the line | 1 Raft write the first time, then none (a `LeaseKeepAlive` now and then) |
-//! | whose turn | prefix `Range` sorted by `create_revision` | 1 round trip |
+//! | enter | `Txn`: if `create_revision == 0`, put the key on our etcd lease and count the line | 1 Raft write |
+//! | stay (every [`REFRESH`](tenure_core::cas::REFRESH)) | `Range` of our own key; our etcd lease is kept alive by `LeaseKeepAlive` | 1 read, no Raft write |
+//! | whose turn | `Range` of our own key, then of the key created just before it (limit 1) | 2 small reads |
 //! | wait for the turn | `Watch` of the key just ahead | woken only when that waiter leaves |
 //! | leave | `DeleteRange` of the key | 1 Raft write |
 //!
@@ -19,12 +20,15 @@
 //! the new holder's grant and its departure from the line. (Over a single
 //! record per lease, every departure rewrote the record and woke every
 //! waiter: 16 waiters passed the lease on 8× slower than etcd's Lock API.)
+//! Staying in line writes nothing: etcd counts any `Txn` that may put as a
+//! write (`IsTxnReadonly`), a Raft proposal even when its comparison fails, so
+//! a waiter looks at its key first and writes only when the key is gone.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::Result;
-use tenure_core::backend::{Line, Waiter, check_key, may_try};
+use tenure_core::backend::{Line, Waiter, check_key};
 use tenure_core::cas::{ENTRY_TTL, MAX_WAITERS, line_full};
 
 use crate::EtcdBackend;
@@ -66,12 +70,17 @@ impl EtcdBackend {
     }
 }
 
-/// The waiter a key of the line at `prefix` stands for. A key on no etcd
-/// lease, or holding anything but `s` or `x`, is no waiter's: a waiter's key
-/// lapses with its etcd lease, while such a key (a careless tenant's) would
-/// stay ahead of every waiter for good, and none would ever try the lease.
+/// Whether a key of the line is a waiter's entry. A key on no etcd lease, or
+/// holding anything but `s` or `x`, is no waiter's: a waiter's key lapses with
+/// its etcd lease, while such a key (a careless tenant's) would stay ahead of
+/// every waiter for good, and none would ever try the lease.
+fn is_entry(kv: &KeyValue) -> bool {
+    kv.lease != 0 && (kv.value == SHARED || kv.value == EXCLUSIVE)
+}
+
+/// The waiter a key of the line at `prefix` stands for (see [`is_entry`]).
 fn in_line(prefix: &str, kv: KeyValue) -> Option<InLine> {
-    if kv.lease == 0 || (kv.value != SHARED && kv.value != EXCLUSIVE) {
+    if !is_entry(&kv) {
         return None;
     }
     let nonce = std::str::from_utf8(&kv.key).ok()?.strip_prefix(prefix)?.to_string();
@@ -80,14 +89,79 @@ fn in_line(prefix: &str, kv: KeyValue) -> Option<InLine> {
     Some(InLine { waiter: Waiter { nonce, shared }, key, mod_revision: kv.mod_revision })
 }
 
+/// Keys read per `Range` when looking past the waiter just ahead (past keys
+/// that are no waiter's, or, for a shared waiter, past shared ones).
+const PAGE: i64 = 64;
+
+impl EtcdBackend {
+    /// Etcd key `k` (a waiter's own), as read: one `Range` of it.
+    async fn own_key(&self, k: &str) -> Result<Option<KeyValue>> {
+        let resp = self.range(&|| format!("reading our place in the wait line at {k:?}"), rpc::range(k)).await?;
+        Ok(resp.kvs.into_iter().next())
+    }
+
+    /// The waiter that keeps the one created at revision `mine` from trying
+    /// the lease (see [`may_try`](tenure_core::backend::may_try)): for an
+    /// exclusive waiter the waiter just ahead; for a shared one, the waiter
+    /// just ahead if any waiter ahead is exclusive. `None`: it may try.
+    ///
+    /// As etcd's `concurrency.Mutex` finds the key to wait for: a prefix
+    /// `Range` sorted by create revision, newest first, of keys created before
+    /// `mine`, limit 1; then pages of [`PAGE`] further back while what it read
+    /// does not decide. Keys created in one transaction share a create
+    /// revision, and a page boundary between two of them skips the second:
+    /// only a tenant's own transactions do that, and it costs order, never a
+    /// lease. Past [`MAX_WAITERS`] keys without a decision (a line padded with
+    /// garbage), it may try: the line only orders the waiters, the lease's own
+    /// compare-and-swap keeps them apart.
+    async fn blocker(&self, prefix: &str, mine: i64, shared: bool) -> Result<Option<InLine>> {
+        let (mut below, mut limit, mut read) = (mine.saturating_sub(1), 1, 0usize);
+        let mut nearest: Option<InLine> = None;
+        // `max_create_revision` 0 would mean "no bound": stop above it.
+        while below > 0 && read < MAX_WAITERS {
+            let req = RangeRequest {
+                sort_order: range_request::SortOrder::Descend as i32,
+                sort_target: range_request::SortTarget::Create as i32,
+                limit,
+                max_create_revision: below,
+                ..rpc::range_prefix(prefix)
+            };
+            let resp = self.range(&|| format!("reading the wait line {prefix:?}"), req).await?;
+            let more = resp.more && !resp.kvs.is_empty();
+            read += resp.kvs.len();
+            for kv in resp.kvs {
+                // etcd returns create revisions up to `below` only: this falls
+                // at every key, so every page starts further back.
+                below = below.min(kv.create_revision.saturating_sub(1));
+                let Some(w) = in_line(prefix, kv) else { continue };
+                if !shared || !w.waiter.shared {
+                    return Ok(Some(nearest.unwrap_or(w)));
+                }
+                nearest.get_or_insert(w);
+            }
+            if !more {
+                break;
+            }
+            limit = PAGE;
+        }
+        Ok(None)
+    }
+}
+
 #[async_trait]
 impl Line for EtcdBackend {
     async fn enter(&self, name: &str, waiter: &Waiter) -> Result<()> {
         let prefix = self.line_prefix(name)?;
         let k = format!("{prefix}{}", waiter.nonce);
-        // Keeps the etcd lease alive for another ENTRY_TTL at least; a key
-        // already in line stays on it.
+        // Keeps the etcd lease alive for another ENTRY_TTL at least (now and
+        // then a LeaseKeepAlive, which etcd's leader answers without a Raft
+        // write): a key already in line stays on it.
         let lease = self.lease_for(&k, ENTRY_TTL).await?;
+        // Staying is a read: a Txn that may put is a Raft write even when its
+        // comparison fails, which cost every waiter one every REFRESH.
+        if self.own_key(&k).await?.is_some() {
+            return Ok(());
+        }
         let value = if waiter.shared { SHARED } else { EXCLUSIVE };
         let count = RangeRequest { count_only: true, ..rpc::range_prefix(&prefix) };
         let txn = TxnRequest {
@@ -105,6 +179,7 @@ impl Line for EtcdBackend {
         };
         let resp = self.timed(&op, Resend::Unsent, attempt).await?.map_err(|e| self.fail(op(), e))?;
         if !resp.succeeded {
+            // Someone else put the key since we read it; the turn judges it.
             return Ok(());
         }
         let counted = resp.responses.iter().find_map(|r| match &r.response {
@@ -125,14 +200,12 @@ impl Line for EtcdBackend {
 
     async fn turn(&self, name: &str, waiter: &Waiter, timeout: Duration) -> Result<Option<bool>> {
         let prefix = self.line_prefix(name)?;
-        let line = self.read_line(&prefix).await?;
-        let Some(at) = line.iter().position(|w| w.waiter.nonce == waiter.nonce) else { return Ok(None) };
-        let waiters: Vec<Waiter> = line.iter().map(|w| w.waiter.clone()).collect();
-        if may_try(&waiters, waiter) == Some(true) {
+        let k = format!("{prefix}{}", waiter.nonce);
+        let Some(me) = self.own_key(&k).await?.filter(is_entry) else { return Ok(None) };
+        let Some(ahead) = self.blocker(&prefix, me.create_revision, waiter.shared).await? else {
             return Ok(Some(true));
-        }
+        };
         // Only the waiter just ahead: when it leaves, this one looks again.
-        let ahead = &line[at - 1];
         self.watch_etcd_key(&ahead.key, Some(ahead.mod_revision), timeout).await?;
         Ok(Some(false))
     }

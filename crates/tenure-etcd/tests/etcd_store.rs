@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tenure_conformance::{TTL, server_from_env};
+use tenure_core::backend::Waiter;
 use tenure_core::record::LeaseRecord;
 use tenure_core::{
     Backend, CasOptions, Client, Error, FencedRecord, LeaseOptions, LeaseStore, ManualClock, OpenOptions, Put,
@@ -172,6 +173,54 @@ async fn waiters_are_keys_of_their_own_and_a_crashed_waiters_key_lapses_with_its
     // for that (checking before the release raced the departure).
     lease.release().await.expect("release");
     assert!(s.raw.get_prefix(&line).await.expect("range").kvs.is_empty(), "the granted waiter left the line");
+}
+
+/// Whose turn it is, read from the key just ahead only (and further back only
+/// while that does not decide): an exclusive waiter waits for the waiter just
+/// ahead, a shared one for any exclusive one ahead; keys that are no waiter's
+/// are skipped, however many (past a page of them), and never block the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_goes_by_the_waiters_ahead_skipping_keys_that_are_no_waiters() {
+    let Some(s) = scratch("turns").await else { return };
+    let line = s.backend().await.line().expect("etcd keeps a line");
+    let waiter = |nonce: &str, shared: bool| Waiter { nonce: nonce.to_string(), shared };
+    let (a, b, c, d) = (waiter("a", false), waiter("b", true), waiter("c", true), waiter("d", false));
+    let garbage = |i: usize| {
+        let raw = s.raw.clone();
+        let key = s.key(&format!("t~line/junk{i}"));
+        async move { raw.put(key, if i.is_multiple_of(2) { "x" } else { "?" }).await.expect("plant") }
+    };
+    line.enter("t", &a).await.expect("enter a");
+    for i in 0..70 {
+        garbage(i).await;
+    }
+    line.enter("t", &b).await.expect("enter b");
+    garbage(70).await;
+    line.enter("t", &c).await.expect("enter c");
+    line.enter("t", &d).await.expect("enter d");
+    let names = |w: Vec<Waiter>| w.into_iter().map(|w| w.nonce).collect::<Vec<_>>();
+    assert_eq!(names(line.waiters("t").await.expect("waiters")), ["a", "b", "c", "d"]);
+
+    let brief = Duration::from_millis(50);
+    let turn = |w: &Waiter| {
+        let (line, w) = (line.clone(), w.clone());
+        async move { line.turn("t", &w, brief).await.expect("turn") }
+    };
+    assert_eq!(turn(&a).await, Some(true), "the first waiter, past 70 keys that are no waiter's");
+    assert_eq!(turn(&b).await, Some(false), "a shared waiter behind an exclusive one");
+    assert_eq!(turn(&c).await, Some(false), "a shared one further back still");
+    assert_eq!(turn(&d).await, Some(false));
+    // Staying in line writes nothing.
+    let before = s.raw.get(&s.key("t~line/b")).await.expect("get").header.expect("header").revision;
+    line.enter("t", &b).await.expect("stay");
+    let after = s.raw.get(&s.key("t~line/b")).await.expect("get").header.expect("header").revision;
+    assert_eq!(before, after, "staying in line is a read");
+
+    line.leave("t", "a").await.expect("a leaves");
+    assert_eq!(turn(&b).await, Some(true));
+    assert_eq!(turn(&c).await, Some(true), "shared waiters behind shared ones try together");
+    assert_eq!(turn(&d).await, Some(false), "an exclusive one waits for them");
+    assert_eq!(turn(&a).await, None, "a waiter that left is not in line");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,86 @@
+//! What waiting in etcd's wait line costs etcd, counted by an etcd member of
+//! each test's own (its `/metrics`), so that no other test's requests blur the
+//! figures: waiters that sit in line write nothing. Runs where the etcd test
+//! servers run (`TENURE_TEST_ETCD`), since their `etcd` binary is what it starts.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tenure_conformance::server_from_env;
+use tenure_core::cas::REFRESH;
+use tenure_core::{Client, LeaseOptions, LeaseStore, ReleaseRequest};
+
+use common::{Member, Scratch, held, open_options};
+
+/// Real time to wait for anything that should happen in a few seconds.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+async fn own_etcd(what: &str) -> Option<(Member, Scratch)> {
+    server_from_env("TENURE_TEST_ETCD")?;
+    let member = Member::start("http", &[]);
+    let scratch = Scratch::new(&member.endpoint(), what).await;
+    Some((member, scratch))
+}
+
+async fn open(url: &str) -> Arc<dyn LeaseStore> {
+    tenure_etcd::open(url, &open_options()).await.expect("open the etcd store")
+}
+
+/// Longer than any test here runs: nothing renews the grant (see [`held`]).
+const LONG: Duration = Duration::from_secs(300);
+
+/// A waiter for `name` with all the time in the world, in a task of its own.
+async fn waiter(url: &str, name: &'static str) -> tokio::task::JoinHandle<tenure_core::Result<tenure_core::Lease>> {
+    let client = Client::new(open(url).await);
+    let wait = LeaseOptions::exclusive().with_ttl(tenure_conformance::TTL).with_timeout(Duration::from_secs(3600));
+    tokio::spawn(async move { client.acquire(name, &wait).await })
+}
+
+/// The keys of `line` once there are `n` of them.
+async fn line_of(s: &Scratch, line: &str, n: usize) -> Vec<tenure_etcd::proto::mvccpb::KeyValue> {
+    let started = Instant::now();
+    loop {
+        let kvs = s.raw.get_prefix(line).await.expect("range").kvs;
+        if kvs.len() == n || started.elapsed() > PATIENCE {
+            assert_eq!(kvs.len(), n, "{n} waiters in line");
+            return kvs;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A waiter refreshes its place every 2 s; a `Txn` that may put is a Raft
+/// write even when its comparison fails, so refreshing with one cost a WAL
+/// entry fsynced on a quorum per waiter every 2 s (512/s for a full line).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_sitting_in_line_make_etcd_write_nothing() {
+    let Some((etcd, s)) = own_etcd("idle").await else { return };
+    const WAITERS: usize = 8;
+    let holder = open(&s.url).await;
+    let grant = held(&holder, "q", LONG).await;
+    let mut tasks = Vec::new();
+    for _ in 0..WAITERS {
+        tasks.push(waiter(&s.url, "q").await);
+    }
+    let line = s.key("q~line/");
+    line_of(&s, &line, WAITERS).await;
+    // Every waiter past its entrance (and its first look at the lease).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let revision = |r: tenure_etcd::proto::etcdserverpb::RangeResponse| r.header.map(|h| h.revision);
+    let (before, rev_before) = (etcd.counts().await, revision(s.raw.get_prefix(&line).await.expect("range")));
+    tokio::time::sleep(REFRESH * 3 + Duration::from_millis(500)).await;
+    let (after, rev_after) = (etcd.counts().await, revision(s.raw.get_prefix(&line).await.expect("range")));
+    let spent = after.since(before);
+    eprintln!("{WAITERS} waiters for {:?}: {spent:?}", REFRESH * 3);
+    assert_eq!(spent.proposals, 0, "waiters sitting in line made etcd write: {spent:?}");
+    assert_eq!(rev_before, rev_after, "and changed nothing");
+    assert!(tasks.iter().all(|t| !t.is_finished()), "nobody gets a held lease");
+    assert_eq!(line_of(&s, &line, WAITERS).await.len(), WAITERS, "and every waiter is still in line");
+
+    for t in &tasks {
+        t.abort();
+    }
+    holder.release(&grant, &ReleaseRequest::default()).await.expect("release");
+}
