@@ -23,6 +23,12 @@
 //! Staying in line writes nothing: etcd counts any `Txn` that may put as a
 //! write (`IsTxnReadonly`), a Raft proposal even when its comparison fails, so
 //! a waiter looks at its key first and writes only when the key is gone.
+//!
+//! A key at a waiter's place that is no waiter's entry (on no etcd lease, or
+//! holding neither `s` nor `x`: a careless tenant's, or a bug's) is replaced:
+//! otherwise entering would find it there while the turn, which skips such
+//! keys, found the waiter missing, and the waiter would ask both again at once,
+//! forever.
 
 use std::time::Duration;
 
@@ -146,6 +152,23 @@ impl EtcdBackend {
         }
         Ok(None)
     }
+
+    /// Deletes etcd key `k` if it is still at `mod_revision`.
+    async fn clear(&self, k: &str, mod_revision: i64) -> Result<()> {
+        let delete = DeleteRangeRequest { key: k.as_bytes().to_vec(), ..Default::default() };
+        let txn = TxnRequest {
+            compare: vec![rpc::mod_revision_is(k, mod_revision)],
+            success: vec![RequestOp { request: Some(request_op::Request::RequestDeleteRange(delete)) }],
+            failure: Vec::new(),
+        };
+        let op = || format!("replacing a key at our place in the wait line, {k:?}, that is no waiter's entry");
+        // Conditional on the revision seen: applying it twice deletes nothing more.
+        let attempt = || {
+            let (mut kv, txn) = (self.client().kv(), txn.clone());
+            async move { kv.txn(txn).await.map(drop) }
+        };
+        self.timed(&op, Resend::Read, attempt).await?.map_err(|e| self.fail(op(), e))
+    }
 }
 
 #[async_trait]
@@ -159,8 +182,12 @@ impl Line for EtcdBackend {
         let lease = self.lease_for(&k, ENTRY_TTL).await?;
         // Staying is a read: a Txn that may put is a Raft write even when its
         // comparison fails, which cost every waiter one every REFRESH.
-        if self.own_key(&k).await?.is_some() {
-            return Ok(());
+        match self.own_key(&k).await? {
+            Some(kv) if is_entry(&kv) => return Ok(()),
+            // No waiter's entry, but in our place: it would make us a waiter
+            // that enters and is never in line (see the module docs).
+            Some(kv) => self.clear(&k, kv.mod_revision).await?,
+            None => {}
         }
         let value = if waiter.shared { SHARED } else { EXCLUSIVE };
         let count = RangeRequest { count_only: true, ..rpc::range_prefix(&prefix) };

@@ -1,6 +1,7 @@
 //! What waiting in etcd's wait line costs etcd, counted by an etcd member of
 //! each test's own (its `/metrics`), so that no other test's requests blur the
-//! figures: waiters that sit in line write nothing. Runs where the etcd test
+//! figures: waiters that sit in line write nothing, and a key planted at a
+//! waiter's place sends it into no loop of requests. Runs where the etcd test
 //! servers run (`TENURE_TEST_ETCD`), since their `etcd` binary is what it starts.
 
 mod common;
@@ -83,4 +84,39 @@ async fn waiters_sitting_in_line_make_etcd_write_nothing() {
         t.abort();
     }
     holder.release(&grant, &ReleaseRequest::default()).await.expect("release");
+}
+
+/// A key with no etcd lease at a waiter's own place in line (a careless or
+/// hostile tenant's, or a bug's) is no waiter's: entering again used to see
+/// "there already" while the turn said "not in line", and the waiter asked
+/// etcd both, over and over, with no pause, until its wait ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_on_no_etcd_lease_planted_at_a_waiters_place_costs_no_loop_and_the_waiter_still_gets_the_lease() {
+    let Some((etcd, s)) = own_etcd("planted").await else { return };
+    let holder = open(&s.url).await;
+    let grant = held(&holder, "p", LONG).await;
+    let task = waiter(&s.url, "p").await;
+    let line = s.key("p~line/");
+    let entry = line_of(&s, &line, 1).await.remove(0);
+    let key = String::from_utf8(entry.key).expect("a UTF-8 key");
+    // Put without a lease: the same key, detached from the waiter's etcd lease.
+    s.raw.put(key.clone(), "x").await.expect("plant");
+    assert_eq!(s.raw.get(&key).await.expect("get").kvs[0].lease, 0);
+
+    let before = etcd.counts().await;
+    tokio::time::sleep(REFRESH * 2 + Duration::from_millis(500)).await;
+    let spent = etcd.counts().await.since(before);
+    eprintln!("one waiter over a planted key for {:?}: {spent:?}", REFRESH * 2);
+    // About 6 reads per refresh, and a delete and a create once.
+    assert!(spent.kv_requests < 40, "a waiter whose place was taken must not loop: {spent:?}");
+    let now = s.raw.get(&key).await.expect("get").kvs;
+    assert!(now.first().is_some_and(|kv| kv.lease != 0), "the waiter took its place back, on its etcd lease");
+
+    holder.release(&grant, &ReleaseRequest::default()).await.expect("release");
+    let lease = tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("the waiter must get the lease once it is released")
+        .expect("join")
+        .expect("acquire");
+    lease.release().await.expect("release");
 }
