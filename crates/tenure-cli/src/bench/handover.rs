@@ -2,12 +2,16 @@
 //!
 //! Each client waits for the lease, holds it for `--hold`, releases it and at
 //! once queues again. Measured, with one monotonic clock in this process:
-//! - **hand-overs per second**: grants that follow a release;
-//! - **the gap**: from the moment a holder starts its release (stamped by the
-//!   releaser, just before its release call) to the moment the next holder's
-//!   wait returns with the lease (stamped by that holder) — how long the lease
-//!   sits free, release cost included;
-//! - how many hand-overs went back to the client that had just released.
+//! - **hand-overs per second**: grants that pass the lease from the client
+//!   that released it to *another* client. A grant back to the releaser (it
+//!   asked again and won before anyone waiting did, as polling clients often
+//!   do) passes nothing on: it is counted apart, as a re-take;
+//! - **the gap** of each hand-over: from the moment a holder starts its release
+//!   (stamped by the releaser, just before its release call) to the moment the
+//!   next holder's wait returns with the lease (stamped by that holder) — how
+//!   long the lease sits free for the others, release cost included. A re-take
+//!   has no gap for anyone waiting, and is not in it;
+//! - the share of grants after a release that were re-takes.
 //!
 //! The loop is written once ([`measure`]); a target only says how to wait for
 //! the lease ([`Target::hold`]) and how to let it go ([`Target::unhold`]). Two
@@ -28,7 +32,7 @@ use async_trait::async_trait;
 use hdrhistogram::Histogram;
 use rustix::fs::FlockOperation;
 
-use super::{BenchArgs, Figures, Target};
+use super::{BenchArgs, Figures, Retakes, Target};
 
 /// Who holds the one lease, and when it was last let go: the shared clock of
 /// a hand-over run.
@@ -43,24 +47,26 @@ struct State {
     holder: Option<usize>,
     /// The last release: when it started, and by whom.
     released: Option<(Instant, usize)>,
+    /// Gaps of the hand-overs to another client.
     gaps: Histogram<u64>,
-    handovers: u64,
-    to_self: u64,
+    /// Gaps of the grants back to the client that had just released.
+    retake_gaps: Histogram<u64>,
 }
 
 /// What a run counted.
 #[derive(Debug)]
 pub(crate) struct Tally {
+    /// Gaps of the hand-overs to another client (one per hand-over).
     pub(crate) gaps: Histogram<u64>,
-    pub(crate) handovers: u64,
-    pub(crate) to_self: u64,
+    /// Gaps of the re-takes by the client that had just released.
+    pub(crate) retake_gaps: Histogram<u64>,
 }
 
 impl Baton {
     /// Counts only releases from `measure_from` on (what came before is warm-up).
     pub(crate) fn new(measure_from: Instant) -> Result<Self> {
         let gaps = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).context("histogram")?;
-        let state = State { holder: None, released: None, gaps, handovers: 0, to_self: 0 };
+        let state = State { holder: None, released: None, retake_gaps: gaps.clone(), gaps };
         Ok(Self { state: Mutex::new(state), measure_from })
     }
 
@@ -78,12 +84,9 @@ impl Baton {
         if let Some((released, by)) = st.released.take()
             && released >= self.measure_from
         {
-            let gap = at.saturating_duration_since(released);
-            st.gaps.saturating_record(u64::try_from(gap.as_micros()).unwrap_or(u64::MAX).max(1));
-            st.handovers += 1;
-            if by == w {
-                st.to_self += 1;
-            }
+            let gap = u64::try_from(at.saturating_duration_since(released).as_micros()).unwrap_or(u64::MAX).max(1);
+            let gaps = if by == w { &mut st.retake_gaps } else { &mut st.gaps };
+            gaps.saturating_record(gap);
         }
         Ok(())
     }
@@ -102,7 +105,7 @@ impl Baton {
     /// What was counted.
     pub(crate) fn tally(&self) -> Tally {
         let st = self.state();
-        Tally { gaps: st.gaps.clone(), handovers: st.handovers, to_self: st.to_self }
+        Tally { gaps: st.gaps.clone(), retake_gaps: st.retake_gaps.clone() }
     }
 }
 
@@ -141,22 +144,28 @@ pub(crate) async fn measure(target: Arc<dyn Target>, clients: usize, args: &Benc
     target.teardown().await?;
     let tally = baton.tally();
     let secs = args.seconds.as_secs_f64();
-    if tally.handovers == 0 {
-        bail!("{}: no hand-over completed in {secs}s", target.label());
+    // One client can only take the lease back: its re-takes are its figures.
+    let gaps = if clients == 1 { &tally.retake_gaps } else { &tally.gaps };
+    let retakes = tally.retake_gaps.len();
+    let grants = tally.gaps.len() + retakes;
+    if grants == 0 {
+        bail!("{}: no grant after a release in {secs}s", target.label());
     }
+    // No hand-over at all (the releaser always won): no gap to show.
+    let quantile = |q: f64| if gaps.is_empty() { f64::NAN } else { gaps.value_at_quantile(q) as f64 };
     Ok(Figures {
         target: target.label(),
         anchor: target.is_anchor(),
         op: args.op,
         clients,
         threads: args.threads,
-        ops: tally.handovers,
+        ops: gaps.len(),
         seconds: secs,
-        cycles_per_sec: tally.handovers as f64 / secs,
-        p50_us: tally.gaps.value_at_quantile(0.5) as f64,
-        p99_us: tally.gaps.value_at_quantile(0.99) as f64,
-        max_us: tally.gaps.max() as f64,
-        to_same_client: Some(tally.to_self as f64 / tally.handovers as f64),
+        cycles_per_sec: gaps.len() as f64 / secs,
+        p50_us: quantile(0.5),
+        p99_us: quantile(0.99),
+        max_us: quantile(1.0),
+        retakes: Some(Retakes { per_sec: retakes as f64 / secs, share: retakes as f64 / grants as f64 }),
     })
 }
 
@@ -266,7 +275,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gaps_run_from_the_release_to_the_next_grant_and_warm_up_is_left_out() {
+    fn gaps_run_from_the_release_to_another_clients_grant_re_takes_apart_and_warm_up_left_out() {
         let t0 = Instant::now();
         let ms = |n: u64| t0 + Duration::from_millis(n);
         let baton = Baton::new(ms(100)).expect("baton");
@@ -282,11 +291,11 @@ mod tests {
         baton.releasing(2, ms(400)).expect("release");
         baton.granted(0, ms(410)).expect("grant");
         let tally = baton.tally();
-        assert_eq!((tally.handovers, tally.to_self), (3, 1));
-        assert_eq!(tally.gaps.len(), 3);
-        assert!(tally.gaps.equivalent(tally.gaps.min(), 1_000), "min {}", tally.gaps.min());
+        // Two hand-overs to another client (3 ms and 10 ms), one re-take (1 ms).
+        assert_eq!((tally.gaps.len(), tally.retake_gaps.len()), (2, 1));
+        assert!(tally.gaps.equivalent(tally.gaps.min(), 3_000), "min {}", tally.gaps.min());
         assert!(tally.gaps.equivalent(tally.gaps.max(), 10_000), "max {}", tally.gaps.max());
-        assert!(tally.gaps.equivalent(tally.gaps.value_at_quantile(0.5), 3_000));
+        assert!(tally.retake_gaps.equivalent(tally.retake_gaps.max(), 1_000));
     }
 
     #[test]

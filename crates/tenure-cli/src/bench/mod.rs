@@ -58,7 +58,8 @@ pub(crate) struct BenchArgs {
     pub(crate) seconds: Duration,
     /// What one measured operation is. `handover`: `--clients` clients contend
     /// for one lease, each holding it for `--hold`; reports hand-overs per
-    /// second and the gap from one release to the next grant.
+    /// second (grants to another client than the releaser) and the gap from a
+    /// release to the next client's grant, and the releaser's re-takes apart.
     #[arg(long, value_enum, default_value_t = Op::Cycle)]
     pub(crate) op: Op,
     /// With `--op handover`: how long each client holds the lease before it
@@ -181,10 +182,20 @@ pub(crate) struct Figures {
     pub(crate) p50_us: f64,
     pub(crate) p99_us: f64,
     pub(crate) max_us: f64,
-    /// Hand-overs: the share of grants that went back to the client that had
-    /// just released (the p50/p99/max are then the release-to-grant gap).
+    /// Hand-overs: the grants back to the client that had just released,
+    /// which are not hand-overs (`cycles_per_sec` counts grants to another
+    /// client, and p50/p99/max are their release-to-grant gaps; with one
+    /// client, its re-takes).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) to_same_client: Option<f64>,
+    pub(crate) retakes: Option<Retakes>,
+}
+
+/// Grants of a hand-over run back to the client that had just released.
+#[derive(Debug, Serialize)]
+pub(crate) struct Retakes {
+    pub(crate) per_sec: f64,
+    /// Their share of all grants that followed a release.
+    pub(crate) share: f64,
 }
 
 pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
@@ -241,16 +252,20 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
                     (true, Some(store)) => format!("  store: {:.2}× this rate", store / f.cycles_per_sec),
                     _ => String::new(),
                 };
-                let same = f.to_same_client.map(|s| format!("  to the same client: {:.0}%", s * 100.0));
+                let same = f.retakes.as_ref().filter(|_| f.clients > 1).map(|r| {
+                    format!("  re-takes by the releaser: {:.0}/s ({:.0}% of grants)", r.per_sec, r.share * 100.0)
+                });
+                // A hand-over run in which nobody else ever got the lease has no gap.
+                let us = |v: f64| if v.is_nan() { "-".to_string() } else { format!("{v:.1}") };
                 writeln!(
                     out,
-                    "{:<52} {:>7} {:>12.0} {:>10.1} {:>10.1} {:>10.1}{ratio}{}",
+                    "{:<52} {:>7} {:>12.0} {:>10} {:>10} {:>10}{ratio}{}",
                     f.target,
                     f.clients,
                     f.cycles_per_sec,
-                    f.p50_us,
-                    f.p99_us,
-                    f.max_us,
+                    us(f.p50_us),
+                    us(f.p99_us),
+                    us(f.max_us),
                     same.unwrap_or_default()
                 )?;
             }
@@ -359,7 +374,7 @@ async fn measure(target: Arc<dyn Target>, clients: usize, args: &BenchArgs) -> R
         p50_us: hist.value_at_quantile(0.5) as f64,
         p99_us: hist.value_at_quantile(0.99) as f64,
         max_us: hist.max() as f64,
-        to_same_client: None,
+        retakes: None,
     })
 }
 
