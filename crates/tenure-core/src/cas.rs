@@ -672,7 +672,13 @@ impl LeaseStore for CasStore {
         if !self.can_queue(name.as_str()).await {
             return Ok(None);
         }
-        Ok(Some(self.line.waiters(name.as_str()).await?.len()))
+        match self.line.waiters(name.as_str()).await {
+            Ok(line) => Ok(Some(line.len())),
+            // A line that cannot be used (cluttered by others) has no waiters:
+            // they poll. `status` shows the lease, not an error.
+            Err(e) if queue::no_line(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn wait_for_change(&self, busy: &Busy, max: Duration) {

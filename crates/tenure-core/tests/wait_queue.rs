@@ -458,6 +458,9 @@ async fn thousands_of_foreign_files_in_a_directory_line_keep_nobody_from_the_lea
     }
     let g = held(waiting.try_acquire(&req(name, "w")).await.expect("the lease is free, whatever its line holds"));
     waiting.release(&g, &ReleaseRequest::default()).await.expect("release");
+    // What `status` asks: no line to show, and no error.
+    let lease = tenure_core::LeaseName::new(name).expect("name");
+    assert_eq!(waiting.waiting(&lease).await.expect("a cluttered line is no error"), None);
 
     no_line_but_granted_once_free(&url, &holder, name).await;
     // A client polls when there is no line.

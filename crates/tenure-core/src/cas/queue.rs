@@ -101,7 +101,7 @@ pub fn line_full(url: &str, name: &str) -> Error {
 /// Whether `e`, from a [`Line`], says that there is no line to wait in: none
 /// here for this waiter ([`Error::Unsupported`]), or one that cannot be used
 /// ([`Error::Corrupt`]). Its waiters poll.
-fn no_line(e: &Error) -> bool {
+pub(super) fn no_line(e: &Error) -> bool {
     matches!(e, Error::Unsupported { .. } | Error::Corrupt { .. })
 }
 
