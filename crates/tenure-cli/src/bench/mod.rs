@@ -224,6 +224,8 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
             writeln!(out, "{line}")?;
         }
     }
+    // The widest target's label sets the first column.
+    let width = targets.iter().map(|t| t.label().chars().count()).max().unwrap_or(0).max(6);
     if !args.json {
         let s = if args.threads == 1 { "" } else { "s" };
         writeln!(out, "load generator: {} thread{s}", args.threads)?;
@@ -234,7 +236,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
             Op::Handover => ("hand-overs/s", "gap p50 µs", "gap p99 µs", "gap max µs"),
             _ => ("ops/s", "p50 µs", "p99 µs", "max µs"),
         };
-        writeln!(out, "{:<52} {:>7} {:>12} {:>10} {:>10} {:>10}", "target", "clients", rate, p50, p99, max)?;
+        writeln!(out, "{:<width$} {:>7} {:>12} {:>10} {:>10} {:>10}", "target", "clients", rate, p50, p99, max)?;
     }
     for &clients in &args.clients {
         // A store's rate, to compare the anchors after it with.
@@ -249,7 +251,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
                 writeln!(out, "{}", serde_json::to_string(&f)?)?;
             } else {
                 let ratio = match (f.anchor, store_rate) {
-                    (true, Some(store)) => format!("  store: {:.2}× this rate", store / f.cycles_per_sec),
+                    (true, Some(store)) => format!("  store: {} this rate", times(store / f.cycles_per_sec)),
                     _ => String::new(),
                 };
                 let same = f.retakes.as_ref().filter(|_| f.clients > 1).map(|r| {
@@ -259,7 +261,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
                 let us = |v: f64| if v.is_nan() { "-".to_string() } else { format!("{v:.1}") };
                 writeln!(
                     out,
-                    "{:<52} {:>7} {:>12.0} {:>10} {:>10} {:>10}{ratio}{}",
+                    "{:<width$} {:>7} {:>12.0} {:>10} {:>10} {:>10}{ratio}{}",
                     f.target,
                     f.clients,
                     f.cycles_per_sec,
@@ -276,6 +278,16 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A ratio with two significant digits (at least two decimals): `0.0042×`,
+/// `0.50×`, `1.73×`, `131×`.
+fn times(x: f64) -> String {
+    if !x.is_finite() || x <= 0.0 {
+        return format!("{x}×");
+    }
+    let decimals = if x >= 10.0 { 0 } else { (1 - x.log10().floor() as i32).clamp(2, 8) as usize };
+    format!("{x:.decimals$}×")
 }
 
 /// Targets that are anchors on a server of their own.
@@ -527,5 +539,14 @@ impl Target for StoreTarget {
             self.store.release(&g, &ReleaseRequest::default()).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ratios_keep_two_significant_digits() {
+        let shown: Vec<String> = [0.0042, 0.5, 1.734, 9.99, 131.4, 0.0].into_iter().map(super::times).collect();
+        assert_eq!(shown, ["0.0042×", "0.50×", "1.73×", "9.99×", "131×", "0×"]);
     }
 }
