@@ -28,7 +28,8 @@
 //! waiter whose connection closes, or who sends `Unwait` with its request id,
 //! leaves the queue, and a grant it was handed but not sent is given back at
 //! once. Bounds: [`core::MAX_WAITERS`] per lease, [`wire::MAX_WAITS_PER_CONNECTION`]
-//! per connection; a connection with queued waits is not idle, and TCP
+//! per connection, and each waiter takes a place among `max_live` like a
+//! lease; a connection with queued waits is not idle, and TCP
 //! keepalive probes (about a minute) notice a peer that vanished. The restart
 //! quarantine still holds: waiters queue through it and are served when it ends.
 //!
