@@ -118,10 +118,13 @@ impl Client {
     /// busy and the store keeps queues, it then waits in them in canonical
     /// order, holding (and renewing) the leases before the one it waits for:
     /// so it waits its turn like anyone else, and is never starved by a queue
-    /// that is never empty. Every waiter takes leases in the same order, so no
-    /// set of waiters can wait on each other in a circle; on a timeout or an
-    /// error it releases what it held. On a store without queues it polls for
-    /// them all at once, holding nothing while it waits.
+    /// that is never empty. Every set takes leases in the same order, so no
+    /// sets can wait on each other in a circle; code that takes several leases
+    /// one after another itself (nested `tenure lock`s) must take them in the
+    /// same canonical order, as with any locks, or it and a set may wait on
+    /// each other until a timeout. On a timeout or an error, or when the
+    /// caller drops the future, it releases what it held. On a store without
+    /// queues it polls for them all at once, holding nothing while it waits.
     pub async fn acquire_all<S: AsRef<str>>(&self, names: &[S], opts: &LeaseOptions) -> Result<LeaseSet> {
         self.acquire_all_watching(names, opts, |_| {}).await
     }
@@ -174,11 +177,19 @@ impl Client {
         };
         let taken = match taken {
             Err(Error::Busy { .. }) if queues => self.take_in_order(names, opts, deadline, on_wait).await,
-            Err(Error::Busy { .. }) => self.take_grants(names, &self.until(opts, deadline), on_wait).await,
+            // Busy on a store without queues, or a store error (waited out
+            // like a busy lease): polled for all at once, as always.
+            Err(e) if matches!(e, Error::Busy { .. }) || e.is_transient() => {
+                self.take_grants(names, &self.until(opts, deadline), on_wait).await
+            }
             done => done,
         };
         // A timeout counts the whole wait, not only its last part.
         taken.map_err(|e| match e {
+            Error::Timeout { name, holder, .. } if holder.starts_with("nobody known") => {
+                let name = LeaseName::new(&name).unwrap_or_else(|_| names[0].clone());
+                self.unanswered(&name, opts, clock.mono().saturating_since(started))
+            }
             Error::Timeout { store, name, holder, .. } => {
                 Error::Timeout { store, name, holder, waited: clock.mono().saturating_since(started) }
             }
@@ -205,8 +216,11 @@ impl Client {
         mut on_wait: impl FnMut(&Busy) + Send,
     ) -> Result<Vec<Grant>> {
         let clock = self.clock().clone();
+        let interval = opts.renew_interval();
         'over: loop {
-            let mut held: Vec<Grant> = Vec::with_capacity(names.len());
+            let mut holding = Holding::new(self, opts);
+            // One renewal schedule for everything held, whichever lease it waits for.
+            let mut renew_at = clock.mono() + interval;
             for name in names {
                 let opts_one = self.until(opts, deadline);
                 let mut take = Box::pin(self.take_grants(std::slice::from_ref(name), &opts_one, &mut on_wait));
@@ -214,33 +228,47 @@ impl Client {
                     // The wait goes on (in its queue) while the held leases are renewed.
                     tokio::select! {
                         taken = &mut take => break taken,
-                        () = clock.sleep(opts.renew_interval()), if !held.is_empty() => {
-                            if !self.keep(&mut held, opts).await {
+                        () = clock.sleep_until(renew_at), if !holding.grants.is_empty() => {
+                            if !self.keep(&mut holding.grants, opts, deadline).await {
                                 drop(take); // its wait withdrawn first
-                                self.let_go(&held, opts).await;
+                                holding.let_go().await;
                                 continue 'over;
                             }
+                            renew_at = clock.mono() + interval;
                         }
                     }
                 };
                 match taken {
-                    Ok(mut grants) => held.append(&mut grants),
+                    Ok(grants) => holding.add(grants),
                     Err(e) => {
-                        self.let_go(&held, opts).await;
+                        holding.let_go().await;
                         return Err(e);
                     }
                 }
             }
-            return Ok(held);
+            // What was taken first may have waited long for the last: it is
+            // returned only with time to spare.
+            let now = clock.mono();
+            if holding.grants.iter().any(|g| now + opts.safety() + interval >= g.local_deadline)
+                && !self.keep(&mut holding.grants, opts, deadline).await
+            {
+                holding.let_go().await;
+                continue 'over;
+            }
+            return Ok(holding.into_grants());
         }
     }
 
     /// Renews `held` while [`Client::take_in_order`] waits: whether they are
-    /// all still held (a renewal that fails is tried again at the next turn,
-    /// until a lease's time is up).
-    async fn keep(&self, held: &mut [Grant], opts: &LeaseOptions) -> bool {
-        // Bounded like the keep-alive's renewals: a hung store is a failed renewal.
-        let renewals = self.clock().timeout(opts.renew_interval(), self.store.renew_all(held)).await;
+    /// all still held with time to spare (a renewal that fails is tried again
+    /// at the next turn, until a lease's time is up).
+    async fn keep(&self, held: &mut [Grant], opts: &LeaseOptions, deadline: Option<Mono>) -> bool {
+        // Bounded like the keep-alive's renewals (a hung store is a failed
+        // renewal), and by the wait's own deadline.
+        let clock = self.clock();
+        let budget =
+            deadline.map_or(opts.renew_interval(), |d| opts.renew_interval().min(d.saturating_since(clock.mono())));
+        let renewals = clock.timeout(budget, self.store.renew_all(held)).await;
         for (grant, result) in held.iter_mut().zip(renewals.unwrap_or_default()) {
             match result {
                 Ok(renewed) => *grant = renewed,
@@ -248,24 +276,8 @@ impl Client {
                 Err(e) => tracing::debug!(error = %e, "renewing a lease held while waiting for the next failed"),
             }
         }
-        let now = self.clock().mono();
+        let now = clock.mono();
         held.iter().all(|g| now + opts.safety() < g.local_deadline)
-    }
-
-    /// Releases what [`Client::take_in_order`] held, when it gives up (bounded
-    /// like the keep-alive's release; what is not released expires by itself).
-    async fn let_go(&self, held: &[Grant], opts: &LeaseOptions) {
-        if held.is_empty() {
-            return;
-        }
-        let budget = opts.renew_interval().max(Duration::from_millis(100));
-        let plain = crate::store::ReleaseRequest::default();
-        let release = self.store.release_all(held, &plain);
-        for r in self.clock().timeout(budget, release).await.unwrap_or_default() {
-            if let Err(e) = r {
-                tracing::info!(error = %e, "releasing a lease held while waiting failed; it expires by itself");
-            }
-        }
     }
 
     /// One attempt loop for `names`: polls, or (one lease, on a store that
@@ -454,5 +466,69 @@ impl Client {
         note: Option<&BreakNote>,
     ) -> Result<()> {
         self.store.break_lease(seen, only_token, note).await
+    }
+}
+
+/// The leases [`Client::take_in_order`] holds while it waits for the next:
+/// counted among the client's held names (no other handle of the client
+/// re-takes them meanwhile), and given back if the wait is given up — also
+/// when the caller drops its future, by a release that is not waited for.
+struct Holding<'c> {
+    client: &'c Client,
+    grants: Vec<Grant>,
+    /// How long a release may take.
+    budget: Duration,
+}
+
+impl<'c> Holding<'c> {
+    fn new(client: &'c Client, opts: &LeaseOptions) -> Self {
+        Self { client, grants: Vec::new(), budget: opts.renew_interval().max(Duration::from_millis(100)) }
+    }
+
+    fn add(&mut self, grants: Vec<Grant>) {
+        crate::keepalive::register(&self.client.held, &grants);
+        self.grants.extend(grants);
+    }
+
+    /// The grants, for a [`LeaseSet`], which counts them itself.
+    fn into_grants(mut self) -> Vec<Grant> {
+        let grants = std::mem::take(&mut self.grants);
+        crate::keepalive::unregister(&self.client.held, &grants);
+        grants
+    }
+
+    /// Releases what is held (what is not released in time expires by itself).
+    async fn let_go(mut self) {
+        let grants = std::mem::take(&mut self.grants);
+        crate::keepalive::unregister(&self.client.held, &grants);
+        if grants.is_empty() {
+            return;
+        }
+        let plain = crate::store::ReleaseRequest::default();
+        let release = self.client.store.release_all(&grants, &plain);
+        for r in self.client.clock().timeout(self.budget, release).await.unwrap_or_default() {
+            if let Err(e) = r {
+                tracing::info!(error = %e, "releasing a lease held while waiting failed; it expires by itself");
+            }
+        }
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        let grants = std::mem::take(&mut self.grants);
+        if grants.is_empty() {
+            return;
+        }
+        crate::keepalive::unregister(&self.client.held, &grants);
+        // The caller gave up mid-wait: release without waiting for it (and
+        // only where a runtime can run the release; else they expire).
+        let (store, clock, budget) = (self.client.store.clone(), self.client.clock().clone(), self.budget);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let plain = crate::store::ReleaseRequest::default();
+                let _ = clock.timeout(budget, store.release_all(&grants, &plain)).await;
+            });
+        }
     }
 }

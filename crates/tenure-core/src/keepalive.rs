@@ -32,6 +32,27 @@ use crate::types::{Grant, Health, LossReason, Released};
 /// held several times).
 pub(crate) type HeldNames = Arc<Mutex<HashMap<String, usize>>>;
 
+/// Counts `grants` among the names `held` by a client's live handles.
+pub(crate) fn register(held: &HeldNames, grants: &[Grant]) {
+    let mut names = held.lock();
+    for g in grants {
+        *names.entry(g.name.to_string()).or_default() += 1;
+    }
+}
+
+/// Takes `grants` back out of `held` (see [`register`]).
+pub(crate) fn unregister(held: &HeldNames, grants: &[Grant]) {
+    let mut names = held.lock();
+    for g in grants {
+        if let Some(n) = names.get_mut(g.name.as_str()) {
+            *n -= 1;
+            if *n == 0 {
+                names.remove(g.name.as_str());
+            }
+        }
+    }
+}
+
 enum Cmd {
     Release(ReleaseRequest, oneshot::Sender<Result<Released>>),
 }
@@ -61,12 +82,7 @@ impl Held {
         let (health_tx, health) = watch::channel(Health::Held { stop_by });
         let (grants_tx, grants_rx) = watch::channel(Arc::new(grants.clone()));
         let (ctl, ctl_rx) = mpsc::channel(1);
-        {
-            let mut names = held.lock();
-            for g in &grants {
-                *names.entry(g.name.to_string()).or_default() += 1;
-            }
-        }
+        register(&held, &grants);
         let task = KeepAlive {
             store: store.clone(),
             clock: store.clock().clone(),
@@ -259,17 +275,8 @@ impl KeepAlive {
     /// Forgets our names in the client's set of locally held leases, so that the
     /// same client may re-take them at once.
     fn unregister(&mut self) {
-        if !std::mem::take(&mut self.registered) {
-            return;
-        }
-        let mut names = self.held.lock();
-        for g in &self.grants {
-            if let Some(n) = names.get_mut(g.name.as_str()) {
-                *n -= 1;
-                if *n == 0 {
-                    names.remove(g.name.as_str());
-                }
-            }
+        if std::mem::take(&mut self.registered) {
+            unregister(&self.held, &self.grants);
         }
     }
 }

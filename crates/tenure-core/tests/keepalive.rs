@@ -214,3 +214,21 @@ async fn a_wait_through_a_store_outage_says_the_store_failed_and_ends_with_its_e
         assert!(line.contains("the store failed") && line.contains("injected failure"), "{line}");
     }
 }
+
+/// A store that fails for a while (its writes refused) is waited out by
+/// `acquire_all` like a busy lease, from its very first attempt: it gets
+/// its leases once the store works again, within its timeout.
+#[tokio::test(start_paused = true)]
+async fn acquire_all_waits_out_a_store_that_fails_at_first() {
+    let s = setup();
+    s.flaky.writes.store(FAIL, Ordering::SeqCst);
+    let opts = opts().with_timeout(Duration::from_secs(30));
+    let client = s.client.clone();
+    let set = tokio::spawn(async move { client.acquire_all(&["x", "y"], &opts).await });
+    advance_until(&s, Duration::from_secs(2), || false).await;
+    assert!(!set.is_finished(), "a store error must be waited out, not returned");
+    s.flaky.writes.store(OK, Ordering::SeqCst);
+    advance_until(&s, Duration::from_secs(5), || set.is_finished()).await;
+    let set = set.await.expect("join").expect("granted once the store works");
+    assert_eq!(set.grants().len(), 2);
+}

@@ -530,3 +530,45 @@ async fn a_file_where_a_directory_line_belongs_keeps_nobody_from_the_lease() {
     assert_eq!(std::fs::read(dir.path().join("file~line")).expect("read"), b"not a line");
     assert_eq!(std::fs::read_dir(elsewhere.path()).expect("list").count(), 0, "nothing written through the link");
 }
+
+/// A set waiting in order (`acquire_all`) for a lease that is busy: it holds
+/// the lease before that one, renews it for as long as it waits (here longer
+/// than its TTL), keeps it from its own client's other handles, and gives it
+/// back at once when its caller gives up the wait (not at its TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_waiting_in_order_keeps_what_it_holds_then_gives_it_back_when_dropped() {
+    use tenure_core::{Client, Error, LeaseOptions};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let ttl = Duration::from_secs(2);
+    let opts = LeaseOptions::exclusive().with_ttl(ttl).with_renew_every(Duration::from_millis(100));
+    let holder = Client::new(store(&url));
+    let b = holder.acquire("set/b", &opts.clone().no_wait()).await.expect("b is held");
+    let set = Client::new(store(&url));
+    let waiting = {
+        let (set, opts) = (set.clone(), opts.clone().with_timeout(WAIT));
+        tokio::spawn(async move { set.acquire_all(&["set/b", "set/a"], &opts).await })
+    };
+    until_queued(&url, "set/b", 1).await;
+    let onlooker = store(&url);
+    let a = LeaseName::new("set/a").expect("name");
+    let holder_of_a = async || onlooker.inspect(&a).await.expect("inspect").holders.first().map(|h| h.token);
+    let first = holder_of_a().await.expect("the set holds set/a while it waits for set/b");
+    // Longer than a TTL: still held under the same grant, renewed meanwhile.
+    tokio::time::sleep(ttl + ttl / 2).await;
+    assert_eq!(holder_of_a().await, Some(first), "the set renews what it holds while it waits");
+    // Its own client's other handles do not re-take it meanwhile.
+    match set.try_acquire("set/a", &opts).await {
+        Err(Error::Busy { .. }) => {}
+        other => panic!("the set's own client took set/a from under the wait: {other:?}"),
+    }
+    // The caller gives up: set/a is released at once, long before its deadline.
+    waiting.abort();
+    let _ = waiting.await;
+    let gave_up = tokio::time::Instant::now();
+    while holder_of_a().await.is_some() {
+        assert!(gave_up.elapsed() < ttl / 2, "set/a was not given back when the wait was dropped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.release().await.expect("release");
+}
