@@ -333,3 +333,27 @@ async fn waiters_take_places_in_the_table_like_leases() {
     drop(waiting);
     let Parking::Parked(_again) = park(&second) else { panic!("a waiter's place is free again once it left") };
 }
+
+/// A waiter's place in the table passes to its grant: a shared waiter (whose
+/// grant takes a place of its own) in a shard that its wait filled is
+/// granted when the lease frees, not refused as overloaded.
+#[tokio::test]
+async fn a_waiter_in_a_full_shard_is_granted_in_its_own_place() {
+    use tenure_server::core::Parking;
+    let clock = ManualClock::new();
+    let c = Arc::new(core(
+        &clock,
+        CoreOptions { max_live: 2 * tenure_server::core::SHARDS, ..CoreOptions::new(Duration::from_secs(10)) },
+    ));
+    let (holder, reader) = (Arc::new(Holder::current()), Arc::new(Holder::current().with_label("reader")));
+    let token = acquire(&c, "w", &holder).expect("held");
+    let shared = Ask { mode: Mode::Shared, ..ask("w", &reader) };
+    let Parking::Parked(waiting) = c.acquire_or_park(&shared, Duration::from_secs(600)) else {
+        panic!("the reader queues")
+    };
+    assert!(c.release("w", token, None, &holder.nonce, false, None, None).expect("release"));
+    match waiting.wait().await {
+        Ok(Acquired::Granted(g)) => assert_eq!(g.len(), 1),
+        other => panic!("the waiter must be granted in its own place, got {other:?}"),
+    }
+}

@@ -208,14 +208,20 @@ impl Core {
             let (holder, meta) = (w.holder.clone(), w.meta.clone());
             let ask =
                 Ask { name, mode: w.mode, ttl_ms: w.ttl_ms, holder: &holder, retake: w.retake, meta: meta.as_deref() };
+            // The head's place in the table passes to its grant: decided
+            // without it, or a full table would count the waiter twice and
+            // refuse it (a shared grant takes a place of its own).
+            shard.waiting -= 1;
             let served = match self.decide(shard, h, &ask, now_us, false, 0) {
-                Ok(Err(_busy)) => return,
+                Ok(Err(_busy)) => {
+                    shard.waiting += 1;
+                    return;
+                }
                 Ok(Ok(admitted)) => Ok(self.commit(shard, h, &ask, admitted, now_us, WitnessKind::Grant)),
                 Err(refusal) => Err(refusal),
             };
             let Some(slot) = slot_mut(&mut shard.slots, h, name) else { return };
             let Some(w) = slot.waiters.pop_front() else { return };
-            shard.waiting -= 1;
             if served.is_ok() {
                 bump(&shard.stats.handovers);
             }
