@@ -711,7 +711,8 @@ impl TenureStore {
 
 /// A grant to a wait whose caller gave up before it was returned (dropped
 /// while it was renewed): released on its connection without waiting, so that
-/// the lease does not stay held by nobody until its TTL.
+/// the lease does not stay held by nobody until its TTL (as released: nothing
+/// was written under it).
 struct GiveBack<'a> {
     conn: &'a Conn,
     grant: &'a Grant,
@@ -719,7 +720,7 @@ struct GiveBack<'a> {
 
 impl Drop for GiveBack<'_> {
     fn drop(&mut self) {
-        let release = ReleaseWire { grant: grant_ref(self.grant), dropped: true, watermark_ms: None, meta: None };
+        let release = ReleaseWire { grant: grant_ref(self.grant), dropped: false, watermark_ms: None, meta: None };
         self.conn.send_unanswered(&Request::Release(vec![release]));
     }
 }

@@ -36,7 +36,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::Shared;
-use super::dispatch::{Answer, Reply, Unsent, Waited, error};
+use super::dispatch::{Answer, Reply, error};
 use crate::admission::{self, Ticket};
 use crate::spin::Spin;
 use crate::tls::{self, Accepted, ServerStream, ServerTls};
@@ -211,7 +211,7 @@ pub(super) struct Connection {
     /// Its queued waits ([`Request::Wait`]), each answering when its lease is
     /// granted or its wait ends. Dropped with the connection, which takes every
     /// one of them out of its queue.
-    pub(super) waits: JoinSet<Waited>,
+    pub(super) waits: JoinSet<Answer>,
     /// The queued waits by request id, to withdraw one ([`Request::Unwait`]).
     pub(super) wait_ids: HashMap<u32, Queued>,
     /// The grants of waits sent lately, newest last (at most
@@ -223,10 +223,7 @@ pub(super) struct Connection {
     /// anyway is not sent, and its grant is given back.
     pub(super) withdrawn: HashMap<u32, Queued>,
     /// Waits that ended (answered, or cancelled), not yet looked at.
-    pushed: Vec<Result<Waited, tokio::task::JoinError>>,
-    /// The grants to waits in the batch being answered: given back unless
-    /// the batch is written (see [`Unsent`]).
-    pub(super) unsent: Vec<Unsent>,
+    pushed: Vec<Result<Answer, tokio::task::JoinError>>,
 }
 
 impl Connection {
@@ -258,7 +255,6 @@ impl Connection {
             sent_grants: VecDeque::new(),
             withdrawn: HashMap::new(),
             pushed: Vec::new(),
-            unsent: Vec::new(),
         }
     }
 
@@ -323,6 +319,8 @@ impl Connection {
                 let close = answers.iter().any(|a| a.close);
                 self.sign(&mut answers);
                 let now = self.shared.core.now_us();
+                // Where each answer's frame ends in the write buffer.
+                let mut ends = Vec::with_capacity(answers.len());
                 for a in &answers {
                     let start = self.wbuf.len();
                     match &a.resp {
@@ -339,10 +337,17 @@ impl Connection {
                         let too_big = Response::Error { code: ErrorCode::Overloaded, message };
                         wire::encode_response(&mut self.wbuf, a.id, now, &too_big);
                     }
+                    ends.push(self.wbuf.len());
                 }
-                self.flush().await?;
-                // Written: the grants to waits in it are the client's now.
-                self.unsent.drain(..).for_each(Unsent::sent);
+                let (written, flushed) = self.flush().await;
+                // A grant to a wait whose whole frame was written is the
+                // client's now; the rest are given back when `answers` goes.
+                for (a, end) in answers.iter_mut().zip(ends) {
+                    if let Some(unsent) = a.unsent.take_if(|_| end <= written) {
+                        unsent.sent();
+                    }
+                }
+                flushed?;
                 if close {
                     return Err("closed after an error answer".into());
                 }
@@ -457,7 +462,9 @@ impl Connection {
 
     /// Writes the batch of answers: the client must take all of it within
     /// `io_timeout` (one deadline for the whole batch, not one per write).
-    async fn flush(&mut self) -> Result<(), String> {
+    /// Returns how many bytes the socket took (with TLS: the stream, which
+    /// may not have sent them all yet), also when it fails.
+    async fn flush(&mut self) -> (usize, Result<(), String>) {
         // Usually the socket takes the whole batch at once: no timer for that.
         let mut sent = 0;
         while sent < self.wbuf.len() {
@@ -467,16 +474,21 @@ impl Connection {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     self.wbuf.clear();
-                    return Err(e.to_string());
+                    return (sent, Err(e.to_string()));
                 }
             }
         }
         let out = if sent < self.wbuf.len() {
-            let rest = &self.wbuf[sent..];
-            let stream = &mut self.stream;
+            let (buf, stream) = (&self.wbuf, &mut self.stream);
+            let sent = &mut sent;
             // A TLS stream holds back what it has encrypted until it is flushed.
             let write = async move {
-                stream.write_all(rest).await?;
+                while *sent < buf.len() {
+                    match stream.write(&buf[*sent..]).await? {
+                        0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                        n => *sent += n,
+                    }
+                }
                 stream.flush().await
             };
             tokio::time::timeout(self.shared.opts.io_timeout, write).await
@@ -487,14 +499,15 @@ impl Connection {
         if self.wbuf.capacity() > 1024 * 1024 {
             self.wbuf.shrink_to(64 * 1024);
         }
-        match out {
+        let out = match out {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => {
                 self.shared.conns.timed_out.fetch_add(1, Ordering::Relaxed);
                 Err(format!("the client did not take its answers within {:?}", self.shared.opts.io_timeout))
             }
-        }
+        };
+        (sent, out)
     }
 
     /// The answer to one frame: `None` for a wait that was queued (its answer
@@ -519,7 +532,7 @@ impl Connection {
         }
         let op = super::latency::op(&req);
         let answer = match self.dispatch(req) {
-            Ok(resp) => Answer { id, resp, close: false },
+            Ok(resp) => Answer::new(id, resp),
             Err((code, message)) => error(id, code, message, matches!(code, ErrorCode::Protocol)),
         };
         if let Some(op) = op {
@@ -572,7 +585,7 @@ impl Connection {
             quarantine_left_ms: tenure_core::limits::millis(core.quarantine_left()),
             started_us: core.started_us(),
         };
-        Answer { id, resp: Reply::Wire(resp), close: false }
+        Answer::new(id, Reply::Wire(resp))
     }
 }
 

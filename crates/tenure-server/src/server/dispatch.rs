@@ -21,6 +21,14 @@ pub(super) struct Answer {
     pub(super) id: u32,
     pub(super) resp: Reply,
     pub(super) close: bool,
+    /// The way back of a grant to a wait this answer carries (see [`Unsent`]).
+    pub(super) unsent: Option<Unsent>,
+}
+
+impl Answer {
+    pub(super) fn new(id: u32, resp: Reply) -> Self {
+        Self { id, resp, close: false, unsent: None }
+    }
 }
 
 /// An answer before encoding. Grants stay as the table decided them (their
@@ -66,7 +74,7 @@ impl Reply {
 }
 
 pub(super) fn error(id: u32, code: ErrorCode, message: String, close: bool) -> Answer {
-    Answer { id, resp: Reply::Wire(Response::Error { code, message }), close }
+    Answer { close, ..Answer::new(id, Reply::Wire(Response::Error { code, message })) }
 }
 
 impl From<Response> for Reply {
@@ -113,17 +121,13 @@ fn granted_token(answer: &Answer) -> Option<u64> {
     }
 }
 
-/// The answer to a queued wait, with its grant's way back.
-pub(super) struct Waited {
-    pub(super) answer: Answer,
-    pub(super) unsent: Option<Unsent>,
-}
-
 /// A grant to a waiter that is not yet written to its connection: dropped
 /// before [`Unsent::sent`] (the connection failed or closed first, the wait
 /// was withdrawn, its task's answer was never collected), it gives the grant
 /// back at once, so that a waiter that is gone never holds the lease for its
-/// TTL.
+/// TTL. Nothing was written under it: it ends as released, not dropped (no
+/// watermark raised to its deadline). Once the whole frame of its answer is
+/// written it is the client's, even if the connection fails after.
 pub(super) struct Unsent {
     core: Arc<crate::Core>,
     name: Box<str>,
@@ -133,10 +137,13 @@ pub(super) struct Unsent {
 }
 
 impl Unsent {
-    /// The way back of the grant `answer` carries, if it carries one.
-    fn of(core: &Arc<crate::Core>, answer: &Answer, name: &str, nonce: &str) -> Option<Self> {
-        let token = granted_token(answer)?;
-        Some(Self { core: core.clone(), name: name.into(), nonce: nonce.into(), token, armed: true })
+    /// Arms `answer` with the way back of the grant it carries, if it carries one.
+    fn arm(core: &Arc<crate::Core>, mut answer: Answer, name: &str, nonce: &str) -> Answer {
+        if let Some(token) = granted_token(&answer) {
+            answer.unsent =
+                Some(Self { core: core.clone(), name: name.into(), nonce: nonce.into(), token, armed: true });
+        }
+        answer
     }
 
     /// The grant was written to the client: it is the client's now.
@@ -148,7 +155,7 @@ impl Unsent {
 impl Drop for Unsent {
     fn drop(&mut self) {
         if self.armed {
-            let _ = self.core.release(&self.name, self.token, None, &self.nonce, true, None, None);
+            let _ = self.core.release(&self.name, self.token, None, &self.nonce, false, None, None);
         }
     }
 }
@@ -159,7 +166,7 @@ impl Connection {
     /// comes (see [`Connection::waits`]).
     pub(super) fn wait(&mut self, id: u32, req: &Request<'_>) -> Option<Answer> {
         let answer = move |outcome| match acquired(outcome) {
-            Ok(resp) => Answer { id, resp, close: false },
+            Ok(resp) => Answer::new(id, resp),
             Err((code, message)) => error(id, code, message, false),
         };
         // A grant remembered under this id is an older wait's, whose answer the
@@ -198,19 +205,16 @@ impl Connection {
         let core = self.shared.core.clone();
         match core.acquire_or_park(&ask, Duration::from_millis(*wait_ms)) {
             Parking::Done(outcome) => {
-                let answer = answer(outcome);
-                self.unsent.extend(Unsent::of(&core, &answer, ask.name, &holder.nonce));
+                let answer = Unsent::arm(&core, answer(outcome), ask.name, &holder.nonce);
                 self.remember_grant(&answer, ask.name.into(), holder.nonce.as_str().into());
                 Some(answer)
             }
             Parking::Parked(parked) => {
                 let (name, nonce): (Box<str>, Box<str>) = (ask.name.into(), holder.nonce.as_str().into());
                 let (task_name, task_nonce) = (name.clone(), nonce.clone());
-                let abort = self.waits.spawn(async move {
-                    let answer = answer(parked.wait().await);
-                    let unsent = Unsent::of(&core, &answer, &task_name, &task_nonce);
-                    Waited { answer, unsent }
-                });
+                let abort = self
+                    .waits
+                    .spawn(async move { Unsent::arm(&core, answer(parked.wait().await), &task_name, &task_nonce) });
                 self.wait_ids.insert(id, Queued { abort, name, nonce });
                 None
             }
@@ -263,9 +267,9 @@ impl Connection {
                 } else if let Some(at) = self.sent_grants.iter().position(|g| g.id == id) {
                     // Granted and sent, but the client withdrew it before it
                     // saw the grant (it drops answers to withdrawn waits):
-                    // nobody will use it.
+                    // nobody will use it, nor wrote anything under it.
                     let g = self.sent_grants.remove(at).expect("found just now");
-                    core.release(&g.name, g.token, None, &g.nonce, true, None, None).map_err(refusal)?;
+                    core.release(&g.name, g.token, None, &g.nonce, false, None, None).map_err(refusal)?;
                 } else {
                     return Err((ErrorCode::Nothing, format!("no wait with request id {id} is queued")));
                 }
@@ -338,9 +342,9 @@ impl Connection {
     /// ([`Request::Unwait`]; a grant it got anyway is given back). A grant
     /// sent is remembered for a while, in case the client withdraws the wait
     /// before it sees the grant.
-    pub(super) fn waited(&mut self, done: Result<Waited, tokio::task::JoinError>) -> Option<Answer> {
-        let Waited { answer, unsent } = match done {
-            Ok(waited) => waited,
+    pub(super) fn waited(&mut self, done: Result<Answer, tokio::task::JoinError>) -> Option<Answer> {
+        let answer = match done {
+            Ok(answer) => answer,
             // Cancelled by an Unwait (or panicked): nothing to send.
             Err(e) => {
                 self.withdrawn.retain(|_, w| w.abort.id() != e.id());
@@ -348,12 +352,11 @@ impl Connection {
                 return None;
             }
         };
-        // Withdrawn meanwhile: not sent, so dropping `unsent` gives the grant back.
+        // Withdrawn meanwhile: never sent, so dropping it gives its grant back.
         if self.withdrawn.remove(&answer.id).is_some() {
             return None;
         }
         let queued = self.wait_ids.remove(&answer.id)?;
-        self.unsent.extend(unsent);
         self.remember_grant(&answer, queued.name, queued.nonce);
         Some(answer)
     }
