@@ -1,7 +1,8 @@
 //! The guard process (`tenure __guard`): runs the command and stops it, and every
 //! process it started, when `tenure` can no longer vouch for the lease; and if
-//! `tenure` died, releases the lease once nothing of the command runs
-//! ([`release_orphaned`]). The design is explained in [`crate::supervise`];
+//! `tenure` died, tries to release the lease once nothing of the command runs
+//! ([`release_orphaned`]: a break of that grant alone, which may fail and leave
+//! the lease to expire). The design is explained in [`crate::supervise`];
 //! this is the guard's side.
 
 use std::collections::VecDeque;
@@ -603,7 +604,8 @@ impl Guard {
                     s.kill_at = s.kill_at.min(ns);
                 }
             }
-            // `orphan -`: `tenure` takes the release back (it closes the pipe itself).
+            // `tenure` takes the release back: it closes the pipe itself.
+            ("orphan", "-") => self.orphan = None,
             ("orphan", json) => self.orphan = serde_json::from_str(json).ok(),
             ("stop", "signal") => self.begin("signal"),
             ("stop", _) => self.begin("lost"),

@@ -322,9 +322,13 @@ pub(crate) async fn break_lease(args: BreakArgs) -> Result<ExitCode> {
     // An unreadable record is replaced by a break of the lease, never by a
     // break of one token (it cannot show whose it is).
     if targets.is_empty() && (seen.corrupt.is_none() || args.token.is_some()) {
-        let what = match args.token {
-            Some(t) => format!("has no grant with token {t}"),
-            None => "is not held".to_string(),
+        let what = match (args.token, &seen.corrupt) {
+            (Some(t), Some(damage)) => format!(
+                "has an unreadable record ({damage}), which cannot show whether token {t} holds it; \
+                 break the lease without --token to replace it"
+            ),
+            (Some(t), None) => format!("has no grant with token {t}"),
+            (None, _) => "is not held".to_string(),
         };
         bail!(Fail::new(exit::TIMEOUT, format!("{}: lease {name:?} {what}; nothing was broken", store.url())));
     }

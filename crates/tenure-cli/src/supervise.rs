@@ -5,7 +5,7 @@
 //! ```text
 //! shell ── tenure (its own job's process group: receives ^C, kill %1; a child subreaper)
 //!            │   control pipe ──▶  start <ns> <token> <ms> (first, once granted) |
-//!            │                      orphan <json> | deadline <ns> | stop [signal] | signal <n>
+//!            │                      orphan <json> | orphan - | deadline <ns> | stop [signal] | signal <n>
 //!            │   report pipe  ◀──  started <pid> (from the command, just before exec) | alive |
 //!            │                      leader exited <n> | leader killed <n> | stopping <why> |
 //!            │                      failed <code> <msg> | exited <n> | killed <n>
@@ -28,11 +28,14 @@
 //! guard instead holds the read end of a pipe whose only write end is in `tenure`
 //! (close-on-exec, so nothing else inherits it). The guard stops the command —
 //! SIGTERM (and SIGCONT, for stopped members), then SIGKILL — when:
-//! - the pipe reports EOF: `tenure` died, even by SIGKILL. Once nothing of the
-//!   command runs, the guard then releases the lease itself: `orphan` (sent
-//!   right after `start`) gave it the arguments of a `tenure break` of that
-//!   grant alone, which it runs with them on standard input (never in a process
-//!   listing: a store's URL may hold a password);
+//! - the pipe reports EOF: `tenure` died, even by SIGKILL (or, alive, closed it
+//!   to stop the command itself, see `take_over`). Once nothing of the command
+//!   runs, and if `tenure` is gone (the guard's parent changed), the guard then
+//!   releases the lease itself: `orphan` (sent right after `start`) gave it the
+//!   arguments of a `tenure break` of that grant alone, which it runs with them
+//!   on standard input (never in a process listing: a store's URL may hold a
+//!   password); `orphan -`, sent before `tenure` closes the pipe on purpose,
+//!   takes them back;
 //! - `tenure` says `stop`: the lease was lost, or a second SIGINT/SIGTERM came;
 //! - the deadline `tenure` last sent (the lease's `stop_by`, pushed back at every
 //!   renewal) is less than the grace away: renewals are failing, or `tenure` is

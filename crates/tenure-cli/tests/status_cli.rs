@@ -51,6 +51,15 @@ fn one_unreadable_lease_does_not_hide_the_others() {
     assert_eq!(out.status.code(), Some(65), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("symbolic link"), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_dir(outside.path()).expect("list").count(), 0);
+
+    // A break of one token (as a guard runs for a `tenure lock` that died)
+    // does not replace the unreadable record: it cannot show whose it is.
+    let out = run(tenure().args(["break", &url, "c", "--token", "1"]), LIMIT);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("unreadable") && err.contains("without --token"), "{err}");
+    let out = run(tenure().args(["status", &url, "c", "--json"]), LIMIT);
+    assert_eq!(common::leases(&out.stdout)[0]["state"], "corrupt", "{}", text(&out.stdout));
 }
 
 /// Starts a holder of `name` that holds until `release` exists, and waits until it holds.
