@@ -280,8 +280,8 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A ratio with two significant digits (at least two decimals): `0.0042×`,
-/// `0.50×`, `1.73×`, `131×`.
+/// A ratio with two significant digits, two decimals below 10 and none from
+/// 10 on: `0.0042×`, `0.50×`, `1.73×`, `131×`.
 fn times(x: f64) -> String {
     if !x.is_finite() || x <= 0.0 {
         return format!("{x}×");
