@@ -66,6 +66,18 @@ fn ask<'a>(name: &'a str, ttl_ms: u64, h: &'a Holder) -> tenure_server::wire::As
     AskWire { name, mode: Mode::Exclusive, ttl_ms, holder: HolderWire::of(h), retake: false, meta: None }
 }
 
+/// Whether `name` can be taken within 5 s (real time; the manual clock never
+/// moves, so only a release frees it). The grant that shows it is kept.
+async fn free_within_5s(store: &TenureStore, name: &str) -> bool {
+    for _ in 0..500 {
+        match store.try_acquire(&common::req(name, &holder("next"))).await.expect("acquire") {
+            Attempt::Granted(_) => return true,
+            Attempt::Busy(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    false
+}
+
 /// Starts a waiter on its own connection; it sends its label once granted.
 fn waiter(
     server: &RunningServer,
@@ -468,17 +480,7 @@ async fn a_grant_its_waiters_connection_failed_to_take_is_given_back() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     // The lease frees while the server is stuck on the lists' answers.
     store.release(&held, &ReleaseRequest::default()).await.expect("release");
-    let mut free = false;
-    for _ in 0..500 {
-        match store.try_acquire(&common::req("unsent", &holder("next"))).await.expect("acquire") {
-            Attempt::Granted(_) => {
-                free = true;
-                break;
-            }
-            Attempt::Busy(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-        }
-    }
-    assert!(free, "the grant the server could not send still holds the lease");
+    assert!(free_within_5s(&store, "unsent").await, "the grant the server could not send still holds the lease");
     drop(s);
 }
 
@@ -509,17 +511,7 @@ async fn a_caller_that_gives_up_after_its_grant_arrived_gives_it_back() {
     assert_eq!(handovers(), 1, "the lease was handed to the waiter");
     tokio::time::sleep(Duration::from_millis(200)).await;
     drop(wait);
-    let mut free = false;
-    for _ in 0..500 {
-        match store.try_acquire(&common::req("arrived", &holder("next"))).await.expect("acquire") {
-            Attempt::Granted(_) => {
-                free = true;
-                break;
-            }
-            Attempt::Busy(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-        }
-    }
-    assert!(free, "the grant its caller never took still holds the lease");
+    assert!(free_within_5s(&store, "arrived").await, "the grant its caller never took still holds the lease");
     drop(waiter);
 }
 
