@@ -124,9 +124,9 @@ pub(crate) fn guard_main(args: &GuardArgs) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// Whether `tenure` (this guard's parent, `tenure`) has died: the guard then
-/// has another parent. A `tenure` that is exiting has closed its pipes before
-/// its children are handed on, so this waits a moment for that.
+/// Whether `tenure`, this guard's parent, has died: the guard then has
+/// another parent. A `tenure` that is exiting has closed its pipes before its
+/// children are handed on, so this waits a moment for that.
 fn died(tenure: Option<Pid>) -> bool {
     let until = std::time::Instant::now() + ORPHAN_PARENT_WAIT;
     loop {

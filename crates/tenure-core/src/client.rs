@@ -24,6 +24,8 @@ const MAX_PARK: Duration = Duration::from_secs(3600);
 const QUEUE_MARGIN: Duration = Duration::from_millis(100);
 /// How often a queued waiter looks at who holds the lease, for `on_wait`.
 const QUEUE_REFRESH: Duration = Duration::from_secs(5);
+/// How a timeout in which the store never answered names the holder.
+const UNANSWERED: &str = "nobody known: the store did not answer";
 
 /// A holder's handle on a store: one holder identity, many leases.
 ///
@@ -186,7 +188,8 @@ impl Client {
         };
         // A timeout counts the whole wait, not only its last part.
         taken.map_err(|e| match e {
-            Error::Timeout { name, holder, .. } if holder.starts_with("nobody known") => {
+            // The store did not answer the last part: say so of the whole timeout.
+            Error::Timeout { name, holder, .. } if holder.starts_with(UNANSWERED) => {
                 let name = LeaseName::new(&name).unwrap_or_else(|_| names[0].clone());
                 self.unanswered(&name, opts, clock.mono().saturating_since(started))
             }
@@ -430,10 +433,7 @@ impl Client {
             store: self.store.url().to_string(),
             name: name.to_string(),
             waited,
-            holder: format!(
-                "nobody known: the store did not answer within the {} timeout",
-                crate::types::human_duration(attempt)
-            ),
+            holder: format!("{UNANSWERED} within the {} timeout", crate::types::human_duration(attempt)),
         }
     }
 
@@ -490,45 +490,46 @@ impl<'c> Holding<'c> {
         self.grants.extend(grants);
     }
 
-    /// The grants, for a [`LeaseSet`], which counts them itself.
-    fn into_grants(mut self) -> Vec<Grant> {
+    /// Takes the grants out, no longer counted among the client's held names.
+    fn take(&mut self) -> Vec<Grant> {
         let grants = std::mem::take(&mut self.grants);
         crate::keepalive::unregister(&self.client.held, &grants);
         grants
     }
 
-    /// Releases what is held (what is not released in time expires by itself).
+    /// The grants, for a [`LeaseSet`], which counts them itself.
+    fn into_grants(mut self) -> Vec<Grant> {
+        self.take()
+    }
+
+    /// Releases what is held.
     async fn let_go(mut self) {
-        let grants = std::mem::take(&mut self.grants);
-        crate::keepalive::unregister(&self.client.held, &grants);
-        if grants.is_empty() {
-            return;
-        }
-        let plain = crate::store::ReleaseRequest::default();
-        let release = self.client.store.release_all(&grants, &plain);
-        for r in self.client.clock().timeout(self.budget, release).await.unwrap_or_default() {
-            if let Err(e) = r {
-                tracing::info!(error = %e, "releasing a lease held while waiting failed; it expires by itself");
-            }
+        let grants = self.take();
+        release_within(self.client.store.clone(), self.budget, grants).await;
+    }
+}
+
+/// Releases `grants`, waiting at most `budget`: what is not released in time
+/// expires by itself.
+async fn release_within(store: Arc<dyn LeaseStore>, budget: Duration, grants: Vec<Grant>) {
+    if grants.is_empty() {
+        return;
+    }
+    let plain = crate::store::ReleaseRequest::default();
+    for r in store.clock().timeout(budget, store.release_all(&grants, &plain)).await.unwrap_or_default() {
+        if let Err(e) = r {
+            tracing::info!(error = %e, "releasing a lease held while waiting failed; it expires by itself");
         }
     }
 }
 
 impl Drop for Holding<'_> {
     fn drop(&mut self) {
-        let grants = std::mem::take(&mut self.grants);
-        if grants.is_empty() {
-            return;
-        }
-        crate::keepalive::unregister(&self.client.held, &grants);
+        let grants = self.take();
         // The caller gave up mid-wait: release without waiting for it (and
         // only where a runtime can run the release; else they expire).
-        let (store, clock, budget) = (self.client.store.clone(), self.client.clock().clone(), self.budget);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let plain = crate::store::ReleaseRequest::default();
-                let _ = clock.timeout(budget, store.release_all(&grants, &plain)).await;
-            });
+        if let (false, Ok(runtime)) = (grants.is_empty(), tokio::runtime::Handle::try_current()) {
+            runtime.spawn(release_within(self.client.store.clone(), self.budget, grants));
         }
     }
 }
