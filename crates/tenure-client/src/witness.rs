@@ -45,7 +45,7 @@
 //! renewal is.
 
 use ed25519_dalek::{Signature, VerifyingKey};
-use sha2::{Digest, Sha256};
+use ring::digest::{Context, SHA256, digest};
 use tenure_core::{EndedHow, Mode};
 
 /// The witness body format written by this version.
@@ -406,18 +406,25 @@ fn how_from(code: u8) -> Result<EndedHow, WitnessError> {
 
 #[doc(hidden)]
 pub fn leaf_hash(body: &[u8]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update([0u8]);
+    let mut h = Context::new(&SHA256);
+    h.update(&[0u8]);
     h.update(body);
-    h.finalize().into()
+    sha256_bytes(h.finish().as_ref())
 }
 
 fn node_hash(left: &[u8; 32], right: &[u8; 32]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update([1u8]);
-    h.update(left);
-    h.update(right);
-    h.finalize().into()
+    let mut m = [0u8; 65];
+    m[0] = 1;
+    m[1..33].copy_from_slice(left);
+    m[33..].copy_from_slice(right);
+    sha256_bytes(digest(&SHA256, &m).as_ref())
+}
+
+/// A SHA-256 digest as an array (it is always 32 bytes).
+fn sha256_bytes(d: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d);
+    out
 }
 
 #[doc(hidden)]
