@@ -166,6 +166,8 @@ pub(crate) async fn measure(target: Arc<dyn Target>, clients: usize, args: &Benc
         p99_us: quantile(0.99),
         max_us: quantile(1.0),
         retakes: Some(Retakes { per_sec: retakes as f64 / secs, share: retakes as f64 / grants as f64 }),
+        rounds: None,
+        store_ratio: None,
     })
 }
 

@@ -56,6 +56,11 @@ pub(crate) struct BenchArgs {
     /// Measured seconds per target and client count (after a short warm-up).
     #[arg(long, value_parser = duration, default_value = "3s", value_name = "DURATION")]
     pub(crate) seconds: Duration,
+    /// Measure every target this many times, in turn (A B A B …), and report
+    /// the median round: on a shared machine, whose speed drifts from second
+    /// to second, an anchor's ratio is then taken within each round.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub(crate) rounds: u16,
     /// What one measured operation is. `handover`: `--clients` clients contend
     /// for one lease, each holding it for `--hold`; reports hand-overs per
     /// second (grants to another client than the releaser) and the gap from a
@@ -188,6 +193,12 @@ pub(crate) struct Figures {
     /// client, its re-takes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) retakes: Option<Retakes>,
+    /// With `--rounds`: each round's rate, in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rounds: Option<Vec<f64>>,
+    /// An anchor's store rate ÷ its rate: the median of the rounds' ratios.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) store_ratio: Option<f64>,
 }
 
 /// Grants of a hand-over run back to the client that had just released.
@@ -239,45 +250,85 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
         writeln!(out, "{:<width$} {:>7} {:>12} {:>10} {:>10} {:>10}", "target", "clients", rate, p50, p99, max)?;
     }
     for &clients in &args.clients {
-        // A store's rate, to compare the anchors after it with.
-        let mut store_rate: Option<f64> = None;
-        for t in &targets {
-            let f = match args.op {
-                Op::Handover => handover::measure(t.clone(), clients, &args).await,
-                _ => measure(t.clone(), clients, &args).await,
+        // Every round measures every target once; an anchor is compared with
+        // the store measured just before it in the same round.
+        let mut runs: Vec<Vec<Figures>> = targets.iter().map(|_| Vec::new()).collect();
+        let mut ratios: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
+        for _ in 0..args.rounds {
+            let mut store_rate: Option<f64> = None;
+            for (i, t) in targets.iter().enumerate() {
+                let f = match args.op {
+                    Op::Handover => handover::measure(t.clone(), clients, &args).await,
+                    _ => measure(t.clone(), clients, &args).await,
+                }
+                .with_context(|| t.label())?;
+                match (f.anchor, store_rate) {
+                    (true, Some(store)) => ratios[i].push(store / f.cycles_per_sec),
+                    (false, _) => store_rate = Some(f.cycles_per_sec),
+                    (true, None) => {}
+                }
+                runs[i].push(f);
             }
-            .with_context(|| t.label())?;
+        }
+        for (figures, ratios) in runs.into_iter().zip(ratios) {
+            let Some(mut f) = median_round(figures) else { continue };
+            f.store_ratio = median(ratios);
             if args.json {
                 writeln!(out, "{}", serde_json::to_string(&f)?)?;
-            } else {
-                let ratio = match (f.anchor, store_rate) {
-                    (true, Some(store)) => format!("  store: {} this rate", times(store / f.cycles_per_sec)),
-                    _ => String::new(),
-                };
-                let same = f.retakes.as_ref().filter(|_| f.clients > 1).map(|r| {
+                continue;
+            }
+            let ratio = f.store_ratio.map(|r| format!("  store: {} this rate", times(r))).unwrap_or_default();
+            let spread = f.rounds.as_ref().map(|rates| {
+                let (lo, hi) = rates.iter().fold((f64::MAX, 0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+                format!("  {} rounds: {lo:.0}–{hi:.0}/s", rates.len())
+            });
+            let same =
+                f.retakes.as_ref().filter(|_| f.clients > 1).map(|r| {
                     format!("  re-takes by the releaser: {:.0}/s ({:.0}% of grants)", r.per_sec, r.share * 100.0)
                 });
-                // A hand-over run in which nobody else ever got the lease has no gap.
-                let us = |v: f64| if v.is_nan() { "-".to_string() } else { format!("{v:.1}") };
-                writeln!(
-                    out,
-                    "{:<width$} {:>7} {:>12.0} {:>10} {:>10} {:>10}{ratio}{}",
-                    f.target,
-                    f.clients,
-                    f.cycles_per_sec,
-                    us(f.p50_us),
-                    us(f.p99_us),
-                    us(f.max_us),
-                    same.unwrap_or_default()
-                )?;
-            }
-            if !f.anchor {
-                store_rate = Some(f.cycles_per_sec);
-            }
-            out.flush()?;
+            // A hand-over run in which nobody else ever got the lease has no gap.
+            let us = |v: f64| if v.is_nan() { "-".to_string() } else { format!("{v:.1}") };
+            writeln!(
+                out,
+                "{:<width$} {:>7} {:>12.0} {:>10} {:>10} {:>10}{ratio}{}{}",
+                f.target,
+                f.clients,
+                f.cycles_per_sec,
+                us(f.p50_us),
+                us(f.p99_us),
+                us(f.max_us),
+                spread.unwrap_or_default(),
+                same.unwrap_or_default()
+            )?;
         }
+        out.flush()?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The round with the median rate (the lower middle one of an even count),
+/// with every round's rate when there was more than one.
+fn median_round(mut figures: Vec<Figures>) -> Option<Figures> {
+    let rates: Vec<f64> = figures.iter().map(|f| f.cycles_per_sec).collect();
+    let mut order: Vec<usize> = (0..figures.len()).collect();
+    order.sort_by(|&a, &b| rates[a].total_cmp(&rates[b]));
+    let middle = *order.get(order.len().checked_sub(1)? / 2)?;
+    let mut f = figures.swap_remove(middle);
+    if rates.len() > 1 {
+        f.rounds = Some(rates);
+    }
+    Some(f)
+}
+
+/// The median of `values` (the mean of the middle two of an even count).
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
+    }
 }
 
 /// A ratio with two significant digits, two decimals below 10 and none from
@@ -387,6 +438,8 @@ async fn measure(target: Arc<dyn Target>, clients: usize, args: &BenchArgs) -> R
         p99_us: hist.value_at_quantile(0.99) as f64,
         max_us: hist.max() as f64,
         retakes: None,
+        rounds: None,
+        store_ratio: None,
     })
 }
 
@@ -548,5 +601,42 @@ mod tests {
     fn ratios_keep_two_significant_digits() {
         let shown: Vec<String> = [0.0042, 0.5, 1.734, 9.99, 131.4, 0.0].into_iter().map(super::times).collect();
         assert_eq!(shown, ["0.0042×", "0.50×", "1.73×", "9.99×", "131×", "0×"]);
+    }
+
+    fn figures(rate: f64) -> super::Figures {
+        super::Figures {
+            target: format!("t{rate}"),
+            anchor: false,
+            op: super::Op::Cycle,
+            clients: 1,
+            threads: 1,
+            ops: 1,
+            seconds: 1.0,
+            cycles_per_sec: rate,
+            p50_us: rate,
+            p99_us: rate,
+            max_us: rate,
+            retakes: None,
+            rounds: None,
+            store_ratio: None,
+        }
+    }
+
+    #[test]
+    fn the_median_round_is_reported_with_every_rate() {
+        let f = super::median_round([300.0, 100.0, 200.0].map(figures).into()).expect("a round");
+        assert_eq!(f.cycles_per_sec, 200.0);
+        assert_eq!(f.p99_us, 200.0, "the latencies are the median round's own");
+        assert_eq!(f.rounds, Some(vec![300.0, 100.0, 200.0]));
+        let one = super::median_round(vec![figures(5.0)]).expect("a round");
+        assert_eq!(one.rounds, None, "one round shows no spread");
+        assert!(super::median_round(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn ratios_are_the_median_of_the_rounds() {
+        assert_eq!(super::median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(super::median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(super::median(Vec::new()), None);
     }
 }
