@@ -68,8 +68,8 @@ pub struct ClientOptions {
     pub connections: usize,
     /// How long a connection polls for answers before it sleeps, while answers
     /// tend to come that soon: a server on the same host or a close one (param
-    /// `spin_us`; default 40; 0: never). It yields to other tasks while it polls.
-    /// With 64 or more requests in flight on one connection, 0 measured faster.
+    /// `spin_us`; default 40; 0: never). It yields to other tasks while it polls,
+    /// and polls only while at most 32 requests are on their way on the connection.
     pub spin: Duration,
     /// TLS (param `tls=true`, with `ca_file` and `server_name`); `None`: plaintext.
     pub tls: Option<ClientTls>,
