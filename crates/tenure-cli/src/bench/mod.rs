@@ -267,43 +267,57 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
                     (false, _) => store_rate = Some(f.cycles_per_sec),
                     (true, None) => {}
                 }
-                runs[i].push(f);
+                if args.rounds == 1 {
+                    // One round: each line as soon as it is measured.
+                    let mut f = f;
+                    f.store_ratio = ratios[i].pop();
+                    show(&mut out, &f, width, args.json)?;
+                } else {
+                    runs[i].push(f);
+                }
             }
         }
         for (figures, ratios) in runs.into_iter().zip(ratios) {
-            let Some(mut f) = median_round(figures) else { continue };
-            f.store_ratio = median(ratios);
-            if args.json {
-                writeln!(out, "{}", serde_json::to_string(&f)?)?;
-                continue;
+            if let Some(mut f) = median_round(figures) {
+                f.store_ratio = median(ratios);
+                show(&mut out, &f, width, args.json)?;
             }
-            let ratio = f.store_ratio.map(|r| format!("  store: {} this rate", times(r))).unwrap_or_default();
-            let spread = f.rounds.as_ref().map(|rates| {
-                let (lo, hi) = rates.iter().fold((f64::MAX, 0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
-                format!("  {} rounds: {lo:.0}–{hi:.0}/s", rates.len())
-            });
-            let same =
-                f.retakes.as_ref().filter(|_| f.clients > 1).map(|r| {
-                    format!("  re-takes by the releaser: {:.0}/s ({:.0}% of grants)", r.per_sec, r.share * 100.0)
-                });
-            // A hand-over run in which nobody else ever got the lease has no gap.
-            let us = |v: f64| if v.is_nan() { "-".to_string() } else { format!("{v:.1}") };
-            writeln!(
-                out,
-                "{:<width$} {:>7} {:>12.0} {:>10} {:>10} {:>10}{ratio}{}{}",
-                f.target,
-                f.clients,
-                f.cycles_per_sec,
-                us(f.p50_us),
-                us(f.p99_us),
-                us(f.max_us),
-                spread.unwrap_or_default(),
-                same.unwrap_or_default()
-            )?;
         }
-        out.flush()?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes one target's figures: a JSON object, or a line of the table.
+fn show(out: &mut impl Write, f: &Figures, width: usize, json: bool) -> Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string(f)?)?;
+        return Ok(out.flush()?);
+    }
+    let ratio = f.store_ratio.map(|r| format!("  store: {} this rate", times(r))).unwrap_or_default();
+    let spread = f.rounds.as_ref().map(|rates| {
+        let (lo, hi) = rates.iter().fold((f64::MAX, 0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+        format!("  {} rounds: {lo:.0}–{hi:.0}/s", rates.len())
+    });
+    let same = f
+        .retakes
+        .as_ref()
+        .filter(|_| f.clients > 1)
+        .map(|r| format!("  re-takes by the releaser: {:.0}/s ({:.0}% of grants)", r.per_sec, r.share * 100.0));
+    // A hand-over run in which nobody else ever got the lease has no gap.
+    let us = |v: f64| if v.is_nan() { "-".to_string() } else { format!("{v:.1}") };
+    writeln!(
+        out,
+        "{:<width$} {:>7} {:>12.0} {:>10} {:>10} {:>10}{ratio}{}{}",
+        f.target,
+        f.clients,
+        f.cycles_per_sec,
+        us(f.p50_us),
+        us(f.p99_us),
+        us(f.max_us),
+        spread.unwrap_or_default(),
+        same.unwrap_or_default()
+    )?;
+    Ok(out.flush()?)
 }
 
 /// The round with the median rate (the lower middle one of an even count),
