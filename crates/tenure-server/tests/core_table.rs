@@ -14,6 +14,12 @@ fn core(clock: &ManualClock, opts: CoreOptions) -> Core {
     core
 }
 
+/// A table with room for two leases or waiters in each shard.
+fn two_places_a_shard(clock: &ManualClock) -> Arc<Core> {
+    let max_live = 2 * tenure_server::core::SHARDS;
+    Arc::new(core(clock, CoreOptions { max_live, ..CoreOptions::new(Duration::from_secs(10)) }))
+}
+
 fn ask<'a>(name: &'a str, holder: &'a Arc<Holder>) -> Ask<'a> {
     Ask { name, mode: Mode::Exclusive, ttl_ms: 1_000, holder, retake: false, meta: None }
 }
@@ -313,10 +319,7 @@ async fn waiters_take_places_in_the_table_like_leases() {
     use tenure_server::core::Parking;
     let clock = ManualClock::new();
     // Two places a shard: the held lease, and one waiter.
-    let c = Arc::new(core(
-        &clock,
-        CoreOptions { max_live: 2 * tenure_server::core::SHARDS, ..CoreOptions::new(Duration::from_secs(10)) },
-    ));
+    let c = two_places_a_shard(&clock);
     let (holder, first, second) = (
         Arc::new(Holder::current()),
         Arc::new(Holder::current().with_label("first")),
@@ -341,10 +344,7 @@ async fn waiters_take_places_in_the_table_like_leases() {
 async fn a_waiter_in_a_full_shard_is_granted_in_its_own_place() {
     use tenure_server::core::Parking;
     let clock = ManualClock::new();
-    let c = Arc::new(core(
-        &clock,
-        CoreOptions { max_live: 2 * tenure_server::core::SHARDS, ..CoreOptions::new(Duration::from_secs(10)) },
-    ));
+    let c = two_places_a_shard(&clock);
     let (holder, reader) = (Arc::new(Holder::current()), Arc::new(Holder::current().with_label("reader")));
     let token = acquire(&c, "w", &holder).expect("held");
     let shared = Ask { mode: Mode::Shared, ..ask("w", &reader) };

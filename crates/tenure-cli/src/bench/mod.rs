@@ -648,7 +648,7 @@ mod tests {
     }
 
     #[test]
-    fn ratios_are_the_median_of_the_rounds() {
+    fn the_median_is_the_middle_value_or_the_mean_of_the_middle_two() {
         assert_eq!(super::median(vec![3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(super::median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(super::median(Vec::new()), None);
