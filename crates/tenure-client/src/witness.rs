@@ -26,35 +26,108 @@
 //! either way. [`verify`] uses ed25519-dalek's strict check, which also refuses
 //! non-canonical and small-order keys and signatures.
 //!
-//! # Format (version 1, little-endian)
+//! # Format (version 2, little-endian)
 //!
 //! ```text
 //! witness  = body_len:u16 body path_len:u8 path_len*(side:u8 hash:[32]) signature:[64]
-//! body     = format:u8(=1) kind:u8 mode:u8 token:u64 deadline_ms:u64 server_time_us:u64
+//! body     = format:u8(=2) kind:u8 mode:u8 token:u64 deadline_ms:u64 server_time_us:u64
 //!            name_len:u8 name nonce_len:u8 nonce has_pred:u8 [pred]
 //! pred     = token:u64 how:u8 at_ms:u64 has_watermark:u8 [watermark_ms:u64]
 //!            nonce_len:u8 nonce            (nonce_len 0: unknown predecessor)
-//! leaf     = SHA-256(0x00 || body)
-//! node     = SHA-256(0x01 || left || right)     (side 0: the sibling is on the left)
-//! signed   = "tenure-witness/1" || root          (ed25519, checked strictly)
+//! leaf     = BLAKE3(0x00 || body)
+//! node     = BLAKE3(0x01 || left || right)      (side 0: the sibling is on the left)
+//! signed   = "tenure-witness/2" || root          (ed25519, checked strictly)
 //! ```
 //!
 //! `kind`: 0 grant, 1 renewal, 2 tentative, 3 upgrade. `mode`: 0 exclusive, 1
 //! shared. `how`: 0 released, 1 dropped, 2 expired, 3 broken, 4 retaken, 5 corrupt.
 //! A tentative witness is *not* authority to write: only a grant, upgrade or
 //! renewal is.
+//!
+//! Format 1, which servers before format 2 wrote, differs only in its hash:
+//! SHA-256 for the leaves and nodes, and `"tenure-witness/1"` before the root.
+//! [`verify`] reads both (the body's first byte says which), so witnesses kept
+//! in bags and logs stay checkable. Format 2 exists for speed: the tree costs
+//! about four hash blocks a grant, and BLAKE3 hashes them in a quarter of the
+//! time SHA-256 takes on a CPU without SHA extensions (0.27 µs a leaf and a
+//! node, against 0.8–1.0 µs, on the 2-core test VM).
 
 use ed25519_dalek::{Signature, VerifyingKey};
 use ring::digest::{Context, SHA256, digest};
 use tenure_core::{EndedHow, Mode};
 
 /// The witness body format written by this version.
-pub const FORMAT: u8 = 1;
-/// Domain separation of the signed root.
-const CONTEXT: &[u8] = b"tenure-witness/1";
+pub const FORMAT: u8 = 2;
+/// The oldest body format [`verify`] still reads.
+pub const OLDEST_FORMAT: u8 = 1;
 /// Longest Merkle path accepted (batches of up to 2^24 grants).
 const MAX_PATH: usize = 24;
 
+/// A format's Merkle tree hash and signed-message context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tree {
+    /// Format 1.
+    Sha256,
+    /// Format 2.
+    Blake3,
+}
+
+impl Tree {
+    /// The tree of the format this version writes.
+    const WRITTEN: Tree = Tree::Blake3;
+
+    /// The tree of a body, by its format byte.
+    fn of(body: &[u8]) -> Result<Self, WitnessError> {
+        match body.first() {
+            Some(1) => Ok(Tree::Sha256),
+            Some(2) => Ok(Tree::Blake3),
+            Some(f) => {
+                Err(WitnessError::Malformed(format!("format {f} (this version reads {OLDEST_FORMAT} to {FORMAT})")))
+            }
+            None => Err(WitnessError::Malformed("truncated at format".into())),
+        }
+    }
+
+    fn leaf(self, body: &[u8]) -> [u8; 32] {
+        match self {
+            Tree::Sha256 => {
+                let mut h = Context::new(&SHA256);
+                h.update(&[0u8]);
+                h.update(body);
+                sha256_bytes(h.finish().as_ref())
+            }
+            Tree::Blake3 => {
+                let mut h = blake3::Hasher::new();
+                h.update(&[0u8]);
+                h.update(body);
+                *h.finalize().as_bytes()
+            }
+        }
+    }
+
+    fn node(self, left: &[u8; 32], right: &[u8; 32]) -> [u8; 32] {
+        let mut m = [0u8; 65];
+        m[0] = 1;
+        m[1..33].copy_from_slice(left);
+        m[33..].copy_from_slice(right);
+        match self {
+            Tree::Sha256 => sha256_bytes(digest(&SHA256, &m).as_ref()),
+            Tree::Blake3 => *blake3::hash(&m).as_bytes(),
+        }
+    }
+
+    /// What the signature covers: the format's context, then the root.
+    fn signed_message(self, root: &[u8; 32]) -> [u8; 48] {
+        let context: &[u8; 16] = match self {
+            Tree::Sha256 => b"tenure-witness/1",
+            Tree::Blake3 => b"tenure-witness/2",
+        };
+        let mut m = [0u8; 48];
+        m[..16].copy_from_slice(context);
+        m[16..].copy_from_slice(root);
+        m
+    }
+}
 /// What a witness attests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WitnessKind {
@@ -133,12 +206,13 @@ pub fn verify(public_key: &[u8], witness: &[u8]) -> Result<Witness, WitnessError
         public_key.try_into().map_err(|_| WitnessError::BadKey(format!("{} bytes, not 32", public_key.len())))?;
     let key = VerifyingKey::from_bytes(&key).map_err(|e| WitnessError::BadKey(e.to_string()))?;
     let parts = split(witness)?;
-    let mut node = leaf_hash(parts.body);
+    let tree = Tree::of(parts.body)?;
+    let mut node = tree.leaf(parts.body);
     for (side, sibling) in &parts.path {
-        node = if *side == 0 { node_hash(sibling, &node) } else { node_hash(&node, sibling) };
+        node = if *side == 0 { tree.node(sibling, &node) } else { tree.node(&node, sibling) };
     }
     let sig = Signature::from_bytes(&parts.signature);
-    key.verify_strict(&signed_message(&node), &sig).map_err(|_| WitnessError::BadSignature)?;
+    key.verify_strict(&tree.signed_message(&node), &sig).map_err(|_| WitnessError::BadSignature)?;
     decode_body(parts.body)
 }
 
@@ -319,9 +393,12 @@ fn split(witness: &[u8]) -> Result<Parts<'_>, WitnessError> {
 
 fn decode_body(body: &[u8]) -> Result<Witness, WitnessError> {
     let mut r = Reader { buf: body };
+    // Formats 1 and 2 have the same body; they differ in the tree's hash.
     let format = r.u8("format")?;
-    if format != FORMAT {
-        return Err(WitnessError::Malformed(format!("format {format} (this version reads {FORMAT})")));
+    if !(OLDEST_FORMAT..=FORMAT).contains(&format) {
+        return Err(WitnessError::Malformed(format!(
+            "format {format} (this version reads {OLDEST_FORMAT} to {FORMAT})"
+        )));
     }
     let kind = match r.u8("kind")? {
         0 => WitnessKind::Grant,
@@ -404,20 +481,10 @@ fn how_from(code: u8) -> Result<EndedHow, WitnessError> {
     })
 }
 
+/// The leaf hash of a body in the format this version writes.
 #[doc(hidden)]
 pub fn leaf_hash(body: &[u8]) -> [u8; 32] {
-    let mut h = Context::new(&SHA256);
-    h.update(&[0u8]);
-    h.update(body);
-    sha256_bytes(h.finish().as_ref())
-}
-
-fn node_hash(left: &[u8; 32], right: &[u8; 32]) -> [u8; 32] {
-    let mut m = [0u8; 65];
-    m[0] = 1;
-    m[1..33].copy_from_slice(left);
-    m[33..].copy_from_slice(right);
-    sha256_bytes(digest(&SHA256, &m).as_ref())
+    Tree::WRITTEN.leaf(body)
 }
 
 /// A SHA-256 digest as an array (it is always 32 bytes).
@@ -427,12 +494,10 @@ fn sha256_bytes(d: &[u8]) -> [u8; 32] {
     out
 }
 
+/// What the signature covers, in the format this version writes.
 #[doc(hidden)]
 pub fn signed_message(root: &[u8; 32]) -> [u8; 48] {
-    let mut m = [0u8; 48];
-    m[..16].copy_from_slice(CONTEXT);
-    m[16..].copy_from_slice(root);
-    m
+    Tree::WRITTEN.signed_message(root)
 }
 
 /// Seals a batch of witness bodies (as written by [`Witness::encode_body`])
@@ -471,15 +536,16 @@ pub fn seal(witnesses: &mut [&mut Vec<u8>], sign: impl FnOnce(&[u8; 48]) -> [u8;
     }
     // levels[0] = leaves; each next level pairs neighbours, a lone last node
     // moves up unchanged (so it gets no path entry at that level).
+    let tree = Tree::WRITTEN;
     let mut levels: Vec<Vec<[u8; 32]>> =
-        vec![witnesses.iter().map(|w| leaf_hash(w.get(2..).unwrap_or_default())).collect()];
+        vec![witnesses.iter().map(|w| tree.leaf(w.get(2..).unwrap_or_default())).collect()];
     while levels.last().is_some_and(|l| l.len() > 1) {
         let below = levels.last().map(Vec::as_slice).unwrap_or_default();
-        let up = below.chunks(2).map(|pair| if let [l, r] = pair { node_hash(l, r) } else { pair[0] }).collect();
+        let up = below.chunks(2).map(|pair| if let [l, r] = pair { tree.node(l, r) } else { pair[0] }).collect();
         levels.push(up);
     }
     let root = levels.last().and_then(|l| l.first()).copied().unwrap_or_default();
-    let signature = sign(&signed_message(&root));
+    let signature = sign(&tree.signed_message(&root));
     for (leaf, w) in witnesses.iter_mut().enumerate() {
         // Bodies the server builds are under 1 KiB; sign_batch refuses longer
         // ones than the field holds.

@@ -298,12 +298,19 @@ fn a_signed_witness_has_its_pinned_bytes_and_verifies_to_its_content() {
     };
     let mut body = Vec::new();
     witness.encode_body(&mut body);
-    let signed = signer.sign_batch(&[body]).expect("sign").pop().expect("one witness");
+    let signed = signer.sign_batch(std::slice::from_ref(&body)).expect("sign").pop().expect("one witness");
     assert_eq!(hex(&signer.public_key()), "ea4a6c63e29c520abef5507b132ec5f9954776aebebe7b92421eea691446d22c");
-    // body_len, body, path_len 0 (a batch of one), signature.
-    let want = "4000 01000007000000000000000068e5cf8b010000807c5416240a060003612f62026e3101060000000000000000c0cbe4cf8b010000010500000000000000026e30 00 453c9b088a29528379cd2a3b29836a8c59dea17846968ebe0562138f67332c217bcb3f90027acec7885e8e9e16d86125834603b5dd0a7159592f38ff0f32db02";
+    // body_len, body (format 2), path_len 0 (a batch of one), signature.
+    let want = "4000 02000007000000000000000068e5cf8b010000807c5416240a060003612f62026e3101060000000000000000c0cbe4cf8b010000010500000000000000026e30 00 e4a8a5c74a265dec62630dd5a388e19b94007f0ad37b02d1f1247f227a1794430eaa6744bf5253c37efbc13b70a96e6716e22ce2f7fdfdbbecfd0650235ad307";
     assert_eq!(hex(&signed), want.replace(' ', ""));
     assert_eq!(verify(&signer.public_key(), &signed), Ok(witness.clone()));
+    // The signature is the format's, computed here from its definition: a
+    // batch of one has its leaf as the root.
+    let mut leaf = vec![0u8];
+    leaf.extend_from_slice(&body);
+    let mut message = b"tenure-witness/2".to_vec();
+    message.extend_from_slice(blake3::hash(&leaf).as_bytes());
+    assert_eq!(signed[signed.len() - 64..], ed25519_dalek::Signer::sign(&signer.0, &message).to_bytes());
 
     // In a batch of two, each witness carries a Merkle path of one step: the
     // side and the sibling's leaf hash.
@@ -318,10 +325,53 @@ fn a_signed_witness_has_its_pinned_bytes_and_verifies_to_its_content() {
         .collect();
     let batch = signer.sign_batch(&bodies).expect("sign a batch");
     // body_len, body, path_len 1, side 0 (the sibling is on the left), its leaf hash, signature.
-    let want = "2100 01000007000000000000000068e5cf8b010000807c5416240a06000163026e3100 01 00 9133551242ebd8b11b87a3b74aa1bff1adfc9bed466e6f2b42ae3d8812520494 818bfea29acf3b3f1ded0a82f9b769afe61e46713c59e311713dce26c8f6c52d99203b992109f50ec8875933ff55f76a10f467c6c5c0d999cce641d4841cc101";
+    let want = "2100 02000007000000000000000068e5cf8b010000807c5416240a06000163026e3100 01 00 8c3d7fe67efab18b2e2d0f97a153324bd68f5a80e31ffbfc079c2fceb0cda370 9aceb49501f4532c9a4bb879b7c8aef4aced389792cfd525e258c79bb5522f20c90bc954a076c782e1d6d3947da9795547970d2fe3c50e8e635d2929ed90660d";
     assert_eq!(hex(&batch[1]), want.replace(' ', ""));
-    assert_eq!(verify(&signer.public_key(), &batch[0]), Ok(witness));
-    assert_eq!(verify(&signer.public_key(), &batch[1]), Ok(other));
+    assert_eq!(&batch[1][0x25..0x45], blake3::hash(&leaf).as_bytes(), "the sibling is the first leaf");
+    assert_eq!(verify(&signer.public_key(), &batch[0]), Ok(witness.clone()));
+    assert_eq!(verify(&signer.public_key(), &batch[1]), Ok(other.clone()));
+}
+
+/// Witnesses of format 1 (SHA-256 trees), which servers wrote before format 2,
+/// still verify: they are kept in bags and logs.
+#[test]
+fn a_format_1_witness_still_verifies_to_its_content() {
+    let signer = TestSigner(ed25519_dalek::SigningKey::from_bytes(&[7; 32]));
+    let witness = Witness {
+        kind: WitnessKind::Grant,
+        name: "a/b".into(),
+        mode: Mode::Exclusive,
+        token: 7,
+        deadline_ms: 1_700_000_000_000,
+        server_time_us: 1_699_999_970_000_000,
+        holder_nonce: "n1".into(),
+        predecessor: Some(WitnessPredecessor {
+            token: 6,
+            nonce: Some("n0".into()),
+            how: EndedHow::Released,
+            at_ms: 1_699_999_960_000,
+            watermark_ms: Some(5),
+        }),
+    };
+    let other = Witness { name: "c".into(), predecessor: None, ..witness.clone() };
+    // As a format-1 server signed them: alone, and second in a batch of two.
+    let alone = unhex(
+        "4000 01000007000000000000000068e5cf8b010000807c5416240a060003612f62026e3101060000000000000000c0cbe4cf8b010000010500000000000000026e30 00 453c9b088a29528379cd2a3b29836a8c59dea17846968ebe0562138f67332c217bcb3f90027acec7885e8e9e16d86125834603b5dd0a7159592f38ff0f32db02",
+    );
+    let second = unhex(
+        "2100 01000007000000000000000068e5cf8b010000807c5416240a06000163026e3100 01 00 9133551242ebd8b11b87a3b74aa1bff1adfc9bed466e6f2b42ae3d8812520494 818bfea29acf3b3f1ded0a82f9b769afe61e46713c59e311713dce26c8f6c52d99203b992109f50ec8875933ff55f76a10f467c6c5c0d999cce641d4841cc101",
+    );
+    assert_eq!(verify(&signer.public_key(), &alone), Ok(witness));
+    assert_eq!(verify(&signer.public_key(), &second), Ok(other));
+    // The format byte is signed: relabelled as format 2 (whose tree hashes
+    // differently), or as a format nobody wrote, it is refused.
+    let mut relabelled = alone.clone();
+    relabelled[2] = 2;
+    assert_eq!(verify(&signer.public_key(), &relabelled), Err(tenure_client::WitnessError::BadSignature));
+    relabelled[2] = 3;
+    assert!(
+        matches!(verify(&signer.public_key(), &relabelled), Err(tenure_client::WitnessError::Malformed(m)) if m.contains("format 3"))
+    );
 }
 
 #[test]
