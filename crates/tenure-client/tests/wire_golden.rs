@@ -277,10 +277,9 @@ fn every_response_frame_has_its_pinned_bytes_and_decodes_to_what_was_sent() {
     }
 }
 
-#[test]
-fn a_signed_witness_has_its_pinned_bytes_and_verifies_to_its_content() {
-    let signer = TestSigner(ed25519_dalek::SigningKey::from_bytes(&[7; 32]));
-    let witness = Witness {
+/// The witness whose signed bytes the tests below pin.
+fn pinned_witness() -> Witness {
+    Witness {
         kind: WitnessKind::Grant,
         name: "a/b".into(),
         mode: Mode::Exclusive,
@@ -295,7 +294,13 @@ fn a_signed_witness_has_its_pinned_bytes_and_verifies_to_its_content() {
             at_ms: 1_699_999_960_000,
             watermark_ms: Some(5),
         }),
-    };
+    }
+}
+
+#[test]
+fn a_signed_witness_has_its_pinned_bytes_and_verifies_to_its_content() {
+    let signer = TestSigner(ed25519_dalek::SigningKey::from_bytes(&[7; 32]));
+    let witness = pinned_witness();
     let mut body = Vec::new();
     witness.encode_body(&mut body);
     let signed = signer.sign_batch(std::slice::from_ref(&body)).expect("sign").pop().expect("one witness");
@@ -337,22 +342,7 @@ fn a_signed_witness_has_its_pinned_bytes_and_verifies_to_its_content() {
 #[test]
 fn a_format_1_witness_still_verifies_to_its_content() {
     let signer = TestSigner(ed25519_dalek::SigningKey::from_bytes(&[7; 32]));
-    let witness = Witness {
-        kind: WitnessKind::Grant,
-        name: "a/b".into(),
-        mode: Mode::Exclusive,
-        token: 7,
-        deadline_ms: 1_700_000_000_000,
-        server_time_us: 1_699_999_970_000_000,
-        holder_nonce: "n1".into(),
-        predecessor: Some(WitnessPredecessor {
-            token: 6,
-            nonce: Some("n0".into()),
-            how: EndedHow::Released,
-            at_ms: 1_699_999_960_000,
-            watermark_ms: Some(5),
-        }),
-    };
+    let witness = pinned_witness();
     let other = Witness { name: "c".into(), predecessor: None, ..witness.clone() };
     // As a format-1 server signed them: alone, and second in a batch of two.
     let alone = unhex(
