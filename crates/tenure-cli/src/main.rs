@@ -22,14 +22,6 @@ mod supervise;
 mod tree;
 mod waiting;
 
-/// mimalloc instead of the system allocator: `tenure serve` and the clients in
-/// `tenure bench` allocate per request (frames, futures, answers), and glibc's
-/// malloc took 15 % of a client's CPU. At 64 clients it saved 9 % of the
-/// server's CPU per lease cycle and 15 % of the client's (see the README's
-/// performance section). The libraries leave the choice to their user.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::io::Write;
 use std::process::ExitCode;
 
