@@ -128,6 +128,7 @@ impl Tree {
         m
     }
 }
+
 /// What a witness attests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WitnessKind {
