@@ -540,3 +540,131 @@ async fn a_hundred_waits_on_one_connection_all_queue_and_are_served() {
         tokio::time::timeout(Duration::from_secs(30), t).await.expect("served").expect("waiter");
     }
 }
+
+/// Holds `name` on a raw connection, queues a wait by another holder behind
+/// it on the same connection, and returns the connection and the grant's token.
+async fn held_with_a_waiter(server: &RunningServer, name: &str) -> (tokio::net::TcpStream, u64, Holder) {
+    use common::abuse::{exchange, frame};
+    use tenure_server::wire::{AcquireReply, Request, Response};
+    let mut s = raw(server).await;
+    let (h1, h2) = (Holder::current().with_label("holder"), Holder::current().with_label("waiter"));
+    let acquire = Request::Acquire { tentative: false, asks: vec![ask(name, 10_000, &h1)] };
+    let token = match exchange(&mut s, &frame(2, &acquire), 1).await.pop() {
+        Some(Response::Acquired(AcquireReply::Granted(gs))) => gs[0].token,
+        other => panic!("expected a grant, got {other:?}"),
+    };
+    s.write_all(&frame(3, &Request::Wait { ask: ask(name, 10_000, &h2), wait_ms: 600_000 })).await.expect("wait");
+    until_parked(server, 1).await;
+    (s, token, h1)
+}
+
+/// A release frame for the raw holder's grant.
+fn release_frame(id: u32, name: &str, token: u64, h: &Holder) -> Vec<u8> {
+    use tenure_server::wire::{RefWire, ReleaseWire, Request};
+    let grant = RefWire { name, token, reservation: None, nonce: &h.nonce };
+    common::abuse::frame(
+        id,
+        &Request::Release(vec![ReleaseWire { grant, dropped: false, watermark_ms: None, meta: None }]),
+    )
+}
+
+/// Waits (in real time) until the waiter's grant, made after `token`, has
+/// ended and nothing holds `name`; says how it ended and the lease's watermark.
+async fn given_back(store: &TenureStore, name: &str, token: u64) -> (EndedHow, Option<u64>) {
+    let name = tenure_core::LeaseName::new(name).expect("name");
+    for _ in 0..500 {
+        let state = store.inspect(&name).await.expect("inspect");
+        if let Some(last) = state.last.filter(|l| l.token > token && state.holders.is_empty()) {
+            return (last.how, state.watermark_ms);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the waiter's grant on {name} was not given back");
+}
+
+/// A grant handed to a waiter whose wait is withdrawn before the waiter got
+/// it (the release that hands it over and the Unwait come in one batch) was
+/// never seen by anyone: it ends as released, and raises no watermark to its
+/// deadline (which would make the next holder's writes look late).
+#[tokio::test]
+async fn a_grant_withdrawn_before_its_waiter_got_it_ends_released_without_a_watermark() {
+    use common::abuse::{exchange, frame};
+    use tenure_server::wire::{Request, Response};
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let (mut s, token, h1) = held_with_a_waiter(&server, "ghost").await;
+    let mut bytes = release_frame(4, "ghost", token, &h1);
+    bytes.extend(frame(5, &Request::Unwait { id: 3 }));
+    let answers = exchange(&mut s, &bytes, 2).await;
+    assert!(matches!(answers[1], Response::Done), "{answers:?}");
+    assert_eq!(given_back(&store, "ghost", token).await, (EndedHow::Released, None));
+}
+
+/// Same when the waiter's connection closes right after the release that
+/// hands it the lease.
+#[tokio::test]
+async fn a_grant_to_a_waiter_whose_connection_closed_ends_released_without_a_watermark() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let (mut s, token, h1) = held_with_a_waiter(&server, "ghost2").await;
+    s.write_all(&release_frame(4, "ghost2", token, &h1)).await.expect("release");
+    s.shutdown().await.expect("close");
+    drop(s);
+    assert_eq!(given_back(&store, "ghost2", token).await, (EndedHow::Released, None));
+}
+
+/// A holder re-taking its own live grant (a restarted job with the same
+/// holder id) gets it at once, also while others wait: they wait for that
+/// grant anyway, so it overtakes nobody. Someone else is still refused.
+#[tokio::test]
+async fn a_holder_retakes_its_own_grant_at_once_while_others_wait() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let me = holder("restarted job");
+    let held = taken(&store, &common::req("retake", &me)).await;
+    let (tx, mut order) = tokio::sync::mpsc::unbounded_channel();
+    let _waiting = waiter(&server, &clock, common::req("retake", &holder("other")), tx);
+    until_parked(&server, 1).await;
+    let mut again = common::req("retake", &me);
+    again.retake = true;
+    let retaken = taken(&store, &again).await;
+    assert!(retaken.token > held.token);
+    let newcomer = store.try_acquire(&common::req("retake", &holder("newcomer"))).await.expect("ask");
+    assert!(matches!(newcomer, Attempt::Busy(_)), "a newcomer overtook the waiter");
+    store.release(&retaken, &ReleaseRequest::default()).await.expect("release");
+    let (label, g) = tokio::time::timeout(Duration::from_secs(5), order.recv()).await.expect("in time").expect("one");
+    assert_eq!(label, "other");
+    assert!(g.token > retaken.token);
+}
+
+/// A reservation is broken, not upgraded, while a full request waits for its
+/// lease: a reader that reserved before a writer queued does not join the
+/// current readers ahead of that writer.
+#[tokio::test]
+async fn a_reservation_is_not_upgraded_past_a_queued_writer() {
+    use tenure_server::Upgrade;
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let mut reader = common::req("up", &holder("reader"));
+    reader.mode = Mode::Shared;
+    let _held = taken(&store, &reader).await;
+    let mut late = common::req("up", &holder("late reader"));
+    late.mode = Mode::Shared;
+    let reservation = match store.try_acquire_tentative_all(std::slice::from_ref(&late)).await.expect("reserve") {
+        tenure_core::AllAttempt::Granted(mut gs) => gs.pop().expect("one"),
+        tenure_core::AllAttempt::Busy(b) => panic!("busy: {}", b.describe()),
+    };
+    let (tx, _order) = tokio::sync::mpsc::unbounded_channel();
+    let _writer = waiter(&server, &clock, common::req("up", &holder("writer")), tx);
+    until_parked(&server, 1).await;
+    match store.upgrade_all(std::slice::from_ref(&reservation)).await.expect("upgrade") {
+        Upgrade::Broken { .. } => {}
+        Upgrade::Upgraded(gs) => {
+            panic!("a reader overtook a queued writer through its reservation (token {})", gs[0].token)
+        }
+    }
+}

@@ -424,7 +424,7 @@ impl Core {
             let sid = Self::shard_index(h);
             let shard = shard_of(shards, sid);
             // First come, first served: nobody overtakes a queued waiter.
-            if self.queued(shard, h, ask.name, now_us) {
+            if self.queued(shard, h, ask, now_us) {
                 return Ok(match self.refuse_queued(shard, h, ask.name, now_us)? {
                     Acquired::Busy { holders, version, .. } => Acquired::Busy { index, holders, version },
                     granted => granted,
@@ -600,6 +600,12 @@ impl Core {
         }
         let ask =
             Ask { name, mode: r.mode, ttl_ms: r.ttl_ms, holder: &r.holder, retake: true, meta: r.meta.as_deref() };
+        // A full request waiting for the lease breaks the reservation, as one
+        // granted would: nobody overtakes a waiter, a reader no more than
+        // anyone (the queue is served without the reservation first).
+        if self.queued(shard, h, &ask, now_us) {
+            return failed(shard, "a full request is waiting for the lease");
+        }
         match self.decide(shard, h, &ask, now_us, false, 0) {
             Ok(Ok(admitted)) => Ok(Ok(self.commit(shard, h, &ask, admitted, now_us, WitnessKind::Upgrade))),
             Ok(Err(_busy)) => failed(shard, "a full grant took the lease"),
@@ -705,20 +711,21 @@ impl Core {
             )));
         }
         let how = if dropped { EndedHow::Dropped } else { EndedHow::Released };
-        match record::release(&mut slot.record, token, nonce, how, now_ms, watermark_ms, meta) {
-            Err(_) => Ok(false),
-            Ok(()) => {
-                slot.version += 1;
-                slot.modified_ms = now_ms;
-                reweigh(&mut shard.weight, slot);
-                bump(&shard.stats.releases);
-                self.serve(shard, h, name, now_us);
-                let Some(slot) = slot_mut(&mut shard.slots, h, name) else { return Ok(true) };
-                if !slot.is_live(now_ms) {
-                    retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
-                }
-                Ok(true)
-            }
+        if !end_grant(shard, h, name, token, nonce, how, now_ms, watermark_ms, meta) {
+            return Ok(false);
+        }
+        bump(&shard.stats.releases);
+        self.freed(shard, h, name, now_us);
+        Ok(true)
+    }
+
+    /// After a grant of `name` ended: its queue is served, and the record
+    /// retired if nothing holds it any more.
+    fn freed(&self, shard: &mut Shard, h: u64, name: &str, now_us: u64) {
+        self.serve(shard, h, name, now_us);
+        let now_ms = now_us / 1000;
+        if slot_mut(&mut shard.slots, h, name).is_some_and(|slot| !slot.is_live(now_ms)) {
+            retire_if_idle(shard, h, name, now_ms, self.per_shard_retain());
         }
     }
 
@@ -794,4 +801,28 @@ fn encoded(body: BodyRef<'_>) -> Vec<u8> {
     let mut witness = witness_buf(body.name.len());
     body.encode(&mut witness);
     witness
+}
+
+/// Ends grant `token` of `nonce` in `name`'s record, `how`, and brings the
+/// slot's bookkeeping up to date; `false` if that grant was not held.
+#[allow(clippy::too_many_arguments)]
+fn end_grant(
+    shard: &mut Shard,
+    h: u64,
+    name: &str,
+    token: u64,
+    nonce: &str,
+    how: EndedHow,
+    now_ms: u64,
+    watermark_ms: Option<u64>,
+    meta: Option<&str>,
+) -> bool {
+    let Some(slot) = slot_mut(&mut shard.slots, h, name) else { return false };
+    if record::release(&mut slot.record, token, nonce, how, now_ms, watermark_ms, meta).is_err() {
+        return false;
+    }
+    slot.version += 1;
+    slot.modified_ms = now_ms;
+    reweigh(&mut shard.weight, slot);
+    true
 }

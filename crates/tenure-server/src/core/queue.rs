@@ -14,19 +14,22 @@
 //! **Order.** Strict FIFO: while a lease has waiters, a newcomer — waiting or
 //! not — is refused as busy, even when the lease could be granted to it, so a
 //! reader cannot overtake a queued writer and nobody overtakes someone who
-//! waited longer. A waiter is only ever one lease: a client's multi-lease
+//! waited longer; a reservation is broken, not upgraded, while anyone waits.
+//! Only a holder re-taking a live grant of its own (a restarted job) is not
+//! held back: the waiters wait for that grant anyway. A waiter is only ever one lease: a client's multi-lease
 //! acquisition waits for its leases one at a time in canonical order, holding
 //! the ones before, so no set of waiters waits on each other in a circle.
 //!
 //! **Leaving.** A waiter that times out, or whose connection goes, leaves the
 //! queue when its [`Parked`] handle is dropped; if it was granted in the
 //! meantime and nobody took the grant, the grant is released at once, so a
-//! disconnected waiter never holds the lease for its TTL.
+//! disconnected waiter never holds the lease for its TTL. Nothing was written
+//! under that grant: it ends as released, and raises no watermark.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::record::{self, ClockJudge};
+use tenure_core::record::{self, ClockJudge, Judge as _};
 use tenure_core::{ClockExt, EndedHow, Holder, Mode, Mono};
 use tokio::sync::oneshot;
 
@@ -102,7 +105,7 @@ impl Core {
         let shard = &mut *guard;
         let now_us = self.now_us();
         let quarantined = self.check_open().is_err();
-        if !quarantined && !self.queued(shard, h, ask.name, now_us) {
+        if !quarantined && !self.queued(shard, h, ask, now_us) {
             let sid = Self::shard_index(h);
             match self.acquire_locked(std::slice::from_ref(ask), &[h], &mut [(sid, &mut *shard)], false) {
                 Ok(Acquired::Busy { .. }) => {}
@@ -164,13 +167,21 @@ impl Core {
         })
     }
 
-    /// Serves `name`'s queue, then says whether waiters remain ahead of a newcomer.
-    pub(super) fn queued(&self, shard: &mut Shard, h: u64, name: &str, now_us: u64) -> bool {
+    /// Serves the queue of `ask`'s lease, then says whether waiters remain
+    /// ahead of it. None are ahead of a holder re-taking a live grant of its
+    /// own (a restarted job): the waiters wait for that grant anyway, so it
+    /// overtakes nobody.
+    pub(super) fn queued(&self, shard: &mut Shard, h: u64, ask: &Ask<'_>, now_us: u64) -> bool {
         if shard.waiting == 0 {
             return false;
         }
-        self.serve(shard, h, name, now_us);
-        slot_mut(&mut shard.slots, h, name).is_some_and(|s| !s.waiters.is_empty())
+        self.serve(shard, h, ask.name, now_us);
+        let Some(slot) = slot_mut(&mut shard.slots, h, ask.name).filter(|s| !s.waiters.is_empty()) else {
+            return false;
+        };
+        let judge = ClockJudge { now_ms: now_us / 1000 };
+        let own = |e: &record::Entry| e.holder.nonce == ask.holder.nonce && !judge.expired(e);
+        !(ask.retake && slot.record.entries().any(|(e, _)| own(e)))
     }
 
     /// A newcomer refused because others wait (or the lease is held): busy,
@@ -227,16 +238,7 @@ impl Core {
             }
             if let Err(Ok(g)) = w.tx.send(served) {
                 // It left between the check and now: nobody will use the grant.
-                let _ = record::release(
-                    &mut slot.record,
-                    g.token,
-                    &holder.nonce,
-                    EndedHow::Dropped,
-                    now_us / 1000,
-                    None,
-                    None,
-                );
-                slot.version += 1;
+                give_back(shard, h, name, g.token, &holder.nonce, now_us);
             }
         }
     }
@@ -325,15 +327,19 @@ impl Drop for Parked {
             return;
         }
         // Served while nobody listened: give the grant back at once.
-        if let Ok(Ok(g)) = rx.try_recv()
-            && let Some(slot) = slot_mut(&mut shard.slots, self.h, &self.name)
-        {
-            let now_ms = self.core.now_us() / 1000;
-            if record::release(&mut slot.record, g.token, &self.nonce, EndedHow::Dropped, now_ms, None, None).is_ok() {
-                slot.version += 1;
-                let now_us = self.core.now_us();
-                self.core.serve(shard, self.h, &self.name, now_us);
+        if let Ok(Ok(g)) = rx.try_recv() {
+            let now_us = self.core.now_us();
+            if give_back(shard, self.h, &self.name, g.token, &self.nonce, now_us) {
+                self.core.freed(shard, self.h, &self.name, now_us);
             }
         }
     }
+}
+
+/// Ends a grant made to a waiter that was gone before it got it. Nothing
+/// was written under it, so it ends as released, not dropped: no watermark
+/// is raised to its deadline (as for a grant never written to its
+/// connection). `false` if it was not held.
+fn give_back(shard: &mut Shard, h: u64, name: &str, token: u64, nonce: &str, now_us: u64) -> bool {
+    super::end_grant(shard, h, name, token, nonce, EndedHow::Released, now_us / 1000, None, None)
 }
