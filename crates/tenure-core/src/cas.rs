@@ -123,6 +123,7 @@ pub struct CasStore {
 }
 
 mod queue;
+use queue::{Arrival, joins_others};
 pub use queue::{ENTRY_TTL, MAX_WAITERS, REFRESH, RecordLine, line_full};
 
 /// A read record, interpreted.
@@ -375,7 +376,7 @@ impl CasStore {
     }
 
     /// One acquisition, whoever waits in line (see [`queue`]).
-    async fn acquire_now(&self, req: &AcquireRequest) -> Result<Attempt> {
+    async fn acquire_now(&self, req: &AcquireRequest, arrival: Arrival) -> Result<Attempt> {
         let name = req.name.as_str();
         if req.ttl.is_zero() {
             return Err(Error::InvalidOptions { reason: "a ttl of zero".into() });
@@ -432,31 +433,37 @@ impl CasStore {
                 token_floor: floor,
                 meta: req.meta.as_deref(),
             };
-            let (rec, token, predecessor) =
-                match record::decide_acquire(name, current.as_ref(), &ask, &self.judge(&watched)) {
-                    Decision::Busy(_) if from_cache => {
-                        // Someone else holds it: poll the store from now on.
-                        self.forget(name);
-                        continue;
-                    }
-                    Decision::Busy(holders) => {
-                        return Ok(Attempt::Busy(Busy {
-                            name: req.name.clone(),
-                            holders,
-                            corrupt: None,
-                            version,
-                            failure: None,
-                        }));
-                    }
-                    Decision::Grant { record, token, predecessor } => (record, token, predecessor),
-                    Decision::Exhausted { last_token } => {
-                        return Err(Error::TokensExhausted {
-                            store: self.url().to_string(),
-                            name: name.to_string(),
-                            last_token,
-                        });
-                    }
-                };
+            let judge = self.judge(&watched);
+            let (rec, token, predecessor) = match record::decide_acquire(name, current.as_ref(), &ask, &judge) {
+                Decision::Busy(_) if from_cache => {
+                    // Someone else holds it: poll the store from now on.
+                    self.forget(name);
+                    continue;
+                }
+                Decision::Busy(holders) => {
+                    return Ok(Attempt::Busy(Busy {
+                        name: req.name.clone(),
+                        holders,
+                        corrupt: None,
+                        version,
+                        failure: None,
+                    }));
+                }
+                Decision::Grant { record, token, predecessor } => (record, token, predecessor),
+                Decision::Exhausted { last_token } => {
+                    return Err(Error::TokensExhausted {
+                        store: self.url().to_string(),
+                        name: name.to_string(),
+                        last_token,
+                    });
+                }
+            };
+            if arrival == Arrival::Newcomer
+                && joins_others(current.as_ref(), req, &judge)
+                && self.someone_waits(name, &req.holder.nonce).await?
+            {
+                return self.inspect(&req.name).await.map(|s| Attempt::Busy(Busy::of(s)));
+            }
             let predecessor = match replaced {
                 Some(floor) => Some(Predecessor {
                     token: floor,
@@ -528,7 +535,7 @@ impl LeaseStore for CasStore {
         if let Some(busy) = self.behind_the_line(req).await? {
             return Ok(Attempt::Busy(busy));
         }
-        self.acquire_now(req).await
+        self.acquire_now(req, Arrival::Newcomer).await
     }
 
     async fn renew(&self, grant: &Grant) -> Result<Grant> {

@@ -17,9 +17,12 @@ use crate::options::LeaseOptions;
 use crate::store::{AcquireRequest, AllAttempt, LeaseStore};
 use crate::types::{Attempt, BreakNote, Busy, Grant, LeaseState};
 
-/// Longest one wait in a store's queue: a wait without a deadline asks again
-/// after this long (at the back of the queue).
-const MAX_PARK: Duration = Duration::from_secs(3600);
+/// A wait in a store's queue without a deadline: it keeps its place for as
+/// long as it takes (a wait that ended and asked again would go to the back
+/// of the line). The lease server bounds one wait to a day
+/// (`tenure_client::wire::MAX_WAIT_MS`). Finite, so that a clock adds it
+/// to its time without overflow.
+const NO_DEADLINE: Duration = Duration::from_secs(u32::MAX as u64);
 /// How much before the overall deadline a queued wait ends, at most.
 const QUEUE_MARGIN: Duration = Duration::from_millis(100);
 /// How often a queued waiter looks at who holds the lease, for `on_wait`.
@@ -307,9 +310,9 @@ impl Client {
             let asked = clock.mono();
             // A queued wait ends a little before the overall deadline, so that
             // the store's own answer (with who holds the lease) comes in time.
-            let wait = deadline.map_or(MAX_PARK, |d| {
+            let wait = deadline.map_or(NO_DEADLINE, |d| {
                 let left = d.saturating_since(asked);
-                left.saturating_sub((left / 10).min(QUEUE_MARGIN)).min(MAX_PARK)
+                left.saturating_sub((left / 10).min(QUEUE_MARGIN))
             });
             let attempt = async move {
                 let one = |a: Attempt| match a {

@@ -572,3 +572,123 @@ async fn a_set_waiting_in_order_keeps_what_it_holds_then_gives_it_back_when_drop
     }
     b.release().await.expect("release");
 }
+
+/// A request for `name` in `mode`.
+fn req_in(name: &str, label: &str, mode: Mode) -> AcquireRequest {
+    AcquireRequest { mode, ..req(name, label) }
+}
+
+/// A directory store on a fresh temporary directory (and the directory).
+fn directory() -> (tempfile::TempDir, String) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", tmp.path().display());
+    (tmp, url)
+}
+
+/// The line's directory is moved away (with the waiter's entry, still linked
+/// in it) while a waiter waits, then the lease is released: the waiter gets
+/// the free lease (in a new line, or by polling) within seconds, not spinning
+/// on an entry that is no place in the line any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gets_the_free_lease_after_its_line_directory_was_moved_away() {
+    let (tmp, url) = directory();
+    let holder = store(&url);
+    let first = held(holder.try_acquire(&req("l", "first")).await.expect("acquire"));
+    let w = store(&url);
+    let r = req("l", "w");
+    let waiting = tokio::spawn(async move { w.acquire_queued(&r, WAIT).await });
+    until_queued(&url, "l", 1).await;
+    std::fs::rename(tmp.path().join("l~line"), tmp.path().join("moved-away")).expect("rename");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.release(&first, &ReleaseRequest::default()).await.expect("release");
+    match tokio::time::timeout(Duration::from_secs(10), waiting).await {
+        Ok(Ok(Some(Ok(Attempt::Granted(g))))) => assert!(g.token > first.token),
+        // No line any more: the caller polls, and takes the free lease.
+        Ok(Ok(None)) => {}
+        Ok(other) => panic!("unexpected answer {other:?}"),
+        Err(_) => panic!("the waiter neither got the free lease nor fell back to polling within 10 s"),
+    }
+}
+
+/// A lease held shared, a writer waiting first in line, and readers coming
+/// one after another, each before the last one left: no reader joins while
+/// the writer waits, so the writer gets the lease when the readers that held
+/// it before it queued have left (a lease that is free may go to a newcomer;
+/// one held by readers does not go to one more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_is_not_overtaken_by_readers_that_overlap() {
+    let (_tmp, url) = directory();
+    let r0 = store(&url);
+    let reading = held(r0.try_acquire(&req_in("l", "r0", Mode::Shared)).await.expect("acquire"));
+    let writer = waiter(&url, req("l", "writer"));
+    until_queued(&url, "l", 1).await;
+    for i in 0..5 {
+        let newcomer = store(&url).try_acquire(&req_in("l", &format!("reader {i}"), Mode::Shared)).await.expect("ask");
+        assert!(matches!(newcomer, Attempt::Busy(_)), "reader {i} joined the readers ahead of the waiting writer");
+    }
+    // The holder itself re-taking its own grant overtakes nobody.
+    let mut again = req_in("l", "r0", Mode::Shared);
+    again.holder = reading.holder.clone();
+    again.retake = true;
+    let reading = held(r0.try_acquire(&again).await.expect("re-take"));
+    r0.release(&reading, &ReleaseRequest::default()).await.expect("release");
+    assert!(granted(writer).await.token > reading.token);
+}
+
+/// A clock whose monotonic time runs [`FAST`] times as fast as real time (its
+/// wall clock is the real one).
+#[derive(Debug)]
+struct FastClock(tokio::time::Instant);
+
+const FAST: u32 = 500;
+
+impl tenure_core::Clock for FastClock {
+    fn wall_ms(&self) -> u64 {
+        SystemClock::new().wall_ms()
+    }
+    fn mono(&self) -> tenure_core::Mono {
+        tenure_core::Mono::from_origin(self.0.elapsed() * FAST)
+    }
+    fn sleep_until(&self, deadline: tenure_core::Mono) -> futures::future::BoxFuture<'static, ()> {
+        let origin = self.0;
+        Box::pin(async move { tokio::time::sleep_until(origin + deadline.since_origin() / FAST).await })
+    }
+}
+
+/// Two waiters with no timeout (as long as it takes): A queues, B 30 minutes
+/// later, and the lease frees 70 minutes after A queued. A waited longest
+/// and is granted first: a wait without a deadline keeps its place however
+/// long it lasts. (The waiters' monotonic clock runs 500 times fast.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_without_a_deadline_keeps_its_place_past_an_hour() {
+    let (_tmp, url) = directory();
+    let holder = store(&url);
+    let h = held(
+        holder
+            .try_acquire(&AcquireRequest { ttl: Duration::from_secs(86_400), ..req("l", "holder") })
+            .await
+            .expect("acquire"),
+    );
+    let clock: Arc<dyn tenure_core::Clock> = Arc::new(FastClock(tokio::time::Instant::now()));
+    let fast = |label: &'static str| {
+        let s = tenure_core::open(&url, &OpenOptions::default().with_clock(clock.clone())).expect("open");
+        let c = tenure_core::Client::new(s);
+        tokio::spawn(
+            async move { (label, c.acquire("l", &tenure_core::LeaseOptions::exclusive()).await.expect("acquire")) },
+        )
+    };
+    let minutes = |m: u64| Duration::from_secs(60 * m) / FAST;
+    let a = fast("A");
+    until_queued(&url, "l", 1).await;
+    tokio::time::sleep(minutes(30)).await;
+    let b = fast("B");
+    until_queued(&url, "l", 2).await;
+    tokio::time::sleep(minutes(40)).await;
+    holder.release(&h, &ReleaseRequest::default()).await.expect("release");
+    let (first, lease) = tokio::select! {
+        x = a => x.expect("A"),
+        x = b => x.expect("B"),
+    };
+    let _ = lease.release().await;
+    assert_eq!(first, "A", "B, which queued 30 minutes after A, was granted first");
+}

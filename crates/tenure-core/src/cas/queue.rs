@@ -54,6 +54,7 @@ use super::CasStore;
 use crate::backend::{Backend, Line, Put, PutOptions, Waiter, may_try};
 use crate::clock::{Clock, ClockExt};
 use crate::error::{Error, Result};
+use crate::record::{Judge, LeaseRecord};
 use crate::store::{AcquireRequest, LeaseStore};
 use crate::types::{Attempt, Busy, Mode};
 
@@ -103,6 +104,30 @@ pub fn line_full(url: &str, name: &str) -> Error {
 /// ([`Error::Corrupt`]). Its waiters poll.
 pub(super) fn no_line(e: &Error) -> bool {
     matches!(e, Error::Unsupported { .. } | Error::Corrupt { .. })
+}
+
+/// How an acquisition comes to the lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Arrival {
+    /// Asking once ([`LeaseStore::try_acquire`]): a lease that is free is
+    /// its at once, but a reader does not join the readers holding the
+    /// lease while others wait in line (behind a writer: see
+    /// [`joins_others`]).
+    Newcomer,
+    /// In line, at its turn ([`crate::backend::may_try`] said so).
+    InLine,
+}
+
+/// Whether `req`, a reader, would join readers that hold the lease now (the
+/// lease is not free for it) without holding it already itself: a reader
+/// that does so while a writer waits in line would overtake that writer,
+/// and overlapping readers could keep it waiting for ever. A holder that
+/// re-takes its own live grant overtakes nobody.
+pub(super) fn joins_others(current: Option<&LeaseRecord>, req: &AcquireRequest, judge: &dyn Judge) -> bool {
+    let Some(record) = current.filter(|_| req.mode == Mode::Shared) else { return false };
+    let mine = |e: &&crate::record::Entry| e.holder.nonce == req.holder.nonce;
+    let live = || record.shared.iter().filter(|e| !judge.expired(e));
+    live().any(|e| !mine(&e)) && !live().any(|e| mine(&e))
 }
 
 /// The line of a store that keeps none of its own: one record per lease, at
@@ -334,6 +359,19 @@ impl CasStore {
         self.inspect(&req.name).await.map(|s| Some(Busy::of(s)))
     }
 
+    /// Whether anyone but `nonce` waits in `name`'s line (a line that cannot
+    /// be used holds nobody: its waiters poll).
+    pub(super) async fn someone_waits(&self, name: &str, nonce: &str) -> Result<bool> {
+        if !self.can_queue(name).await {
+            return Ok(false);
+        }
+        match self.line.waiters(name).await {
+            Ok(line) => Ok(line.iter().any(|w| w.nonce != nonce)),
+            Err(e) if no_line(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// [`LeaseStore::acquire_queued`] for stores that can watch: `None` when
     /// this one cannot (its waiters poll).
     pub(super) async fn wait_in_line(&self, req: &AcquireRequest, wait: Duration) -> Option<Result<Attempt>> {
@@ -357,6 +395,9 @@ impl CasStore {
             done: false,
         };
         let mut entered = self.clock.mono();
+        // It entered again because the line had lost it, and has not seen
+        // the line since.
+        let mut reentered = false;
         let mut busy: Option<Busy> = None;
         loop {
             let now = self.clock.mono();
@@ -377,9 +418,10 @@ impl CasStore {
                 t = self.line.turn(name, &me, nap) => t,
                 () = self.clock.sleep_until(wake) => Ok(Some(false)),
             };
+            let not_in_line = matches!(turn, Ok(None));
             let watched = match turn {
                 // Its turn, just read: no second look at the line.
-                Ok(Some(true)) => match self.acquire_now(req).await {
+                Ok(Some(true)) => match self.acquire_now(req, Arrival::InLine).await {
                     // Leaves the line in the background (see [`Departures`]).
                     Ok(Attempt::Granted(g)) => return Some(Ok(Attempt::Granted(g))),
                     Ok(Attempt::Busy(b)) => {
@@ -397,16 +439,29 @@ impl CasStore {
                     Err(e) => return Some(Err(e)),
                 },
                 Ok(Some(false)) => Ok(false),
-                // Taken for crashed after a long pause: back in line.
+                // Not in line just after entering it: a line that cannot keep
+                // this waiter (whatever the cause, never a loop without
+                // sleep). It waits by polling, as without a line.
+                Ok(None) if reentered => {
+                    tracing::warn!(lease = name, "the wait line does not keep this waiter; waiting by polling");
+                    leave.now().await;
+                    return None;
+                }
+                // Taken for crashed after a long pause (or its line went):
+                // back in line.
                 Ok(None) => {
                     if let Err(e) = self.line.enter(name, &me).await {
                         return self.off_the_line(name, e, Some(leave)).await;
                     }
                     entered = self.clock.mono();
+                    reentered = true;
                     Ok(false)
                 }
                 Err(e) => Err(e),
             };
+            if !not_in_line {
+                reentered = false;
+            }
             match watched {
                 Ok(_) => {}
                 Err(Error::Unsupported { .. }) => {

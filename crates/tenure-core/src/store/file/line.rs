@@ -545,10 +545,18 @@ impl FileBackend {
     fn turn_blocking(&self, name: &str, waiter: &Waiter, shared: &Arc<super::watch::Shared>) -> Result<Turn> {
         let key = line_key(name)?;
         let op = format!("reading the wait line of {name:?}");
-        let Some(dir) = self.key_dir(&key, false)? else { return Ok(Turn::NotInLine) };
+        let id = (key, waiter.nonce.clone());
+        let Some(dir) = self.key_dir(&id.0, false)? else {
+            // The line's directory is gone (removed, or moved away with the
+            // entry in it, which is still linked there): the entry is no
+            // place in this line any more, and the waiter enters anew.
+            if let Some((_, fd)) = self.held.get(&id) {
+                self.held.forget(&id, &fd);
+            }
+            return Ok(Turn::NotInLine);
+        };
         // Watch first, then read: a departure after the read is an event.
         let registration = self.register(&format!("the wait line of {name:?}"), &dir, line_mask(), shared)?;
-        let id = (key, waiter.nonce.clone());
         let Some((seq, fd)) = self.held.get(&id) else { return Ok(Turn::NotInLine) };
         if !same_file(&dir, &entry_file(seq), &fd).map_err(|e| self.line_err(&op, &dir, e))? {
             // Removed (taken for crashed) or replaced: it enters again.
