@@ -292,6 +292,15 @@ impl TenureStore {
         if let Some(c) = e.slots[i].lock().as_ref().filter(|c| !c.is_dead()) {
             return Ok(c.clone());
         }
+        // Connecting is rare, and its future large (resolving, connecting, the
+        // TLS handshake, the hello): boxed, it does not make the future of
+        // every call that might connect that large too (which would allocate
+        // and copy it on each call).
+        Box::pin(self.reconnect(e, i)).await
+    }
+
+    /// Connects slot `i` of `e` (unless another caller just did).
+    async fn reconnect(&self, e: &Endpoint, i: usize) -> Result<Arc<Conn>> {
         let _connecting = e.connecting[i].lock().await;
         if let Some(c) = e.slots[i].lock().as_ref().filter(|c| !c.is_dead()) {
             return Ok(c.clone());
