@@ -190,7 +190,7 @@ impl EtcdBackend {
     }
 
     /// [`range`](Self::range), keeping etcd's error.
-    async fn try_range(
+    pub(crate) async fn try_range(
         &self,
         op: &(dyn Fn() -> String + Sync),
         req: RangeRequest,

@@ -33,14 +33,14 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::Result;
 use tenure_core::backend::{Line, Waiter, check_key};
 use tenure_core::cas::{ENTRY_TTL, MAX_WAITERS, line_full};
+use tenure_core::{Error, Result};
 
 use crate::EtcdBackend;
 use crate::backend::Resend;
 use crate::proto::etcdserverpb::{
-    DeleteRangeRequest, RangeRequest, RequestOp, TxnRequest, range_request, request_op, response_op,
+    DeleteRangeRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest, range_request, request_op, response_op,
 };
 use crate::proto::mvccpb::KeyValue;
 use crate::rpc;
@@ -71,8 +71,26 @@ impl EtcdBackend {
             limit: i64::try_from(MAX_WAITERS).unwrap_or(i64::MAX),
             ..rpc::range_prefix(prefix)
         };
-        let resp = self.range(&|| format!("reading the wait line {prefix:?}"), req).await?;
+        let resp = self.line_range(prefix, req).await?;
         Ok(resp.kvs.into_iter().filter_map(|kv| in_line(prefix, kv)).collect())
+    }
+
+    /// One `Range` of the line at `prefix`. An answer larger than the client
+    /// takes (keys holding large values, which no waiter writes: an entry is
+    /// one byte) makes the line unusable, not the store: its waiters poll.
+    async fn line_range(&self, prefix: &str, req: RangeRequest) -> Result<RangeResponse> {
+        let op = || format!("reading the wait line {prefix:?}");
+        match self.try_range(&op, req).await? {
+            Ok(resp) => Ok(resp),
+            // A line's reads name no revision, so etcd has no compaction to
+            // report: out of range is the client's bound on an answer.
+            Err(e) if e.code() == tonic::Code::OutOfRange => Err(Error::corrupt(
+                tenure_core::Backend::url(self),
+                format!("the wait line {prefix:?}"),
+                format!("{} (keys no waiter wrote?)", e.message()),
+            )),
+            Err(e) => Err(self.fail(op(), e)),
+        }
     }
 }
 
@@ -132,7 +150,7 @@ impl EtcdBackend {
                 max_create_revision: below,
                 ..rpc::range_prefix(prefix)
             };
-            let resp = self.range(&|| format!("reading the wait line {prefix:?}"), req).await?;
+            let resp = self.line_range(prefix, req).await?;
             let more = resp.more && !resp.kvs.is_empty();
             read += resp.kvs.len();
             for kv in resp.kvs {
@@ -213,9 +231,21 @@ impl Line for EtcdBackend {
             Some(response_op::Response::ResponseRange(r)) => Some(r.count),
             _ => None,
         });
+        // More keys than waiters a line holds: full, if they are waiters'
+        // entries. Keys that are not (a tenant's, with no etcd lease or
+        // another value) take no place: the line is read to tell.
         if counted.is_some_and(|n| usize::try_from(n).unwrap_or(usize::MAX) > MAX_WAITERS) {
-            self.leave(name, &waiter.nonce).await?;
-            return Err(line_full(tenure_core::Backend::url(self), name));
+            let full = match self.read_line(&prefix).await {
+                Ok(line) => line.len() >= MAX_WAITERS,
+                Err(e) => {
+                    self.leave(name, &waiter.nonce).await?;
+                    return Err(e);
+                }
+            };
+            if full {
+                self.leave(name, &waiter.nonce).await?;
+                return Err(line_full(tenure_core::Backend::url(self), name));
+            }
         }
         Ok(())
     }

@@ -256,11 +256,7 @@ impl Departures {
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let task = rt.spawn({
             let name = name.clone();
-            async move {
-                if let Err(e) = line.leave(&name, &nonce).await {
-                    tracing::debug!(error = %e, "leaving a wait line failed; the entry lapses");
-                }
-            }
+            async move { leave_line(&*line, &name, &nonce).await }
         });
         let mut all = self.0.lock();
         all.retain(|_, departures| {
@@ -291,8 +287,27 @@ impl Leave {
     /// Leaves now (the wait ended without the lease).
     async fn now(mut self) {
         self.done = true;
-        if let Err(e) = self.line.leave(&self.name, &self.nonce).await {
-            tracing::debug!(error = %e, "leaving a wait line failed; the entry lapses");
+        leave_line(&*self.line, &self.name, &self.nonce).await;
+    }
+}
+
+/// Pauses between attempts to leave a line, after one failed: an entry
+/// left behind may live as long as this process's other entries do (on etcd
+/// they share an etcd lease), holding up everyone behind it.
+const LEAVE_RETRIES: [Duration; 2] = [Duration::from_millis(250), Duration::from_secs(1)];
+
+/// Takes `nonce` out of `name`'s line, trying again after a failure.
+async fn leave_line(line: &dyn Line, name: &str, nonce: &str) {
+    for pause in LEAVE_RETRIES.iter().map(Some).chain([None]) {
+        match line.leave(name, nonce).await {
+            Ok(()) => return,
+            Err(e) => match pause {
+                Some(&pause) => {
+                    tracing::debug!(lease = name, error = %e, "leaving a wait line failed; trying again");
+                    tokio::time::sleep(pause).await;
+                }
+                None => tracing::warn!(lease = name, error = %e, "leaving a wait line failed; the entry lapses"),
+            },
         }
     }
 }
@@ -384,9 +399,9 @@ impl CasStore {
         let me = Waiter { nonce: req.holder.nonce.clone(), shared: req.mode == Mode::Shared };
         self.lined.lock().insert(name.to_string());
         self.departures.settle(name).await;
-        if let Err(e) = self.line.enter(name, &me).await {
-            return self.off_the_line(name, e, None).await;
-        }
+        // Made before entering: a wait dropped while its entry is being
+        // written leaves no entry behind (which, kept alive with the
+        // process's other entries, would hold up everyone behind it).
         let leave = Leave {
             departures: self.departures.clone(),
             line: self.line.clone(),
@@ -394,6 +409,9 @@ impl CasStore {
             nonce: me.nonce.clone(),
             done: false,
         };
+        if let Err(e) = self.line.enter(name, &me).await {
+            return self.off_the_line(name, e, Some(leave)).await;
+        }
         let mut entered = self.clock.mono();
         // It entered again because the line had lost it, and has not seen
         // the line since.
