@@ -15,9 +15,10 @@
 //! [`SPIN_MAX_IN_FLIGHT`] requests are on their way, it polls for them briefly
 //! before it sleeps (see `spin`).
 //!
-//! Requests have no timer each: the reader gives the server `timeout` to say
-//! *anything* while requests are waiting, and otherwise declares the connection
-//! dead, failing every waiting caller (one timer for the connection, re-armed when
+//! Requests have no timer each: the reader gives the server `timeout` to answer
+//! *any* of the requests waiting (bytes that answer none — a frame dripped a
+//! byte at a time, answers to ids nobody asked — do not count), and otherwise
+//! declares the connection dead, failing every waiting caller (one timer for the connection, re-armed when
 //! it fires early). Both tasks belong to the [`Conn`]: they end when it is
 //! dropped, and when the socket fails every waiting caller gets the error at once
 //! (the endpoint then reconnects on the next call; a request that crossed the
@@ -501,6 +502,11 @@ async fn write_loop(inner: Arc<Inner>, mut writer: Writer) {
     }
 }
 
+/// Why a connection is given up when the server answered nothing for `timeout`.
+fn silent(timeout: Duration) -> String {
+    format!("the server answered nothing for {} while requests waited", tenure_core::human_duration(timeout))
+}
+
 /// Closes the connection when the reader ends any other way than by closing it
 /// (a panic, an abort): callers waiting for answers get an error, never a hang.
 struct CloseOnDrop(Arc<Inner>);
@@ -522,10 +528,16 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
     // One timer for the connection's life, re-armed only when it fires (see below).
     let timer = tokio::time::sleep(inner.timeout);
     tokio::pin!(timer);
-    // When the server last said something, or requests started waiting.
+    // When the server last answered a request that waited, or requests
+    // started waiting. Bytes alone are no answer: a server that drips a
+    // frame, or answers ids nobody asked, does not hold a call for longer.
     let mut heard = tokio::time::Instant::now();
     let mut was_waiting = false;
     let why = loop {
+        // However fast bytes come, the reader gives the runtime its turn
+        // (every so many reads): a server flooding frames must not starve
+        // the process's other tasks and timers, its callers' own included.
+        tokio::task::consume_budget().await;
         loop {
             let n = match wire::frame_len(&buf, 12, MAX_RESPONSE) {
                 Ok(Some(n)) => n,
@@ -568,6 +580,7 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
             let in_flight = st.pending.len().saturating_sub(st.parked).saturating_add(st.returning);
             (st.pending.len() > st.parked, in_flight, orphan)
         };
+        let answered = !ready.is_empty();
         for (tx, time, body) in ready.drain(..) {
             let _ = tx.send(Ok((time, body)));
         }
@@ -583,10 +596,15 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
             return;
         }
         buf.reserve(16 * 1024);
-        if waiting && !was_waiting {
-            // Requests began waiting since the last pass (the idle branch may have
-            // missed their signal on a spurious wake-up): time them from now.
+        if answered || (waiting && !was_waiting) {
+            // Answers came, or requests began waiting since the last pass (the
+            // idle branch may have missed their signal on a spurious
+            // wake-up): time the ones waiting from now.
             heard = tokio::time::Instant::now();
+        } else if waiting && tokio::time::Instant::now() >= heard + inner.timeout {
+            // Checked before any read: bytes that keep coming without an
+            // answer (read at once, by a poll or the spin) do not extend it.
+            break silent(inner.timeout);
         }
         was_waiting = waiting;
         // While answers tend to come quickly, poll for them before sleeping;
@@ -609,10 +627,7 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
                         () = &mut timer => {
                             let deadline = heard + inner.timeout;
                             if tokio::time::Instant::now() >= deadline {
-                                break format!(
-                                    "the server said nothing for {} while requests waited",
-                                    tenure_core::human_duration(inner.timeout)
-                                );
+                                break silent(inner.timeout);
                             }
                             timer.as_mut().reset(deadline);
                             continue;
@@ -637,7 +652,7 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
         };
         match read {
             Ok(0) => break "the server closed the connection".to_string(),
-            Ok(_) => heard = tokio::time::Instant::now(),
+            Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             // A TLS server that closes without a close_notify alert.
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {

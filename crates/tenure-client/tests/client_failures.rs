@@ -80,7 +80,7 @@ async fn a_silent_server_fails_waiting_callers_after_the_timeout() {
     let (a, b) = tokio::join!(s.inspect(&n), s.inspect(&n));
     for r in [a, b] {
         match r {
-            Err(e @ Error::Store { .. }) => assert!(e.to_string().contains("said nothing"), "{e}"),
+            Err(e @ Error::Store { .. }) => assert!(e.to_string().contains("answered nothing"), "{e}"),
             other => panic!("expected a store error, got {other:?}"),
         }
     }
@@ -93,7 +93,7 @@ async fn a_server_time_beyond_any_clock_neither_panics_the_client_nor_hangs_its_
     let s = store(addr);
     let answer = tokio::time::timeout(std::time::Duration::from_secs(5), s.inspect(&name())).await;
     match answer {
-        Ok(Err(e @ Error::Store { .. })) => assert!(e.to_string().contains("said nothing"), "{e}"),
+        Ok(Err(e @ Error::Store { .. })) => assert!(e.to_string().contains("answered nothing"), "{e}"),
         other => panic!("expected the timeout's store error, got {other:?}"),
     }
     task.abort();

@@ -518,9 +518,15 @@ impl TenureStore {
         }
         let op = "waiting";
         let ask = AskWire::of(req);
-        let wait = Request::Wait { ask, wait_ms: millis(wait).min(wire::MAX_WAIT_MS) };
+        let wait_ms = millis(wait).min(wire::MAX_WAIT_MS);
+        let wait = Request::Wait { ask, wait_ms };
         let sent = self.clock.mono();
         let e = &self.endpoints[server];
+        // The server answers a wait by its end; one that does not (a bug, a
+        // hostile server that answers everything else) gets the connection's
+        // timeout more, then the wait is withdrawn and fails: never a caller
+        // waiting for ever.
+        let answer_by = Duration::from_millis(wait_ms).saturating_add(self.opts.timeout);
         let answer = async {
             let conn = self.conn(e).await?;
             let answer = match conn.call_waiting(&wait).await {
@@ -532,7 +538,15 @@ impl TenureStore {
             };
             answer.map_err(|m| Error::store(&self.url, op, m))
         };
-        let (grant, conn) = match answer.await {
+        let Ok(answer) = tokio::time::timeout(answer_by, answer).await else {
+            let why = format!(
+                "the server did not answer a wait of {} within {} of its end",
+                tenure_core::human_duration(Duration::from_millis(wait_ms)),
+                tenure_core::human_duration(self.opts.timeout)
+            );
+            return Some(Err(Error::store(&self.url, op, why)));
+        };
+        let (grant, conn) = match answer {
             Ok(((_, body), conn)) => match self.acquired(server, &body, &[req], sent, false) {
                 Ok(Ok(mut grants)) => (grants.pop().ok_or_else(|| Error::store(&self.url, op, "no grant")), conn),
                 Ok(Err((_, busy))) => return Some(Ok(Attempt::Busy(busy))),
@@ -740,7 +754,7 @@ fn grant_ref(g: &Grant) -> RefWire<'_> {
 
 /// A grant from the wire, its numbers checked (`Err` names the one out of range).
 fn grant(r: &AcquireRequest, g: GrantIn<'_>, sent: Mono, tentative: bool) -> std::result::Result<Grant, String> {
-    wire::check_grant(g.token, g.deadline_ms, tentative)?;
+    wire::check_grant(g.token, g.deadline_ms, tentative, g.predecessor.as_ref().map(|p| p.token))?;
     if let Some(p) = &g.predecessor {
         wire::check_predecessor(p.token, p.at_ms, p.acquired_ms, p.watermark_ms)?;
     }
@@ -932,10 +946,15 @@ impl LeaseStore for TenureStore {
                         let g = &grants[i];
                         out[i] = Some(match o {
                             OutcomeIn::Ok(w)
-                                if let Err(m) = wire::check_grant(w.token, w.deadline_ms, is_reservation(g)) =>
+                                if let Err(m) = wire::check_grant(w.token, w.deadline_ms, is_reservation(g), None) =>
                             {
                                 Err(self.hostile("renewing", m))
                             }
+                            // The server renews the grant asked for, under its token.
+                            OutcomeIn::Ok(w) if w.token != g.token => Err(self.hostile(
+                                "renewing",
+                                format!("the renewal of token {} came back for token {}", g.token, w.token),
+                            )),
                             OutcomeIn::Ok(w) => Ok(Grant {
                                 name: g.name.clone(),
                                 mode: g.mode,

@@ -50,7 +50,12 @@ impl TenureStore {
                 Ok(Response::Granted(outs)) if outs.len() == idx.len() => {
                     for (&i, o) in idx.iter().zip(outs) {
                         let checked = |g: &crate::wire::GrantWire| {
-                            crate::wire::check_grant(g.token, g.deadline_ms, false)?;
+                            crate::wire::check_grant(
+                                g.token,
+                                g.deadline_ms,
+                                false,
+                                g.predecessor.as_ref().map(|p| p.token),
+                            )?;
                             g.predecessor.as_ref().map_or(Ok(()), |p| {
                                 crate::wire::check_predecessor(p.token, p.at_ms, p.acquired_ms, p.watermark_ms)
                             })

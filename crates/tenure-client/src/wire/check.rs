@@ -116,11 +116,16 @@ pub(crate) fn check_max_lease(v: u64) -> Result<(), String> {
 
 /// A grant's token and deadline from an answer. A full grant has a token of at
 /// least 1; a reservation has token 0.
-pub(crate) fn check_grant(tok: u64, deadline_ms: u64, tentative: bool) -> Result<(), String> {
+pub(crate) fn check_grant(tok: u64, deadline_ms: u64, tentative: bool, predecessor: Option<u64>) -> Result<(), String> {
     if tentative {
         within(&"a reservation's token", tok, 0, 0, " (reservations carry token 0)")?;
     } else {
         within(&"the granted token", tok, 1, MAX_TOKEN - 1, " (the token space)")?;
+        // Tokens only grow: a grant below the one it follows would let a
+        // fenced store take the older holder's writes after the newer one's.
+        if let Some(p) = predecessor.filter(|&p| p >= tok) {
+            return Err(format!("the granted token {tok} is not above its predecessor's {p}"));
+        }
     }
     time(&"the grant's deadline_ms", deadline_ms)
 }

@@ -1,0 +1,440 @@
+//! The `tenure://` client against a hostile or broken server, over real
+//! sockets: a server that never answers a queued wait, drips an answer,
+//! chatters under ids nobody asked, floods tiny frames, or sends numbers no
+//! working server sends; and callers cancelled at every point of a call.
+
+use std::io::{Read as _, Write as _};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tenure_client::TenureStore;
+use tenure_client::wire::{
+    self, AcquireReply, GrantWire, MAX_REQUEST, PROTOCOL_VERSION, PredecessorWire, Request, Response,
+};
+use tenure_core::{AcquireRequest, Attempt, EndedHow, Holder, LeaseName, LeaseStore, Mode, OpenOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Reads one request frame: its id and body.
+async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(u32, Vec<u8>)> {
+    loop {
+        if let Ok(Some(n)) = wire::frame_len(buf, 4, MAX_REQUEST) {
+            let frame: Vec<u8> = buf.drain(..n).collect();
+            return wire::split_request(&frame).map(|(id, body)| (id, body.to_vec()));
+        }
+        let mut chunk = [0u8; 4096];
+        let k = s.read(&mut chunk).await.ok()?;
+        if k == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..k]);
+    }
+}
+
+fn hello_answer() -> Response {
+    Response::Hello {
+        version: PROTOCOL_VERSION,
+        public_key: [0; 32],
+        max_lease_ms: 60_000,
+        quarantine_left_ms: 0,
+        started_us: 0,
+    }
+}
+
+fn frame(id: u32, resp: &Response) -> Vec<u8> {
+    let mut out = Vec::new();
+    wire::encode_response(&mut out, id, 1, resp);
+    out
+}
+
+async fn answer_hello(s: &mut TcpStream, buf: &mut Vec<u8>) {
+    let (id, _) = read_request(s, buf).await.expect("hello");
+    s.write_all(&frame(id, &hello_answer())).await.expect("write hello");
+}
+
+fn store(addr: std::net::SocketAddr, timeout_ms: u64) -> TenureStore {
+    TenureStore::new(&format!("tenure://{addr}?timeout_ms={timeout_ms}"), &OpenOptions::default()).expect("store")
+}
+
+fn req(name: &str) -> AcquireRequest {
+    AcquireRequest {
+        name: LeaseName::new(name).expect("name"),
+        mode: Mode::Exclusive,
+        ttl: Duration::from_secs(5),
+        holder: Arc::new(Holder::current()),
+        retake: false,
+        meta: None,
+    }
+}
+
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+    u64::try_from(since.as_millis()).expect("in range")
+}
+
+/// A queued wait asks the server to answer within `wait_ms`; at a server that
+/// never does (a bug, a lost answer, a hostile one) it fails soon after that
+/// plus the connection's timeout, never waiting for ever.
+#[tokio::test]
+async fn a_queued_wait_the_server_never_answers_ends_soon_after_its_wait_ms() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut buf = Vec::new();
+        answer_hello(&mut s, &mut buf).await;
+        // Reads everything (the connection stays healthy), answers nothing.
+        while read_request(&mut s, &mut buf).await.is_some() {}
+    });
+    let s = store(addr, 300);
+    let started = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(5), s.acquire_queued(&req("x"), Duration::from_millis(200))).await;
+    assert!(
+        matches!(r, Ok(Some(Err(_)))),
+        "a Wait with wait_ms=200 (timeout_ms=300) at a server that never answers it was still pending after {:?}",
+        started.elapsed()
+    );
+    task.abort();
+}
+
+/// A server that drips an answer one byte at a time, each byte within the
+/// connection's timeout, does not hold a call past that timeout.
+#[tokio::test]
+async fn a_server_dripping_its_answer_does_not_hold_a_call_past_its_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut buf = Vec::new();
+        answer_hello(&mut s, &mut buf).await;
+        let (id, _) = read_request(&mut s, &mut buf).await.expect("request");
+        // A frame that says 12 + 100000 bytes follow, then one byte every 100 ms.
+        let mut head = Vec::new();
+        head.extend_from_slice(&(12u32 + 100_000).to_le_bytes());
+        head.extend_from_slice(&id.to_le_bytes());
+        s.write_all(&head).await.expect("head");
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if s.write_all(&[0]).await.is_err() {
+                return;
+            }
+        }
+    });
+    let s = store(addr, 300);
+    let started = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(3), s.inspect(&LeaseName::new("x").expect("name"))).await;
+    assert!(
+        matches!(r, Ok(Err(_))),
+        "inspect with timeout_ms=300 at a server dripping one byte per 100 ms was still pending after {:?}",
+        started.elapsed()
+    );
+    task.abort();
+}
+
+/// A server that never answers a request but keeps saying other things
+/// (answers under ids nobody asked) does not hold the call past the timeout.
+#[tokio::test]
+async fn answers_to_unknown_ids_do_not_keep_an_unanswered_call_alive() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut buf = Vec::new();
+        answer_hello(&mut s, &mut buf).await;
+        let _ = read_request(&mut s, &mut buf).await.expect("request");
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if s.write_all(&frame(0xDEAD_BEEF, &Response::Pong)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let s = store(addr, 300);
+    let started = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(3), s.inspect(&LeaseName::new("x").expect("name"))).await;
+    assert!(
+        matches!(r, Ok(Err(_))),
+        "inspect with timeout_ms=300, never answered but with a Pong under an unknown id every 100 ms, \
+         was still pending after {:?}",
+        started.elapsed()
+    );
+    task.abort();
+}
+
+fn read_request_blocking(s: &mut std::net::TcpStream, buf: &mut Vec<u8>) -> Option<u32> {
+    loop {
+        if let Ok(Some(n)) = wire::frame_len(buf, 4, MAX_REQUEST) {
+            let frame: Vec<u8> = buf.drain(..n).collect();
+            return wire::split_request(&frame).map(|(id, _)| id);
+        }
+        let mut chunk = [0u8; 4096];
+        let k = s.read(&mut chunk).ok()?;
+        if k == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..k]);
+    }
+}
+
+/// A server that floods the connection with tiny frames (16 bytes, ids
+/// nobody asked) while a request waits: the reader gives the runtime its
+/// turn, so on a current-thread runtime the caller's own timeout still fires.
+#[test]
+fn a_flood_of_tiny_frames_does_not_wedge_the_clients_runtime() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        let mut buf = Vec::new();
+        let id = read_request_blocking(&mut s, &mut buf).expect("hello");
+        s.write_all(&frame(id, &hello_answer())).expect("hello answer");
+        let _ = read_request_blocking(&mut s, &mut buf);
+        let mut chunk = Vec::new();
+        for _ in 0..65_536 {
+            chunk.extend_from_slice(&12u32.to_le_bytes());
+            chunk.extend_from_slice(&0xDEAD_BEEFu32.to_le_bytes());
+            chunk.extend_from_slice(&1u64.to_le_bytes());
+        }
+        while s.write_all(&chunk).is_ok() {}
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let started = Instant::now();
+        rt.block_on(async {
+            let s = store(addr, 300);
+            let _ = tokio::time::timeout(Duration::from_secs(1), s.inspect(&LeaseName::new("x").expect("name"))).await;
+        });
+        let _ = tx.send(started.elapsed());
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(took) => assert!(took < Duration::from_secs(5), "took {took:?}"),
+        Err(_) => panic!(
+            "a 1 s tokio timeout around inspect (timeout_ms=300) on a current-thread runtime had not returned \
+             after 10 s while the server flooded 16-byte frames"
+        ),
+    }
+}
+
+/// A grant whose token is not above its own predecessor's: tokens strictly
+/// increase, so no working server sends it, and the client refuses it.
+#[tokio::test]
+async fn a_grant_whose_token_is_below_its_predecessors_is_refused() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut buf = Vec::new();
+        answer_hello(&mut s, &mut buf).await;
+        while let Some((id, body)) = read_request(&mut s, &mut buf).await {
+            let resp = match wire::decode::<Request<'_>>(&body) {
+                Ok(Request::Acquire { .. }) => Response::Acquired(AcquireReply::Granted(vec![GrantWire {
+                    token: 5,
+                    deadline_ms: now_ms() + 5_000,
+                    version: 1,
+                    predecessor: Some(PredecessorWire {
+                        token: 1_000_000,
+                        holder: None,
+                        how: EndedHow::Released,
+                        at_ms: now_ms(),
+                        watermark_ms: None,
+                        meta: None,
+                        acquired_ms: None,
+                        broken: None,
+                    }),
+                    witness: vec![],
+                }])),
+                _ => Response::Done,
+            };
+            s.write_all(&frame(id, &resp)).await.expect("write");
+        }
+    });
+    let s = store(addr, 2000);
+    match s.try_acquire(&req("x")).await {
+        Ok(Attempt::Granted(g)) => panic!(
+            "accepted grant token {} whose predecessor had token {}",
+            g.token,
+            g.predecessor.as_ref().map(|p| p.token).unwrap_or(0)
+        ),
+        Ok(Attempt::Busy(b)) => panic!("busy: {}", b.describe()),
+        Err(e) => assert!(e.to_string().contains("is not above its predecessor's 1000000"), "{e}"),
+    }
+    task.abort();
+}
+
+/// A server flooding tiny frames, on its own thread; `closed` is told when its
+/// writes fail (the client's socket closed).
+fn flooding_server() -> (std::net::SocketAddr, std::sync::mpsc::Receiver<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (closed_tx, closed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        let mut buf = Vec::new();
+        let id = read_request_blocking(&mut s, &mut buf).expect("hello");
+        s.write_all(&frame(id, &hello_answer())).expect("hello answer");
+        let _ = read_request_blocking(&mut s, &mut buf);
+        let mut chunk = Vec::new();
+        for _ in 0..65_536 {
+            chunk.extend_from_slice(&12u32.to_le_bytes());
+            chunk.extend_from_slice(&0xDEAD_BEEFu32.to_le_bytes());
+            chunk.extend_from_slice(&1u64.to_le_bytes());
+        }
+        while s.write_all(&chunk).is_ok() {}
+        let _ = closed_tx.send(());
+    });
+    (addr, closed)
+}
+
+/// The same flood with the spin turned off (spin_us=0): the plain read
+/// path (`readable()` + `try_read_buf`) gives the runtime its turn too.
+#[test]
+fn a_flood_with_spin_off_does_not_wedge_the_runtime_either() {
+    let (addr, _closed) = flooding_server();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let started = Instant::now();
+        rt.block_on(async {
+            let s = TenureStore::new(&format!("tenure://{addr}?timeout_ms=300&spin_us=0"), &OpenOptions::default())
+                .expect("store");
+            let _ = tokio::time::timeout(Duration::from_secs(1), s.inspect(&LeaseName::new("x").expect("name"))).await;
+        });
+        let _ = tx.send(started.elapsed());
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(took) => assert!(took < Duration::from_secs(5), "took {took:?}"),
+        Err(_) => panic!("spin_us=0: a 1 s timeout around inspect had not returned after 10 s during the flood"),
+    }
+}
+
+/// On a multi-thread runtime (2 workers, as a CLI's) the caller's 1 s
+/// timeout fires too: the worker that runs the reader lets the timers run.
+#[test]
+fn a_flood_of_tiny_frames_does_not_freeze_a_multi_thread_runtime() {
+    let (addr, _closed) = flooding_server();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        let started = Instant::now();
+        rt.block_on(async {
+            let s = store(addr, 300);
+            let _ = tokio::time::timeout(Duration::from_secs(1), s.inspect(&LeaseName::new("x").expect("name"))).await;
+        });
+        let _ = tx.send(started.elapsed());
+        std::mem::forget(rt);
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(took) => assert!(took < Duration::from_secs(5), "took {took:?}"),
+        Err(_) => {
+            panic!("multi-thread runtime: a 1 s timeout around inspect had not returned after 10 s during the flood")
+        }
+    }
+}
+
+/// Polls `f` at most `n` times (yielding between), then drops it.
+async fn cancel_after_polls<F: std::future::Future>(f: F, n: usize) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    for _ in 0..n {
+        if let std::task::Poll::Ready(v) = futures::poll!(f.as_mut()) {
+            return Some(v);
+        }
+        tokio::task::yield_now().await;
+    }
+    None
+}
+
+/// Many callers on one connection, cancelled at every point of their call
+/// (leaders before they sent, waits before and after their answer): the
+/// connection keeps serving, and a last call is answered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_cancelled_anywhere_never_wedge_the_connection() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let accepts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let acc = accepts.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            acc.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                answer_hello(&mut s, &mut buf).await;
+                while let Some((id, body)) = read_request(&mut s, &mut buf).await {
+                    let resp = match wire::decode::<Request<'_>>(&body) {
+                        Ok(Request::Wait { .. }) => continue,
+                        Ok(Request::Unwait { .. }) => Response::Done,
+                        _ => Response::Waiters(1),
+                    };
+                    if s.write_all(&frame(id, &resp)).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let s = Arc::new(store(addr, 2000));
+    let name = LeaseName::new("x").expect("name");
+    s.waiting(&name).await.expect("first call");
+    let mut tasks = Vec::new();
+    for t in 0..32usize {
+        let s = s.clone();
+        let name = name.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..2000usize {
+                let n = (i * 7 + t) % 7;
+                if (i + t) % 5 == 0 {
+                    let r = req("x");
+                    let _ = cancel_after_polls(s.acquire_queued(&r, Duration::from_secs(60)), n).await;
+                } else {
+                    let _ = cancel_after_polls(s.waiting(&name), n).await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let started = Instant::now();
+    let last = tokio::time::timeout(Duration::from_secs(3), s.waiting(&name)).await;
+    assert!(matches!(last, Ok(Ok(Some(1)))), "last call after {:?}: {last:?}", started.elapsed());
+    assert_eq!(accepts.load(std::sync::atomic::Ordering::SeqCst), 1, "the connection was given up");
+    task.abort();
+}
+
+/// A renewal answered for another grant (a different token) is refused, not
+/// taken as a renewal of the client's own.
+#[tokio::test]
+async fn a_renewal_answered_with_another_token_is_refused() {
+    use tenure_client::wire::Outcome;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut buf = Vec::new();
+        answer_hello(&mut s, &mut buf).await;
+        while let Some((id, body)) = read_request(&mut s, &mut buf).await {
+            let g = |token| GrantWire {
+                token,
+                deadline_ms: now_ms() + 5_000,
+                version: 1,
+                predecessor: None,
+                witness: vec![],
+            };
+            let resp = match wire::decode::<Request<'_>>(&body) {
+                Ok(Request::Acquire { .. }) => Response::Acquired(AcquireReply::Granted(vec![g(7)])),
+                Ok(Request::Renew(_)) => Response::Granted(vec![Outcome::Ok(g(3))]),
+                _ => Response::Done,
+            };
+            s.write_all(&frame(id, &resp)).await.expect("write");
+        }
+    });
+    let s = store(addr, 2000);
+    let Attempt::Granted(g) = s.try_acquire(&req("x")).await.expect("acquire") else { panic!("busy") };
+    assert_eq!(g.token, 7);
+    match s.renew(&g).await {
+        Ok(r) => panic!("renewal of token 7 answered for token 3 was accepted as a renewal of token {}", r.token),
+        Err(e) => assert!(e.to_string().contains("the renewal of token 7 came back for token 3"), "{e}"),
+    }
+    task.abort();
+}
