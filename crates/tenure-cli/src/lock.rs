@@ -434,13 +434,16 @@ struct Step<'a> {
 impl Step<'_> {
     /// Runs `fut` for at most what is `left` of `--timeout`, or the store's
     /// operation deadline if that is shorter (plus [`SLACK`]: the store enforces
-    /// its deadline itself, and says more about what did not answer).
+    /// its deadline itself, and says more about what did not answer). A step
+    /// under way when `--timeout` runs out is let finish for
+    /// [`tenure::FINISH_GRACE`] more: it may be writing a grant, which nobody
+    /// would hold if it were cut short (and `--timeout 0` takes a free lease).
     async fn bounded<T>(&self, what: &str, left: Option<Duration>, fut: impl Future<Output = Result<T>>) -> Result<T> {
         let (limit, user) = match left {
             Some(left) if left < self.op_timeout => (left, true),
             _ => (self.op_timeout, false),
         };
-        let wait = if user { limit } else { limit + SLACK };
+        let wait = if user { limit + tenure::FINISH_GRACE } else { limit + SLACK };
         match tokio::time::timeout(wait, fut).await {
             Ok(out) => out,
             Err(_) => Err(self.no_answer(what, limit, user).into()),

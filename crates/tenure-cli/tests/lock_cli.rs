@@ -570,3 +570,29 @@ fn a_waiter_killed_while_it_waits_holds_up_nobody() {
         "the waiter behind ran {age:?} after the killed waiter's last sign of life: it waited for its entry to age out"
     );
 }
+
+#[test]
+fn timeout_zero_takes_a_free_lease_like_flock_w_0() {
+    let store = FileStore::new();
+    let out = run(&mut lock(&store.url(), "free", &["--timeout", "0"], &["echo", "ran"]), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "ran");
+}
+
+/// A `tenure lock` whose `--timeout` runs out while an attempt is under way
+/// lets the attempt finish (briefly): exit 75 never leaves a grant behind
+/// that nobody holds, keeping the lease for its TTL.
+#[test]
+fn a_lock_that_times_out_leaves_no_grant_behind() {
+    let store = FileStore::new();
+    for i in 0..30 {
+        let name = format!("n{i}");
+        let t = format!("{}ms", 2 + i % 6);
+        let out = run(&mut lock(&store.url(), &name, &["--timeout", &t], &["true"]), LIMIT);
+        if out.status.code() == Some(75) {
+            // `status` of one lease exits 1 when nothing holds it.
+            let st = run(tenure().args(["status", &store.url(), &name]), LIMIT);
+            assert_ne!(st.status.code(), Some(0), "exit 75 with {t}, yet {name} is held: {}", stdout(&st).trim());
+        }
+    }
+}

@@ -27,6 +27,10 @@ const NO_DEADLINE: Duration = Duration::from_secs(u32::MAX as u64);
 const QUEUE_MARGIN: Duration = Duration::from_millis(100);
 /// How often a queued waiter looks at who holds the lease, for `on_wait`.
 const QUEUE_REFRESH: Duration = Duration::from_secs(5);
+/// How long an attempt under way when a wait's timeout comes is let finish:
+/// it may be writing a grant, which nobody would hold if it were cut short
+/// (see `Client::take_grants`).
+pub const FINISH_GRACE: Duration = Duration::from_millis(250);
 /// How a timeout in which the store never answered names the holder.
 const UNANSWERED: &str = "nobody known: the store did not answer";
 
@@ -345,13 +349,24 @@ impl Client {
             };
             // The timeout bounds the whole wait, attempts included: a store that
             // hangs (a dead NFS server) ends the wait on time. (A `no_wait` attempt
-            // is bounded by the store's own deadlines instead.) An attempt cut
-            // short may have written a grant; nobody holds its handle, so it ends
-            // by itself after its TTL. (A queued wait cut short is withdrawn.)
+            // is bounded by the store's own deadlines instead.) An attempt under
+            // way at the deadline may be writing a grant, which nobody would hold
+            // (and which would keep the lease for its TTL): it is let finish for
+            // [`FINISH_GRACE`] more, and a grant it makes is the caller's. Only
+            // one that takes longer (a hung store) is cut short. (A queued wait
+            // cut short is withdrawn.)
             let attempt = match deadline {
                 Some(deadline) if opts.timeout != Some(Duration::ZERO) => {
                     let left = deadline.saturating_since(clock.mono());
-                    match clock.timeout(left, attempt).await {
+                    let mut attempt = std::pin::pin!(attempt);
+                    let finished = match clock.timeout(left, attempt.as_mut()).await {
+                        Some(attempt) => Some(attempt),
+                        None => match clock.timeout(FINISH_GRACE, attempt).await {
+                            Some(Some(Ok(AllAttempt::Granted(grants)))) => return Ok(grants),
+                            _ => None,
+                        },
+                    };
+                    match finished {
                         Some(attempt) => attempt,
                         None => {
                             let waited = clock.mono().saturating_since(started);

@@ -49,7 +49,7 @@ mod types;
 
 pub use backend::{Backend, Put, PutMode, PutOptions, Stored};
 pub use cas::{CasOptions, CasStore};
-pub use client::Client;
+pub use client::{Client, FINISH_GRACE};
 pub use clock::{Clock, ClockExt, ManualClock, Mono, SystemClock};
 pub use error::{BoxError, Error, Result};
 pub use fence::FencedRecord;

@@ -42,9 +42,9 @@ pub use tenure_client as client;
 // implementer needs, in the modules below.
 pub use tenure_core::{
     AcquireRequest, AllAttempt, Attempt, BoxError, BreakNote, Busy, CasOptions, Client, Clock, EndedHow, Error,
-    FencedRecord, Grant, Health, Holder, HolderView, Lease, LeaseName, LeaseOptions, LeaseSet, LeaseState, LeaseStore,
-    LossReason, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS, ManualClock, Mode, Mono, OpenOptions, Predecessor,
-    ReleaseRequest, Released, Result, StoreUrl, SystemClock, Version,
+    FINISH_GRACE, FencedRecord, Grant, Health, Holder, HolderView, Lease, LeaseName, LeaseOptions, LeaseSet,
+    LeaseState, LeaseStore, LossReason, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS, ManualClock, Mode, Mono,
+    OpenOptions, Predecessor, ReleaseRequest, Released, Result, StoreUrl, SystemClock, Version,
 };
 /// The storage layer under the lease logic: [`backend::Backend`] and its
 /// writes, for a store of your own (run it through [`cas::CasStore`]).
