@@ -40,6 +40,7 @@ use super::{BenchArgs, Figures, Retakes, Target};
 pub(crate) struct Baton {
     state: Mutex<State>,
     measure_from: Instant,
+    measure_until: Instant,
 }
 
 #[derive(Debug)]
@@ -63,11 +64,13 @@ pub(crate) struct Tally {
 }
 
 impl Baton {
-    /// Counts only releases from `measure_from` on (what came before is warm-up).
-    pub(crate) fn new(measure_from: Instant) -> Result<Self> {
+    /// Counts only releases from `measure_from` on (what came before is
+    /// warm-up) and grants up to `measure_until` (what comes after is the
+    /// clients stopping).
+    pub(crate) fn new(measure_from: Instant, measure_until: Instant) -> Result<Self> {
         let gaps = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).context("histogram")?;
         let state = State { holder: None, released: None, retake_gaps: gaps.clone(), gaps };
-        Ok(Self { state: Mutex::new(state), measure_from })
+        Ok(Self { state: Mutex::new(state), measure_from, measure_until })
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -83,6 +86,7 @@ impl Baton {
         st.holder = Some(w);
         if let Some((released, by)) = st.released.take()
             && released >= self.measure_from
+            && at <= self.measure_until
         {
             let gap = u64::try_from(at.saturating_duration_since(released).as_micros()).unwrap_or(u64::MAX).max(1);
             let gaps = if by == w { &mut st.retake_gaps } else { &mut st.gaps };
@@ -118,7 +122,7 @@ pub(crate) async fn measure(target: Arc<dyn Target>, clients: usize, args: &Benc
     let start = Instant::now();
     let measure_from = start + warmup;
     let end = measure_from + args.seconds;
-    let baton = Arc::new(Baton::new(measure_from)?);
+    let baton = Arc::new(Baton::new(measure_from, end)?);
     let hold = args.hold;
     let mut tasks = Vec::with_capacity(clients);
     for w in 0..clients {
@@ -126,11 +130,15 @@ pub(crate) async fn measure(target: Arc<dyn Target>, clients: usize, args: &Benc
         tasks.push(tokio::spawn(async move {
             while Instant::now() < end {
                 t.hold(w).await?;
-                baton.granted(w, Instant::now())?;
+                let granted = Instant::now();
+                baton.granted(w, granted)?;
                 // tokio's timer rounds up to its 1 ms tick, even for zero:
-                // `--hold 0` must not hold for a millisecond.
-                if !hold.is_zero() {
-                    tokio::time::sleep(hold).await;
+                // `--hold 0` must not hold for a millisecond. Past the end,
+                // nobody holds: the clients still queued pass the lease on
+                // at once, and the run ends on time.
+                let until = (granted + hold).min(end);
+                if !hold.is_zero() && granted < until {
+                    tokio::time::sleep_until(until.into()).await;
                 }
                 baton.releasing(w, Instant::now())?;
                 t.unhold(w).await?;
@@ -280,7 +288,7 @@ mod tests {
     fn gaps_run_from_the_release_to_another_clients_grant_re_takes_apart_and_warm_up_left_out() {
         let t0 = Instant::now();
         let ms = |n: u64| t0 + Duration::from_millis(n);
-        let baton = Baton::new(ms(100)).expect("baton");
+        let baton = Baton::new(ms(100), ms(1_000)).expect("baton");
         // Warm-up: a release before measure_from is not a measured hand-over.
         baton.granted(0, ms(0)).expect("first grant");
         baton.releasing(0, ms(50)).expect("release");
@@ -292,6 +300,9 @@ mod tests {
         baton.granted(2, ms(301)).expect("re-take");
         baton.releasing(2, ms(400)).expect("release");
         baton.granted(0, ms(410)).expect("grant");
+        // Past the end: the clients stopping are not measured.
+        baton.releasing(0, ms(995)).expect("release");
+        baton.granted(1, ms(1_001)).expect("grant after the end");
         let tally = baton.tally();
         // Two hand-overs to another client (3 ms and 10 ms), one re-take (1 ms).
         assert_eq!((tally.gaps.len(), tally.retake_gaps.len()), (2, 1));
@@ -303,7 +314,7 @@ mod tests {
     #[test]
     fn two_holders_at_once_or_a_release_by_a_non_holder_fail_the_run() {
         let t0 = Instant::now();
-        let baton = Baton::new(t0).expect("baton");
+        let baton = Baton::new(t0, t0 + Duration::from_secs(1)).expect("baton");
         baton.granted(0, t0).expect("grant");
         assert!(baton.granted(1, t0).is_err(), "an overlap must be caught");
         assert!(baton.releasing(1, t0).is_err(), "only the holder releases");

@@ -42,6 +42,25 @@ use crate::durations::duration;
 use crate::exit::Fail;
 use crate::stores::StoreArgs;
 
+/// Most clients one run may have (each is a task, and a lease or a connection).
+const MAX_CLIENTS: usize = 10_000;
+
+/// A `--clients` count: at least one, at most [`MAX_CLIENTS`].
+fn client_count(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_CLIENTS).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a number of clients from 1 to {MAX_CLIENTS}")),
+    }
+}
+
+/// A `--seconds` duration: something to measure, so more than zero.
+fn measured(s: &str) -> Result<Duration, String> {
+    match duration(s)? {
+        d if d.is_zero() => Err("a measurement of no time measures nothing: give more than zero".into()),
+        d => Ok(d),
+    }
+}
+
 /// `tenure bench`.
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
@@ -51,10 +70,10 @@ pub(crate) struct BenchArgs {
     pub(crate) targets: Vec<String>,
     /// Concurrent clients, each on a lease of its own (comma-separated list runs
     /// each in turn).
-    #[arg(long, value_delimiter = ',', default_value = "1")]
+    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = client_count)]
     pub(crate) clients: Vec<usize>,
     /// Measured seconds per target and client count (after a short warm-up).
-    #[arg(long, value_parser = duration, default_value = "3s", value_name = "DURATION")]
+    #[arg(long, value_parser = measured, default_value = "3s", value_name = "DURATION")]
     pub(crate) seconds: Duration,
     /// Measure every target this many times, in turn (A B A B …), and report
     /// the median round: on a shared machine, whose speed drifts from second
