@@ -167,6 +167,17 @@ fn a_store_that_cannot_be_written_exits_69() {
 }
 
 #[test]
+fn a_store_that_is_a_symlink_to_nothing_exits_69_saying_so() {
+    let store = FileStore::new();
+    let link = store.path("dangling");
+    std::os::unix::fs::symlink(store.path("missing"), &link).expect("symlink");
+    let out = run(&mut lock(&link.display().to_string(), "x", &[], &["true"]), LIMIT);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert_one_line_error(&out);
+    assert!(stderr(&out).contains("symbolic link to") && stderr(&out).contains("missing"), "{}", stderr(&out));
+}
+
+#[test]
 fn sigterm_to_tenure_reaches_the_command_and_the_lease_is_released_after_it() {
     let store = FileStore::new();
     let ready = store.path("ready");

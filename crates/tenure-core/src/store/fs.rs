@@ -189,8 +189,15 @@ impl Dir {
     /// it), creating it and its parents if `create` is set. `Ok(None)` if it does
     /// not exist and `create` is not set.
     pub fn open_root(path: &Path, create: bool) -> io::Result<Option<Dir>> {
-        if create {
-            std::fs::create_dir_all(path)?;
+        if create && let Err(e) = std::fs::create_dir_all(path) {
+            // A symlink to nothing says "exists" to mkdir: say what it is.
+            return Err(match std::fs::read_link(path) {
+                Ok(to) if e.kind() == ErrorKind::AlreadyExists => io::Error::new(
+                    ErrorKind::NotFound,
+                    format!("it is a symbolic link to {}, which does not exist", to.display()),
+                ),
+                _ => e,
+            });
         }
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOCTTY;
         match rustix::fs::open(path, flags, Mode::empty()) {
