@@ -52,6 +52,48 @@ async fn answer_hello(s: &mut TcpStream, buf: &mut Vec<u8>) {
     s.write_all(&frame(id, &hello_answer())).await.expect("write hello");
 }
 
+/// A fake server for one connection: it answers the hello, then `serve`s
+/// the socket (with what is left of its read buffer).
+async fn fake<F, Fut>(serve: F) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>)
+where
+    F: FnOnce(TcpStream, Vec<u8>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut buf = Vec::new();
+        answer_hello(&mut s, &mut buf).await;
+        serve(s, buf).await;
+    });
+    (addr, task)
+}
+
+/// A fake server answering each request with `answer` (none: no answer).
+async fn answering(
+    answer: impl Fn(&Request<'_>) -> Option<Response> + Send + 'static,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    fake(move |mut s, mut buf| async move {
+        while let Some((id, body)) = read_request(&mut s, &mut buf).await {
+            let Some(resp) = wire::decode::<Request<'_>>(&body).ok().and_then(|r| answer(&r)) else { continue };
+            if s.write_all(&frame(id, &resp)).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
+}
+
+/// `inspect` at the server at `addr` (connection timeout 300 ms) ends with an
+/// error within 3 s: what the server did (`what`) does not hold it longer.
+async fn inspect_fails_in_time(addr: std::net::SocketAddr, what: &str) {
+    let s = store(addr, 300);
+    let started = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(3), s.inspect(&LeaseName::new("x").expect("name"))).await;
+    assert!(matches!(r, Ok(Err(_))), "inspect at a server that {what}: {r:?} after {:?}", started.elapsed());
+}
+
 fn store(addr: std::net::SocketAddr, timeout_ms: u64) -> TenureStore {
     TenureStore::new(&format!("tenure://{addr}?timeout_ms={timeout_ms}"), &OpenOptions::default()).expect("store")
 }
@@ -77,23 +119,12 @@ fn now_ms() -> u64 {
 /// plus the connection's timeout, never waiting for ever.
 #[tokio::test]
 async fn a_queued_wait_the_server_never_answers_ends_soon_after_its_wait_ms() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let task = tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await.expect("accept");
-        let mut buf = Vec::new();
-        answer_hello(&mut s, &mut buf).await;
-        // Reads everything (the connection stays healthy), answers nothing.
-        while read_request(&mut s, &mut buf).await.is_some() {}
-    });
+    // Reads everything (the connection stays healthy), answers nothing.
+    let (addr, task) = answering(|_| None).await;
     let s = store(addr, 300);
     let started = Instant::now();
     let r = tokio::time::timeout(Duration::from_secs(5), s.acquire_queued(&req("x"), Duration::from_millis(200))).await;
-    assert!(
-        matches!(r, Ok(Some(Err(_)))),
-        "a Wait with wait_ms=200 (timeout_ms=300) at a server that never answers it was still pending after {:?}",
-        started.elapsed()
-    );
+    assert!(matches!(r, Ok(Some(Err(_)))), "a wait of 200 ms, never answered: {r:?} after {:?}", started.elapsed());
     task.abort();
 }
 
@@ -101,33 +132,19 @@ async fn a_queued_wait_the_server_never_answers_ends_soon_after_its_wait_ms() {
 /// connection's timeout, does not hold a call past that timeout.
 #[tokio::test]
 async fn a_server_dripping_its_answer_does_not_hold_a_call_past_its_timeout() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let task = tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await.expect("accept");
-        let mut buf = Vec::new();
-        answer_hello(&mut s, &mut buf).await;
+    let (addr, task) = fake(|mut s, mut buf| async move {
         let (id, _) = read_request(&mut s, &mut buf).await.expect("request");
         // A frame that says 12 + 100000 bytes follow, then one byte every 100 ms.
         let mut head = Vec::new();
         head.extend_from_slice(&(12u32 + 100_000).to_le_bytes());
         head.extend_from_slice(&id.to_le_bytes());
         s.write_all(&head).await.expect("head");
-        loop {
+        while s.write_all(&[0]).await.is_ok() {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            if s.write_all(&[0]).await.is_err() {
-                return;
-            }
         }
-    });
-    let s = store(addr, 300);
-    let started = Instant::now();
-    let r = tokio::time::timeout(Duration::from_secs(3), s.inspect(&LeaseName::new("x").expect("name"))).await;
-    assert!(
-        matches!(r, Ok(Err(_))),
-        "inspect with timeout_ms=300 at a server dripping one byte per 100 ms was still pending after {:?}",
-        started.elapsed()
-    );
+    })
+    .await;
+    inspect_fails_in_time(addr, "drips its answer a byte every 100 ms").await;
     task.abort();
 }
 
@@ -135,29 +152,14 @@ async fn a_server_dripping_its_answer_does_not_hold_a_call_past_its_timeout() {
 /// (answers under ids nobody asked) does not hold the call past the timeout.
 #[tokio::test]
 async fn answers_to_unknown_ids_do_not_keep_an_unanswered_call_alive() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let task = tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await.expect("accept");
-        let mut buf = Vec::new();
-        answer_hello(&mut s, &mut buf).await;
+    let (addr, task) = fake(|mut s, mut buf| async move {
         let _ = read_request(&mut s, &mut buf).await.expect("request");
-        loop {
+        while s.write_all(&frame(0xDEAD_BEEF, &Response::Pong)).await.is_ok() {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            if s.write_all(&frame(0xDEAD_BEEF, &Response::Pong)).await.is_err() {
-                return;
-            }
         }
-    });
-    let s = store(addr, 300);
-    let started = Instant::now();
-    let r = tokio::time::timeout(Duration::from_secs(3), s.inspect(&LeaseName::new("x").expect("name"))).await;
-    assert!(
-        matches!(r, Ok(Err(_))),
-        "inspect with timeout_ms=300, never answered but with a Pong under an unknown id every 100 ms, \
-         was still pending after {:?}",
-        started.elapsed()
-    );
+    })
+    .await;
+    inspect_fails_in_time(addr, "answers only ids nobody asked, every 100 ms").await;
     task.abort();
 }
 
@@ -176,79 +178,32 @@ fn read_request_blocking(s: &mut std::net::TcpStream, buf: &mut Vec<u8>) -> Opti
     }
 }
 
-/// A server that floods the connection with tiny frames (16 bytes, ids
-/// nobody asked) while a request waits: the reader gives the runtime its
-/// turn, so on a current-thread runtime the caller's own timeout still fires.
-#[test]
-fn a_flood_of_tiny_frames_does_not_wedge_the_clients_runtime() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().expect("accept");
-        let mut buf = Vec::new();
-        let id = read_request_blocking(&mut s, &mut buf).expect("hello");
-        s.write_all(&frame(id, &hello_answer())).expect("hello answer");
-        let _ = read_request_blocking(&mut s, &mut buf);
-        let mut chunk = Vec::new();
-        for _ in 0..65_536 {
-            chunk.extend_from_slice(&12u32.to_le_bytes());
-            chunk.extend_from_slice(&0xDEAD_BEEFu32.to_le_bytes());
-            chunk.extend_from_slice(&1u64.to_le_bytes());
-        }
-        while s.write_all(&chunk).is_ok() {}
-    });
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        let started = Instant::now();
-        rt.block_on(async {
-            let s = store(addr, 300);
-            let _ = tokio::time::timeout(Duration::from_secs(1), s.inspect(&LeaseName::new("x").expect("name"))).await;
-        });
-        let _ = tx.send(started.elapsed());
-    });
-    match rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(took) => assert!(took < Duration::from_secs(5), "took {took:?}"),
-        Err(_) => panic!(
-            "a 1 s tokio timeout around inspect (timeout_ms=300) on a current-thread runtime had not returned \
-             after 10 s while the server flooded 16-byte frames"
-        ),
-    }
-}
-
 /// A grant whose token is not above its own predecessor's: tokens strictly
 /// increase, so no working server sends it, and the client refuses it.
 #[tokio::test]
 async fn a_grant_whose_token_is_below_its_predecessors_is_refused() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let task = tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await.expect("accept");
-        let mut buf = Vec::new();
-        answer_hello(&mut s, &mut buf).await;
-        while let Some((id, body)) = read_request(&mut s, &mut buf).await {
-            let resp = match wire::decode::<Request<'_>>(&body) {
-                Ok(Request::Acquire { .. }) => Response::Acquired(AcquireReply::Granted(vec![GrantWire {
-                    token: 5,
-                    deadline_ms: now_ms() + 5_000,
-                    version: 1,
-                    predecessor: Some(PredecessorWire {
-                        token: 1_000_000,
-                        holder: None,
-                        how: EndedHow::Released,
-                        at_ms: now_ms(),
-                        watermark_ms: None,
-                        meta: None,
-                        acquired_ms: None,
-                        broken: None,
-                    }),
-                    witness: vec![],
-                }])),
-                _ => Response::Done,
-            };
-            s.write_all(&frame(id, &resp)).await.expect("write");
-        }
-    });
+    let (addr, task) = answering(|r| {
+        Some(match r {
+            Request::Acquire { .. } => Response::Acquired(AcquireReply::Granted(vec![GrantWire {
+                token: 5,
+                deadline_ms: now_ms() + 5_000,
+                version: 1,
+                predecessor: Some(PredecessorWire {
+                    token: 1_000_000,
+                    holder: None,
+                    how: EndedHow::Released,
+                    at_ms: now_ms(),
+                    watermark_ms: None,
+                    meta: None,
+                    acquired_ms: None,
+                    broken: None,
+                }),
+                witness: vec![],
+            }])),
+            _ => Response::Done,
+        })
+    })
+    .await;
     let s = store(addr, 2000);
     match s.try_acquire(&req("x")).await {
         Ok(Attempt::Granted(g)) => panic!(
@@ -262,12 +217,11 @@ async fn a_grant_whose_token_is_below_its_predecessors_is_refused() {
     task.abort();
 }
 
-/// A server flooding tiny frames, on its own thread; `closed` is told when its
-/// writes fail (the client's socket closed).
-fn flooding_server() -> (std::net::SocketAddr, std::sync::mpsc::Receiver<()>) {
+/// A server flooding tiny frames (16 bytes, ids nobody asked) once the first
+/// request came, on its own thread, until the client's socket closes.
+fn flooding_server() -> std::net::SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let (closed_tx, closed) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let (mut s, _) = listener.accept().expect("accept");
         let mut buf = Vec::new();
@@ -281,55 +235,51 @@ fn flooding_server() -> (std::net::SocketAddr, std::sync::mpsc::Receiver<()>) {
             chunk.extend_from_slice(&1u64.to_le_bytes());
         }
         while s.write_all(&chunk).is_ok() {}
-        let _ = closed_tx.send(());
     });
-    (addr, closed)
+    addr
 }
 
-/// The same flood with the spin turned off (spin_us=0): the plain read
-/// path (`readable()` + `try_read_buf`) gives the runtime its turn too.
-#[test]
-fn a_flood_with_spin_off_does_not_wedge_the_runtime_either() {
-    let (addr, _closed) = flooding_server();
+/// While a server floods tiny frames, a 1 s timeout around `inspect` (on a
+/// store at `query`) on the runtime `rt` still fires: the reader
+/// gives the runtime its turn, and the process's timers keep running.
+fn a_flood_leaves_the_runtime_its_timers(mut rt: tokio::runtime::Builder, query: &str) {
+    let addr = flooding_server();
+    let url = format!("tenure://{addr}?timeout_ms=300{query}");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let rt = rt.enable_all().build().expect("runtime");
         let started = Instant::now();
         rt.block_on(async {
-            let s = TenureStore::new(&format!("tenure://{addr}?timeout_ms=300&spin_us=0"), &OpenOptions::default())
-                .expect("store");
+            let s = TenureStore::new(&url, &OpenOptions::default()).expect("store");
             let _ = tokio::time::timeout(Duration::from_secs(1), s.inspect(&LeaseName::new("x").expect("name"))).await;
         });
         let _ = tx.send(started.elapsed());
-    });
-    match rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(took) => assert!(took < Duration::from_secs(5), "took {took:?}"),
-        Err(_) => panic!("spin_us=0: a 1 s timeout around inspect had not returned after 10 s during the flood"),
-    }
-}
-
-/// On a multi-thread runtime (2 workers, as a CLI's) the caller's 1 s
-/// timeout fires too: the worker that runs the reader lets the timers run.
-#[test]
-fn a_flood_of_tiny_frames_does_not_freeze_a_multi_thread_runtime() {
-    let (addr, _closed) = flooding_server();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let started = Instant::now();
-        rt.block_on(async {
-            let s = store(addr, 300);
-            let _ = tokio::time::timeout(Duration::from_secs(1), s.inspect(&LeaseName::new("x").expect("name"))).await;
-        });
-        let _ = tx.send(started.elapsed());
+        // A runtime whose reader never yielded would not shut down either.
         std::mem::forget(rt);
     });
     match rx.recv_timeout(Duration::from_secs(10)) {
         Ok(took) => assert!(took < Duration::from_secs(5), "took {took:?}"),
-        Err(_) => {
-            panic!("multi-thread runtime: a 1 s timeout around inspect had not returned after 10 s during the flood")
-        }
+        Err(_) => panic!("a 1 s timeout around inspect had not fired after 10 s of the flood"),
     }
+}
+
+#[test]
+fn a_flood_of_tiny_frames_does_not_wedge_a_current_thread_runtime() {
+    a_flood_leaves_the_runtime_its_timers(tokio::runtime::Builder::new_current_thread(), "");
+}
+
+/// The plain read path (`readable()` + `try_read_buf`), without the spin.
+#[test]
+fn a_flood_with_spin_off_does_not_wedge_the_runtime_either() {
+    a_flood_leaves_the_runtime_its_timers(tokio::runtime::Builder::new_current_thread(), "&spin_us=0");
+}
+
+/// Two workers, as a CLI's.
+#[test]
+fn a_flood_of_tiny_frames_does_not_freeze_a_multi_thread_runtime() {
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.worker_threads(2);
+    a_flood_leaves_the_runtime_its_timers(rt, "");
 }
 
 /// Polls `f` at most `n` times (yielding between), then drops it.
@@ -407,28 +357,15 @@ async fn callers_cancelled_anywhere_never_wedge_the_connection() {
 #[tokio::test]
 async fn a_renewal_answered_with_another_token_is_refused() {
     use tenure_client::wire::Outcome;
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let task = tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await.expect("accept");
-        let mut buf = Vec::new();
-        answer_hello(&mut s, &mut buf).await;
-        while let Some((id, body)) = read_request(&mut s, &mut buf).await {
-            let g = |token| GrantWire {
-                token,
-                deadline_ms: now_ms() + 5_000,
-                version: 1,
-                predecessor: None,
-                witness: vec![],
-            };
-            let resp = match wire::decode::<Request<'_>>(&body) {
-                Ok(Request::Acquire { .. }) => Response::Acquired(AcquireReply::Granted(vec![g(7)])),
-                Ok(Request::Renew(_)) => Response::Granted(vec![Outcome::Ok(g(3))]),
-                _ => Response::Done,
-            };
-            s.write_all(&frame(id, &resp)).await.expect("write");
-        }
-    });
+    let g = |token| GrantWire { token, deadline_ms: now_ms() + 5_000, version: 1, predecessor: None, witness: vec![] };
+    let (addr, task) = answering(move |r| {
+        Some(match r {
+            Request::Acquire { .. } => Response::Acquired(AcquireReply::Granted(vec![g(7)])),
+            Request::Renew(_) => Response::Granted(vec![Outcome::Ok(g(3))]),
+            _ => Response::Done,
+        })
+    })
+    .await;
     let s = store(addr, 2000);
     let Attempt::Granted(g) = s.try_acquire(&req("x")).await.expect("acquire") else { panic!("busy") };
     assert_eq!(g.token, 7);
