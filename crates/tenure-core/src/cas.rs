@@ -460,7 +460,7 @@ impl CasStore {
             };
             if arrival == Arrival::Newcomer
                 && joins_others(current.as_ref(), req, &judge)
-                && self.someone_waits(name, &req.holder.nonce).await?
+                && self.a_writer_waits(name, &req.holder.nonce).await?
             {
                 return self.inspect(&req.name).await.map(|s| Attempt::Busy(Busy::of(s)));
             }

@@ -31,6 +31,21 @@ const QUEUE_REFRESH: Duration = Duration::from_secs(5);
 /// it may be writing a grant, which nobody would hold if it were cut short
 /// (see `Client::take_grants`).
 pub const FINISH_GRACE: Duration = Duration::from_millis(250);
+/// `attempt`'s outcome if it ends within `left`; else, since it may be writing
+/// a grant, if it ends within [`FINISH_GRACE`] more (`true`: late, and the
+/// caller keeps only a grant of it). `None` if it did not end (a hung store).
+async fn within<F>(clock: &dyn Clock, left: Duration, attempt: F) -> Option<(F::Output, bool)>
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    let mut attempt = std::pin::pin!(attempt);
+    if let Some(out) = clock.timeout(left, attempt.as_mut()).await {
+        return Some((out, false));
+    }
+    clock.timeout(FINISH_GRACE, attempt).await.map(|out| (out, true))
+}
+
 /// How a timeout in which the store never answered names the holder.
 const UNANSWERED: &str = "nobody known: the store did not answer";
 
@@ -178,9 +193,11 @@ impl Client {
             (taken, queues)
         };
         let (taken, queues) = match deadline {
-            Some(d) => match clock.timeout(d.saturating_since(clock.mono()), first).await {
-                Some(first) => first,
-                None => return Err(self.unanswered(&names[0], opts, clock.mono().saturating_since(started))),
+            Some(d) => match within(&*clock, d.saturating_since(clock.mono()), first).await {
+                Some((first, false)) => first,
+                // Under way at the deadline, and granted in its grace: the caller's.
+                Some(((Ok(grants), _), true)) => return Ok(grants),
+                _ => return Err(self.unanswered(&names[0], opts, clock.mono().saturating_since(started))),
             },
             None => first.await,
         };
@@ -358,17 +375,10 @@ impl Client {
             let attempt = match deadline {
                 Some(deadline) if opts.timeout != Some(Duration::ZERO) => {
                     let left = deadline.saturating_since(clock.mono());
-                    let mut attempt = std::pin::pin!(attempt);
-                    let finished = match clock.timeout(left, attempt.as_mut()).await {
-                        Some(attempt) => Some(attempt),
-                        None => match clock.timeout(FINISH_GRACE, attempt).await {
-                            Some(Some(Ok(AllAttempt::Granted(grants)))) => return Ok(grants),
-                            _ => None,
-                        },
-                    };
-                    match finished {
-                        Some(attempt) => attempt,
-                        None => {
+                    match within(&*clock, left, attempt).await {
+                        Some((attempt, false)) => attempt,
+                        Some((Some(Ok(AllAttempt::Granted(grants))), true)) => return Ok(grants),
+                        _ => {
                             let waited = clock.mono().saturating_since(started);
                             return Err(match last.take() {
                                 // What the last answer said is still the best news.

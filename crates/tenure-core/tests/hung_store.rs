@@ -57,3 +57,39 @@ async fn acquire_all_is_bounded_the_same_way() {
     let out = client().acquire_all(&["a", "b"], &opts).await;
     assert!(matches!(out, Err(Error::Timeout { .. })), "{out:?}");
 }
+
+/// Every write takes 100 ms (reads are quick).
+#[derive(Debug)]
+struct Slow(Arc<dyn Backend>);
+
+#[async_trait]
+impl Backend for Slow {
+    fn url(&self) -> &str {
+        "slow://"
+    }
+    async fn get(&self, key: &str) -> Result<Option<Stored>> {
+        self.0.get(key).await
+    }
+    async fn put(&self, key: &str, value: Bytes, opts: PutOptions) -> Result<Put> {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.0.put(key, value, opts).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        self.0.list(prefix).await
+    }
+}
+
+/// A grant being written when the timeout runs out is the caller's (the
+/// attempt is let finish for `FINISH_GRACE`), not a grant nobody holds: for
+/// one lease and for a set alike.
+#[tokio::test(start_paused = true)]
+async fn a_grant_written_as_the_timeout_runs_out_is_the_callers() {
+    let memory: Arc<dyn Backend> = tenure_core::store::memory::open("memory://").expect("memory");
+    let store = CasStore::new(Arc::new(Slow(memory)), SystemClock::shared(), CasOptions::default());
+    let client = Client::new(Arc::new(store));
+    let opts = LeaseOptions::default().with_timeout(Duration::from_millis(10));
+    let one = client.acquire("one", &opts).await.expect("granted within the grace");
+    let set = client.acquire_all(&["a", "b"], &opts).await.expect("granted within the grace");
+    one.release().await.expect("release");
+    set.release().await.expect("release");
+}

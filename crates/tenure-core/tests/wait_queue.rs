@@ -612,7 +612,7 @@ async fn a_waiter_gets_the_free_lease_after_its_line_directory_was_moved_away() 
 
 /// A lease held shared, a writer waiting first in line, and readers coming
 /// one after another, each before the last one left: no reader joins while
-/// the writer waits, so the writer gets the lease when the readers that held
+/// the writer waits (readers waiting alone keep no reader out), so the writer gets the lease when the readers that held
 /// it before it queued have left (a lease that is free may go to a newcomer;
 /// one held by readers does not go to one more).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -626,6 +626,12 @@ async fn a_waiting_writer_is_not_overtaken_by_readers_that_overlap() {
         let newcomer = store(&url).try_acquire(&req_in("l", &format!("reader {i}"), Mode::Shared)).await.expect("ask");
         assert!(matches!(newcomer, Attempt::Busy(_)), "reader {i} joined the readers ahead of the waiting writer");
     }
+    // The holder's own process asking for one more read grant (not a
+    // re-take: it adds one) is a reader joining too.
+    let mut more = req_in("l", "r0", Mode::Shared);
+    more.holder = reading.holder.clone();
+    let more = r0.try_acquire(&more).await.expect("ask");
+    assert!(matches!(more, Attempt::Busy(_)), "a second read grant of the holder's joined ahead of the writer");
     // The holder itself re-taking its own grant overtakes nobody.
     let mut again = req_in("l", "r0", Mode::Shared);
     again.holder = reading.holder.clone();

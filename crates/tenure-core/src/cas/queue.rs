@@ -119,15 +119,17 @@ pub(super) enum Arrival {
 }
 
 /// Whether `req`, a reader, would join readers that hold the lease now (the
-/// lease is not free for it) without holding it already itself: a reader
-/// that does so while a writer waits in line would overtake that writer,
-/// and overlapping readers could keep it waiting for ever. A holder that
-/// re-takes its own live grant overtakes nobody.
+/// lease is not free for it), its own tasks' included: a reader that does so while a writer waits in
+/// line would overtake that writer, and overlapping readers could keep it
+/// waiting for ever. A holder that re-takes its own live grant (replacing
+/// it) overtakes nobody.
 pub(super) fn joins_others(current: Option<&LeaseRecord>, req: &AcquireRequest, judge: &dyn Judge) -> bool {
     let Some(record) = current.filter(|_| req.mode == Mode::Shared) else { return false };
     let mine = |e: &&crate::record::Entry| e.holder.nonce == req.holder.nonce;
     let live = || record.shared.iter().filter(|e| !judge.expired(e));
-    live().any(|e| !mine(&e)) && !live().any(|e| mine(&e))
+    // Only a re-take replaces the asker's own grant; any other ask adds one,
+    // also next to grants of the asker's own (a process whose tasks overlap).
+    live().next().is_some() && !(req.retake && live().any(|e| mine(&e)))
 }
 
 /// The line of a store that keeps none of its own: one record per lease, at
@@ -284,10 +286,11 @@ struct Leave {
 }
 
 impl Leave {
-    /// Leaves now (the wait ended without the lease).
+    /// Leaves now (the wait ended without the lease). Cut short (its caller's
+    /// timeout), it leaves in the background instead.
     async fn now(mut self) {
-        self.done = true;
         leave_line(&*self.line, &self.name, &self.nonce).await;
+        self.done = true;
     }
 }
 
@@ -374,14 +377,15 @@ impl CasStore {
         self.inspect(&req.name).await.map(|s| Some(Busy::of(s)))
     }
 
-    /// Whether anyone but `nonce` waits in `name`'s line (a line that cannot
-    /// be used holds nobody: its waiters poll).
-    pub(super) async fn someone_waits(&self, name: &str, nonce: &str) -> Result<bool> {
+    /// Whether a writer other than `nonce` waits in `name`'s line (readers
+    /// alone in line are about to be granted, and keep no reader out; a line
+    /// that cannot be used holds nobody: its waiters poll).
+    pub(super) async fn a_writer_waits(&self, name: &str, nonce: &str) -> Result<bool> {
         if !self.can_queue(name).await {
             return Ok(false);
         }
         match self.line.waiters(name).await {
-            Ok(line) => Ok(line.iter().any(|w| w.nonce != nonce)),
+            Ok(line) => Ok(line.iter().any(|w| w.nonce != nonce && !w.shared)),
             Err(e) if no_line(&e) => Ok(false),
             Err(e) => Err(e),
         }
@@ -462,6 +466,8 @@ impl CasStore {
                 // sleep). It waits by polling, as without a line.
                 Ok(None) if reentered => {
                     tracing::warn!(lease = name, "the wait line does not keep this waiter; waiting by polling");
+                    // Polling, it does not stay behind a line it is not in.
+                    self.lined.lock().remove(name);
                     leave.now().await;
                     return None;
                 }
@@ -485,6 +491,7 @@ impl CasStore {
                 Err(Error::Unsupported { .. }) => {
                     // No change notifications here (NFS): poll, as without a line.
                     self.cannot_watch.store(true, Ordering::Relaxed);
+                    self.lined.lock().remove(name);
                     leave.now().await;
                     return None;
                 }
