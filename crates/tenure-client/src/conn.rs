@@ -18,8 +18,8 @@
 //! Requests have no timer each: the reader gives the server `timeout` to answer
 //! *any* of the requests waiting (bytes that answer none — a frame dripped a
 //! byte at a time, answers to ids nobody asked — do not count), and otherwise
-//! declares the connection dead, failing every waiting caller (one timer for the connection, re-armed when
-//! it fires early). Both tasks belong to the [`Conn`]: they end when it is
+//! declares the connection dead, failing every waiting caller (one timer for
+//! the connection, re-armed when it fires early). Both tasks belong to the [`Conn`]: they end when it is
 //! dropped, and when the socket fails every waiting caller gets the error at once
 //! (the endpoint then reconnects on the next call; a request that crossed the
 //! server's idle close, which the server never read, is sent again at once).

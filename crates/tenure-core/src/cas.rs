@@ -123,7 +123,7 @@ pub struct CasStore {
 }
 
 mod queue;
-use queue::{Arrival, joins_others};
+use queue::{Arrival, joins_readers};
 pub use queue::{ENTRY_TTL, MAX_WAITERS, REFRESH, RecordLine, line_full};
 
 /// A read record, interpreted.
@@ -459,7 +459,7 @@ impl CasStore {
                 }
             };
             if arrival == Arrival::Newcomer
-                && joins_others(current.as_ref(), req, &judge)
+                && joins_readers(current.as_ref(), req, &judge)
                 && self.a_writer_waits(name, &req.holder.nonce).await?
             {
                 return self.inspect(&req.name).await.map(|s| Attempt::Busy(Busy::of(s)));

@@ -31,6 +31,9 @@ const QUEUE_REFRESH: Duration = Duration::from_secs(5);
 /// it may be writing a grant, which nobody would hold if it were cut short
 /// (see `Client::take_grants`).
 pub const FINISH_GRACE: Duration = Duration::from_millis(250);
+/// How a timeout in which the store never answered names the holder.
+const UNANSWERED: &str = "nobody known: the store did not answer";
+
 /// `attempt`'s outcome if it ends within `left`; else, since it may be writing
 /// a grant, if it ends within [`FINISH_GRACE`] more (`true`: late, and the
 /// caller keeps only a grant of it). `None` if it did not end (a hung store).
@@ -45,9 +48,6 @@ where
     }
     clock.timeout(FINISH_GRACE, attempt).await.map(|out| (out, true))
 }
-
-/// How a timeout in which the store never answered names the holder.
-const UNANSWERED: &str = "nobody known: the store did not answer";
 
 /// A holder's handle on a store: one holder identity, many leases.
 ///

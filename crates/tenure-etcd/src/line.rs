@@ -235,16 +235,14 @@ impl Line for EtcdBackend {
         // entries. Keys that are not (a tenant's, with no etcd lease or
         // another value) take no place: the line is read to tell.
         if counted.is_some_and(|n| usize::try_from(n).unwrap_or(usize::MAX) > MAX_WAITERS) {
-            let full = match self.read_line(&prefix).await {
-                Ok(line) => line.len() >= MAX_WAITERS,
-                Err(e) => {
-                    self.leave(name, &waiter.nonce).await?;
-                    return Err(e);
-                }
+            let refused = match self.read_line(&prefix).await {
+                Ok(line) if line.len() >= MAX_WAITERS => Some(line_full(tenure_core::Backend::url(self), name)),
+                Ok(_) => None,
+                Err(e) => Some(e),
             };
-            if full {
+            if let Some(e) = refused {
                 self.leave(name, &waiter.nonce).await?;
-                return Err(line_full(tenure_core::Backend::url(self), name));
+                return Err(e);
             }
         }
         Ok(())

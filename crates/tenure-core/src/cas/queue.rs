@@ -111,25 +111,22 @@ pub(super) fn no_line(e: &Error) -> bool {
 pub(super) enum Arrival {
     /// Asking once ([`LeaseStore::try_acquire`]): a lease that is free is
     /// its at once, but a reader does not join the readers holding the
-    /// lease while others wait in line (behind a writer: see
-    /// [`joins_others`]).
+    /// lease while a writer waits in line (see [`joins_readers`]).
     Newcomer,
     /// In line, at its turn ([`crate::backend::may_try`] said so).
     InLine,
 }
 
-/// Whether `req`, a reader, would join readers that hold the lease now (the
-/// lease is not free for it), its own tasks' included: a reader that does so while a writer waits in
-/// line would overtake that writer, and overlapping readers could keep it
-/// waiting for ever. A holder that re-takes its own live grant (replacing
-/// it) overtakes nobody.
-pub(super) fn joins_others(current: Option<&LeaseRecord>, req: &AcquireRequest, judge: &dyn Judge) -> bool {
+/// Whether `req`, a reader, would join readers that hold the lease now, its
+/// own process's included (tasks that overlap): one that does so while a
+/// writer waits in line overtakes that writer, and overlapping readers could
+/// keep it waiting for ever. Only a re-take of a live grant of its own
+/// replaces that grant and overtakes nobody; any other ask adds one.
+pub(super) fn joins_readers(current: Option<&LeaseRecord>, req: &AcquireRequest, judge: &dyn Judge) -> bool {
     let Some(record) = current.filter(|_| req.mode == Mode::Shared) else { return false };
-    let mine = |e: &&crate::record::Entry| e.holder.nonce == req.holder.nonce;
-    let live = || record.shared.iter().filter(|e| !judge.expired(e));
-    // Only a re-take replaces the asker's own grant; any other ask adds one,
-    // also next to grants of the asker's own (a process whose tasks overlap).
-    live().next().is_some() && !(req.retake && live().any(|e| mine(&e)))
+    let mut live = record.shared.iter().filter(|e| !judge.expired(e));
+    let retakes_own = req.retake && live.clone().any(|e| e.holder.nonce == req.holder.nonce);
+    live.next().is_some() && !retakes_own
 }
 
 /// The line of a store that keeps none of its own: one record per lease, at
@@ -301,17 +298,15 @@ const LEAVE_RETRIES: [Duration; 2] = [Duration::from_millis(250), Duration::from
 
 /// Takes `nonce` out of `name`'s line, trying again after a failure.
 async fn leave_line(line: &dyn Line, name: &str, nonce: &str) {
-    for pause in LEAVE_RETRIES.iter().map(Some).chain([None]) {
+    for pause in LEAVE_RETRIES {
         match line.leave(name, nonce).await {
             Ok(()) => return,
-            Err(e) => match pause {
-                Some(&pause) => {
-                    tracing::debug!(lease = name, error = %e, "leaving a wait line failed; trying again");
-                    tokio::time::sleep(pause).await;
-                }
-                None => tracing::warn!(lease = name, error = %e, "leaving a wait line failed; the entry lapses"),
-            },
+            Err(e) => tracing::debug!(lease = name, error = %e, "leaving a wait line failed; trying again"),
         }
+        tokio::time::sleep(pause).await;
+    }
+    if let Err(e) = line.leave(name, nonce).await {
+        tracing::warn!(lease = name, error = %e, "leaving a wait line failed; the entry lapses");
     }
 }
 
@@ -440,7 +435,7 @@ impl CasStore {
                 t = self.line.turn(name, &me, nap) => t,
                 () = self.clock.sleep_until(wake) => Ok(Some(false)),
             };
-            let not_in_line = matches!(turn, Ok(None));
+            let lost = matches!(turn, Ok(None));
             let watched = match turn {
                 // Its turn, just read: no second look at the line.
                 Ok(Some(true)) => match self.acquire_now(req, Arrival::InLine).await {
@@ -478,14 +473,11 @@ impl CasStore {
                         return self.off_the_line(name, e, Some(leave)).await;
                     }
                     entered = self.clock.mono();
-                    reentered = true;
                     Ok(false)
                 }
                 Err(e) => Err(e),
             };
-            if !not_in_line {
-                reentered = false;
-            }
+            reentered = lost;
             match watched {
                 Ok(_) => {}
                 Err(Error::Unsupported { .. }) => {

@@ -192,7 +192,7 @@ impl Dir {
         if create && let Err(e) = std::fs::create_dir_all(path) {
             // A symlink to nothing says "exists" to mkdir: say what it is.
             return Err(match std::fs::read_link(path) {
-                Ok(to) if e.kind() == ErrorKind::AlreadyExists => io::Error::new(
+                Ok(to) if e.kind() == ErrorKind::AlreadyExists && !path.exists() => io::Error::new(
                     ErrorKind::NotFound,
                     format!("it is a symbolic link to {}, which does not exist", to.display()),
                 ),

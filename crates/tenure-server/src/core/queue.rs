@@ -16,9 +16,10 @@
 //! reader cannot overtake a queued writer and nobody overtakes someone who
 //! waited longer; a reservation is broken, not upgraded, while anyone waits.
 //! Only a holder re-taking a live grant of its own (a restarted job) is not
-//! held back: the waiters wait for that grant anyway. A waiter is only ever one lease: a client's multi-lease
-//! acquisition waits for its leases one at a time in canonical order, holding
-//! the ones before, so no set of waiters waits on each other in a circle.
+//! held back: the waiters wait for that grant anyway. A waiter is only ever
+//! one lease: a client's multi-lease acquisition waits for its leases one at
+//! a time in canonical order, holding the ones before, so no set of waiters
+//! waits on each other in a circle.
 //!
 //! **Leaving.** A waiter that times out, or whose connection goes, leaves the
 //! queue when its [`Parked`] handle is dropped; if it was granted in the
