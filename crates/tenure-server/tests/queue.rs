@@ -640,6 +640,34 @@ async fn a_holder_retakes_its_own_grant_at_once_while_others_wait() {
     assert!(g.token > retaken.token);
 }
 
+/// A holder that re-takes its exclusive grant as shared lets the shared
+/// waiters at the head of the queue in with it at once: they need not wait
+/// for the queue's next look at the lease.
+#[tokio::test]
+async fn a_retake_from_exclusive_to_shared_lets_the_waiting_readers_in() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let me = holder("writer turned reader");
+    let held = taken(&store, &common::req("down", &me)).await;
+    let (tx, mut order) = tokio::sync::mpsc::unbounded_channel();
+    let mut reader = common::req("down", &holder("reader"));
+    reader.mode = Mode::Shared;
+    let _waiting = waiter(&server, &clock, reader, tx);
+    until_parked(&server, 1).await;
+    let mut again = common::req("down", &me);
+    again.retake = true;
+    again.mode = Mode::Shared;
+    let retaken = taken(&store, &again).await;
+    assert!(retaken.token > held.token);
+    // The queue looks again by itself after a second (real time): well
+    // before that, the reader holds the lease beside the re-taker.
+    let (label, g) =
+        tokio::time::timeout(Duration::from_millis(500), order.recv()).await.expect("served at once").expect("one");
+    assert_eq!(label, "reader");
+    assert_eq!(g.mode, Mode::Shared);
+}
+
 /// A reservation is broken, not upgraded, while a full request waits for its
 /// lease: a reader that reserved before a writer queued does not join the
 /// current readers ahead of that writer.

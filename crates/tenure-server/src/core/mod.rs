@@ -454,6 +454,11 @@ impl Core {
         for ((ask, &h), admitted) in asks.iter().zip(hashes).zip(decided) {
             out.push(self.commit(shard_of(shards, Self::shard_index(h)), h, ask, admitted, now_us, kind));
         }
+        // Past waiters only a re-take is granted (see `queued`); one from
+        // exclusive to shared lets the shared waiters at the head in with it.
+        for (ask, &h) in asks.iter().zip(hashes).filter(|(a, _)| a.mode == Mode::Shared && !tentative) {
+            self.serve(shard_of(shards, Self::shard_index(h)), h, ask.name, now_us);
+        }
         Ok(Acquired::Granted(out))
     }
 
