@@ -367,9 +367,17 @@ impl Conn {
 }
 
 /// The next request id. Id 0 is the server's, for errors that answer no request.
+/// After 2^32 requests the ids wrap, and a request may still wait under an
+/// early one (a queued wait lasts up to a day): that id is skipped, or the
+/// newcomer would take its caller's place in `pending` and its answer. The
+/// loop ends: far fewer than 2^32 - 1 requests can wait at once.
 fn next_id(st: &mut State) -> u32 {
-    st.next_id = st.next_id.wrapping_add(1).max(1);
-    st.next_id
+    loop {
+        st.next_id = st.next_id.wrapping_add(1).max(1);
+        if !st.pending.contains_key(&st.next_id) {
+            return st.next_id;
+        }
+    }
 }
 
 /// A queued wait whose caller gave up before its answer: dropping this
@@ -662,4 +670,23 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
         }
     };
     inner.close(why);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After 2^32 requests the ids wrap: one still waiting for its answer (a
+    /// queued wait lasts up to a day) keeps its id, which the next request
+    /// skips instead of taking over its caller's place in `pending`.
+    #[test]
+    fn wrapped_request_ids_skip_those_still_waiting() {
+        let mut st = State { next_id: u32::MAX - 1, ..State::default() };
+        let (tx, _rx) = oneshot::channel();
+        st.pending.insert(1, (tx, true));
+        assert_eq!(next_id(&mut st), u32::MAX);
+        // 0 is the server's, 1 still waits.
+        assert_eq!(next_id(&mut st), 2);
+        assert_eq!(next_id(&mut st), 3);
+    }
 }
