@@ -176,6 +176,8 @@ struct Inner {
     skew_us: AtomicI64,
     /// The error the server closed the connection with, unasked (id 0).
     last_word: Mutex<Option<(ErrorCode, String)>>,
+    /// The peer's first bytes were no tenure frame: it is not a lease server.
+    not_a_server: AtomicBool,
 }
 
 impl Inner {
@@ -239,6 +241,7 @@ impl Conn {
             idle_closed: AtomicBool::new(false),
             skew_us: AtomicI64::new(0),
             last_word: Mutex::new(None),
+            not_a_server: AtomicBool::new(false),
         });
         let reader = tokio::spawn(read_loop(inner.clone(), reader, Spin::new(spin)));
         let writer = tokio::spawn(write_loop(inner.clone(), writer));
@@ -261,19 +264,18 @@ impl Conn {
         self.inner.last_word.lock().clone()
     }
 
+    /// The peer's first bytes were no tenure frame (an HTTP answer, a banner,
+    /// garbage): it is some other kind of server, and asking again cannot help.
+    pub(crate) fn not_a_server(&self) -> bool {
+        self.inner.not_a_server.load(Ordering::Acquire)
+    }
+
     /// Server time minus local wall time, as of the last answer.
     pub(crate) fn skew_us(&self) -> i64 {
         self.inner.skew_us.load(Ordering::Relaxed)
     }
 
-    /// Sends `req` and waits for its answer (or the connection's death).
-    pub(crate) async fn call(&self, req: &Request<'_>) -> Result<(u64, Response), String> {
-        let (time, body) = self.call_raw(req).await?;
-        let resp = wire::decode::<Response>(&body).map_err(|e| format!("undecodable answer: {e}"))?;
-        Ok((time, resp))
-    }
-
-    /// Sends `req` and waits for its answer, undecoded.
+    /// Sends `req` and waits for its answer (or the connection's death), undecoded.
     pub(crate) async fn call_raw(&self, req: &Request<'_>) -> Result<(u64, Bytes), String> {
         self.send(req, false).await
     }
@@ -515,6 +517,17 @@ fn silent(timeout: Duration) -> String {
     format!("the server answered nothing for {} while requests waited", tenure_core::human_duration(timeout))
 }
 
+/// Why a peer whose first bytes are no tenure frame (`why`, as the framing
+/// says) is not a lease server: an HTTP answer is most likely `tenure serve
+/// --http`'s port, named so that the user sees the mix-up.
+fn not_a_lease_server(first: &[u8], why: &str) -> String {
+    if first.starts_with(b"HTTP/") {
+        "the peer answered in HTTP: not a tenure lease server (is this the --http port?)".to_string()
+    } else {
+        format!("the peer's first bytes are no tenure frame ({why}): not a tenure lease server")
+    }
+}
+
 /// Closes the connection when the reader ends any other way than by closing it
 /// (a panic, an abort): callers waiting for answers get an error, never a hang.
 struct CloseOnDrop(Arc<Inner>);
@@ -541,6 +554,9 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
     // frame, or answers ids nobody asked, does not hold a call for longer.
     let mut heard = tokio::time::Instant::now();
     let mut was_waiting = false;
+    // Whether a whole frame came yet: until then, bytes that are no frame mean
+    // the peer is not a lease server at all (pointed at the wrong port).
+    let mut framed = false;
     let why = loop {
         // However fast bytes come, the reader gives the runtime its turn
         // (every so many reads): a server flooding frames must not starve
@@ -550,11 +566,17 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
             let n = match wire::frame_len(&buf, 12, MAX_RESPONSE) {
                 Ok(Some(n)) => n,
                 Ok(None) => break,
+                Err(e) if !framed => {
+                    inner.not_a_server.store(true, Ordering::Release);
+                    inner.close(not_a_lease_server(&buf, &e));
+                    return;
+                }
                 Err(e) => {
                     inner.close(format!("the server sent a bad frame: {e}"));
                     return;
                 }
             };
+            framed = true;
             let frame = buf.split_to(n).freeze();
             let Some((id, time, body)) = wire::split_response(&frame) else { continue };
             let body = frame.slice_ref(body);
@@ -659,6 +681,13 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
             }
         };
         match read {
+            // Part of a first frame, and the end: a peer that said something
+            // else and hung up (a TLS port's alert, say), not a lease server.
+            Ok(0) if !framed && !buf.is_empty() => {
+                inner.not_a_server.store(true, Ordering::Release);
+                let e = format!("{} bytes that are no whole frame, then the end", buf.len());
+                break not_a_lease_server(&buf, &e);
+            }
             Ok(0) => break "the server closed the connection".to_string(),
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}

@@ -1,7 +1,8 @@
 //! The `tenure://` client against a hostile or broken server, over real
 //! sockets: a server that never answers a queued wait, drips an answer,
 //! chatters under ids nobody asked, floods tiny frames, or sends numbers no
-//! working server sends; and callers cancelled at every point of a call.
+//! working server sends; a peer that is no lease server at all; and callers
+//! cancelled at every point of a call.
 
 use std::io::{Read as _, Write as _};
 use std::sync::Arc;
@@ -373,5 +374,77 @@ async fn a_renewal_answered_with_another_token_is_refused() {
         Ok(r) => panic!("renewal of token 7 answered for token 3 was accepted as a renewal of token {}", r.token),
         Err(e) => assert!(e.to_string().contains("the renewal of token 7 came back for token 3"), "{e}"),
     }
+    task.abort();
+}
+
+/// A peer that is no tenure lease server: for each connection, it reads what
+/// the client sends first (its hello) and answers `answer`, then closes.
+/// Returns its address and how many connections it took.
+async fn not_a_lease_server(
+    answer: &'static [u8],
+) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let accepts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let acc = accepts.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            acc.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut hello = [0u8; 4096];
+            let _ = s.read(&mut hello).await;
+            let _ = s.write_all(answer).await;
+        }
+    });
+    (addr, accepts, task)
+}
+
+/// `inspect` at `addr` fails at once, with a permanent error naming the
+/// address and saying `says`, after one connection: asking again cannot help.
+async fn refused_as_not_a_lease_server(
+    addr: std::net::SocketAddr,
+    accepts: &std::sync::atomic::AtomicUsize,
+    says: &str,
+) {
+    let r =
+        tokio::time::timeout(Duration::from_secs(5), store(addr, 2000).inspect(&LeaseName::new("x").expect("name")))
+            .await
+            .expect("an answer within 5 s");
+    let e = r.expect_err("no lease server there");
+    let text = e.to_string();
+    assert!(text.contains(&addr.to_string()) && text.contains(says), "{text}");
+    assert!(!e.is_transient(), "not a lease server is no transient failure: {text}");
+    assert_eq!(accepts.load(std::sync::atomic::Ordering::SeqCst), 1, "connected again to a non-server: {text}");
+}
+
+/// An HTTP server (a `tenure serve --http` port, or any web server) answers
+/// the hello with a 400: the client says it answered in HTTP, not that a
+/// frame was bad.
+#[tokio::test]
+async fn an_http_server_is_named_as_not_a_lease_server() {
+    let answer = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+    let (addr, accepts, task) = not_a_lease_server(answer).await;
+    refused_as_not_a_lease_server(addr, &accepts, "answered in HTTP: not a tenure lease server").await;
+    task.abort();
+}
+
+/// A peer answering the hello with garbage (random bytes, fixed here, whose
+/// first four are no frame length) is no lease server either.
+#[tokio::test]
+async fn a_peer_answering_garbage_is_named_as_not_a_lease_server() {
+    const GARBAGE: [u8; 64] = {
+        // xorshift32 from a fixed seed: the same "random" bytes every run.
+        let (mut out, mut x, mut i) = ([0u8; 64], 0x9E37_79B9u32, 0);
+        while i < out.len() {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            out[i] = x as u8;
+            i += 1;
+        }
+        out
+    };
+    let (addr, accepts, task) = not_a_lease_server(&GARBAGE).await;
+    refused_as_not_a_lease_server(addr, &accepts, "not a tenure lease server").await;
     task.abort();
 }

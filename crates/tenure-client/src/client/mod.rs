@@ -323,8 +323,16 @@ impl TenureStore {
                 Err(_) => return Err(Error::store(&self.url, op, "timed out")),
             };
             let conn = Arc::new(Conn::start(socket, self.opts.timeout, self.opts.spin, self.clock.clone()));
-            match conn.call(&hello).await {
-                Ok(answer) => break (conn, answer),
+            match conn.call_raw(&hello).await {
+                Ok((_, body)) => match wire::decode::<Response>(&body) {
+                    Ok(answer) => break (conn, answer),
+                    // A frame, by chance, but no answer of ours.
+                    Err(m) => {
+                        let why =
+                            format!("{op}: its answer to the hello is undecodable ({m}): not a tenure lease server");
+                        return Err(Error::unsupported(&self.url, why));
+                    }
+                },
                 // The server refused this client before its hello, for good: a
                 // plaintext client at a TLS server, say.
                 Err(_)
@@ -333,6 +341,9 @@ impl TenureStore {
                 {
                     return Err(self.server_error(&op, code, message));
                 }
+                // Something other than a lease server is listening there: a
+                // mistake in the URL, which no retry mends.
+                Err(m) if conn.not_a_server() => return Err(Error::unsupported(&self.url, format!("{op}: {m}"))),
                 // Closed before the hello was answered, and quickly: a server
                 // crowded by connections that never say hello closes its oldest
                 // ones, and a connection that waited too long to be read may be
@@ -342,7 +353,7 @@ impl TenureStore {
             }
         };
         match answer {
-            (_, Response::Hello { version, public_key, max_lease_ms, quarantine_left_ms: _, started_us }) => {
+            Response::Hello { version, public_key, max_lease_ms, quarantine_left_ms: _, started_us } => {
                 if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
                     let why = format!(
                         "the server speaks protocol {version}, this client {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"
@@ -353,8 +364,8 @@ impl TenureStore {
                 let max_lease = Duration::from_millis(max_lease_ms);
                 *e.info.lock() = Some(ServerInfo { public_key, max_lease, started_us, protocol: version });
             }
-            (_, Response::Error { code, message }) => return Err(self.server_error(&op, code, message)),
-            (_, other) => return Err(Error::store(&self.url, op, format!("unexpected hello answer {other:?}"))),
+            Response::Error { code, message } => return Err(self.server_error(&op, code, message)),
+            other => return Err(Error::store(&self.url, op, format!("unexpected hello answer {other:?}"))),
         }
         *e.slots[i].lock() = Some(conn.clone());
         Ok(conn)
