@@ -1,8 +1,11 @@
 //! The `tenure://` client against a hostile or broken server, over real
 //! sockets: a server that never answers a queued wait, drips an answer,
-//! chatters under ids nobody asked, floods tiny frames, or sends numbers no
-//! working server sends; a peer that is no lease server at all; and callers
-//! cancelled at every point of a call.
+//! chatters under ids nobody asked, floods tiny frames, sends numbers no
+//! working server sends, or a listing far longer than asked; a peer that is no
+//! lease server at all; and callers cancelled at every point of a call.
+
+#[path = "../../tenure-core/tests/fuzz_support/mod.rs"]
+mod fuzz_support;
 
 use std::io::{Read as _, Write as _};
 use std::sync::Arc;
@@ -15,6 +18,8 @@ use tenure_client::wire::{
 use tenure_core::{AcquireRequest, Attempt, EndedHow, Holder, LeaseName, LeaseStore, Mode, OpenOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use fuzz_support::peak_during;
 
 /// Reads one request frame: its id and body.
 async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(u32, Vec<u8>)> {
@@ -447,4 +452,53 @@ async fn a_peer_answering_garbage_is_named_as_not_a_lease_server() {
     let (addr, accepts, task) = not_a_lease_server(&GARBAGE).await;
     refused_as_not_a_lease_server(addr, &accepts, "not a tenure lease server").await;
     task.abort();
+}
+
+/// A server that answers the hello, then the first request with a frame of
+/// `body` (a postcard `Response`), on its own thread (whose allocations the
+/// meter does not count), until the client's socket closes.
+fn answering_once_with(body: Vec<u8>) -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        let mut buf = Vec::new();
+        let id = read_request_blocking(&mut s, &mut buf).expect("hello");
+        s.write_all(&frame(id, &hello_answer())).expect("hello answer");
+        let id = read_request_blocking(&mut s, &mut buf).expect("request");
+        let len = u32::try_from(12 + body.len()).expect("a frame length");
+        let mut out = Vec::with_capacity(16 + body.len());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&1u64.to_le_bytes());
+        out.extend_from_slice(&body);
+        let _ = s.write_all(&out);
+        while read_request_blocking(&mut s, &mut buf).is_some() {}
+    });
+    addr
+}
+
+/// A page of a listing as long as the largest frame can carry: millions of
+/// empty names, one byte each on the wire but 24 in memory as a `String`
+/// (about 200 MiB for one 8 MiB frame). The client asked for at most
+/// `MAX_LIST_PAGE` names: it keeps no more than that while decoding, and
+/// refuses the page, saying why.
+#[test]
+fn a_listing_page_of_millions_of_names_is_refused_without_holding_them() {
+    let names = wire::MAX_RESPONSE - 64;
+    // Response::Names { names: <`names` empty names>, more: false }: its
+    // variant tag from the real encoding, then the count, the names, `more`.
+    let empty = postcard::to_extend(&Response::Names { names: vec![], more: false }, Vec::new()).expect("encode");
+    let mut body = postcard::to_extend(&(empty[0], names), Vec::new()).expect("encode");
+    body.resize(body.len() + names, 0);
+    body.push(0);
+    let addr = answering_once_with(body);
+    // The client's tasks run on this thread, where the meter counts.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (r, peak) = peak_during(|| rt.block_on(store(addr, 10_000).list("")));
+    // The frame itself, in the read buffer it grew in (8 MiB, up to twice
+    // that while growing), and room to spare: far below the page as Strings.
+    assert!(peak < 4 * wire::MAX_RESPONSE, "{} MiB allocated to refuse one 8 MiB page", peak >> 20);
+    let e = r.expect_err("a page of millions of names, asked for 10000");
+    assert!(e.to_string().contains("more than 10000 names in one page"), "{e}");
 }

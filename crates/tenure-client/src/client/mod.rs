@@ -649,8 +649,9 @@ impl TenureStore {
 
     /// Every name under `prefix` on one server, a page at a time: however many
     /// leases it holds, each answer stays a bounded frame. A server must make
-    /// progress (names in order, after the previous page) and stop at
-    /// [`MAX_LISTED`].
+    /// progress (names in order, after the previous page), send no page longer
+    /// than asked (the decoder keeps one name more, to tell), and stop at
+    /// [`MAX_LISTED`]: what it can make the client hold is bounded by these.
     async fn list_on(&self, server: usize, prefix: &str) -> Result<Vec<LeaseName>> {
         let op = "listing";
         let limit = u32::try_from(MAX_LIST_PAGE).unwrap_or(u32::MAX);
@@ -664,15 +665,20 @@ impl TenureStore {
             if more && page.is_empty() {
                 return Err(self.hostile(op, "an empty page said more names follow".into()));
             }
+            if page.len() > MAX_LIST_PAGE {
+                return Err(
+                    self.hostile(op, format!("more than {MAX_LIST_PAGE} names in one page, asked for at most {limit}"))
+                );
+            }
+            if names.len() + page.len() > MAX_LISTED {
+                return Err(self.hostile(op, format!("more than {MAX_LISTED} names")));
+            }
             for n in page {
                 let in_order = names.last().is_none_or(|last| last.as_str() < n.as_str());
                 if !in_order || !n.starts_with(prefix) {
                     return Err(self.hostile(op, format!("{n:?} is out of order or outside the prefix {prefix:?}")));
                 }
                 names.push(LeaseName::new(n).map_err(|e| self.hostile(op, e.to_string()))?);
-            }
-            if names.len() > MAX_LISTED {
-                return Err(self.hostile(op, format!("more than {MAX_LISTED} names")));
             }
             if !more {
                 return Ok(names);

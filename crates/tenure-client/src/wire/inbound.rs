@@ -12,15 +12,28 @@ use super::{ErrorCode, HolderViewWire, HolderWire, StateWire};
 #[derive(Debug, Deserialize)]
 #[allow(dead_code)] // decoded for their place in the enum; the client reads them as `Response`
 pub(crate) enum ResponseIn<'a> {
-    Hello { version: u16, public_key: [u8; 32], max_lease_ms: u64, quarantine_left_ms: u64, started_us: u64 },
+    Hello {
+        version: u16,
+        public_key: [u8; 32],
+        max_lease_ms: u64,
+        quarantine_left_ms: u64,
+        started_us: u64,
+    },
     Acquired(#[serde(borrow)] AcquireReplyIn<'a>),
     Granted(#[serde(borrow)] Vec<OutcomeIn<'a>>),
     Released(Vec<bool>),
     State(Box<StateWire>),
-    Names { names: Vec<String>, more: bool },
+    Names {
+        #[serde(deserialize_with = "super::names_page")]
+        names: Vec<String>,
+        more: bool,
+    },
     Done,
     Pong,
-    Error { code: ErrorCode, message: String },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
     Waiters(u32),
 }
 

@@ -76,6 +76,34 @@ pub const MAX_LIST_PAGE: usize = 10_000;
 /// most 255 bytes, a page stays far below [`MAX_RESPONSE`].
 pub const MAX_LIST_BYTES: usize = 1024 * 1024;
 
+/// Decodes the names of a `List` answer, keeping at most [`MAX_LIST_PAGE`] + 1
+/// of them: one more than any server sends, so that the client sees the page
+/// was too long and refuses it. A name costs a byte on the wire and 24 in a
+/// `Vec<String>`: a hostile server's page of millions of empty names in one
+/// 8 MiB frame would otherwise take some 200 MiB before anyone looked at it.
+/// The rest are decoded and dropped one at a time (postcard has no way to skip
+/// them), so that the answer's other fields still decode.
+fn names_page<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct Page;
+    impl<'de> serde::de::Visitor<'de> for Page {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a page of names")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+            // Bounded by the page too: the hint is the sender's claim.
+            let mut names = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(MAX_LIST_PAGE + 1));
+            while let Some(name) = seq.next_element::<String>()? {
+                if names.len() <= MAX_LIST_PAGE {
+                    names.push(name);
+                }
+            }
+            Ok(names)
+        }
+    }
+    d.deserialize_seq(Page)
+}
+
 /// A request, borrowed from the frame it was decoded from.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request<'a> {
@@ -335,7 +363,8 @@ pub enum Response {
     State(Box<StateWire>),
     /// Answer to [`Request::List`]: a page of names, in order.
     Names {
-        /// The names.
+        /// The names (decoded: at most [`MAX_LIST_PAGE`] + 1, see [`names_page`]).
+        #[serde(deserialize_with = "names_page")]
         names: Vec<String>,
         /// More names follow the last one: ask again with it as `after`.
         more: bool,

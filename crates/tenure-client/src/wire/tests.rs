@@ -166,3 +166,23 @@ fn frame_lengths_outside_the_bounds_are_refused_and_short_input_waits() {
     assert!(frame_len(&[3, 0, 0, 0], 4, 100).is_err());
     assert!(frame_len(&[97, 0, 0, 0], 4, 100).is_err());
 }
+
+/// A page of names decodes whole up to the page size; beyond it, both views
+/// keep one name more than a page (so that the client can tell, and refuse
+/// it) and still decode what follows the names.
+#[test]
+fn a_page_of_names_keeps_at_most_one_more_than_a_page() {
+    use inbound::ResponseIn;
+    for (sent, kept) in [(3, 3), (MAX_LIST_PAGE, MAX_LIST_PAGE), (MAX_LIST_PAGE + 1000, MAX_LIST_PAGE + 1)] {
+        let names: Vec<String> = (0..sent).map(|i| format!("n/{i:06}")).collect();
+        let bytes = postcard::to_allocvec(&Response::Names { names: names.clone(), more: true }).expect("encodes");
+        match decode::<Response>(&bytes) {
+            Ok(Response::Names { names: got, more: true }) => assert_eq!(got, names[..kept], "{sent} sent"),
+            other => panic!("{sent} sent: {other:?}"),
+        }
+        match decode::<ResponseIn<'_>>(&bytes) {
+            Ok(ResponseIn::Names { names: got, more: true }) => assert_eq!(got, names[..kept], "{sent} sent"),
+            other => panic!("{sent} sent: {other:?}"),
+        }
+    }
+}
