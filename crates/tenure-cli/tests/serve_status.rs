@@ -1,6 +1,7 @@
 //! `tenure serve` as a process with more leases than one frame can list:
-//! `tenure status tenure://…` lists every one of them; and the server's limit
-//! flags are range-checked at start.
+//! `tenure status tenure://…` lists every one of them; pointed at the server's
+//! HTTP port instead, it says so; and the server's limit flags are
+//! range-checked at start.
 #![cfg(feature = "server")]
 
 mod serve_common;
@@ -117,6 +118,29 @@ async fn tenure_status_shows_the_servers_queue() {
         w.abort();
     }
     drop(held);
+}
+
+/// `tenure status` at the `--http` port (a mix-up of the two ports): the
+/// server's HTTP side answers the binary hello with a 400, and the client says
+/// that the address answered in HTTP and is no lease server, at once.
+#[test]
+fn tenure_status_at_the_http_port_says_it_is_not_a_lease_server() {
+    let server = serve(&["--listen", "127.0.0.1:0", "--max-lease", "2s", "--http", "127.0.0.1:0"]);
+    let http = server.http.clone().expect("tenure serve names its status page");
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["status", &format!("tenure://{http}")])
+        .output()
+        .expect("run tenure status");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&http)
+            && stderr.contains("answered in HTTP: not a tenure lease server")
+            && stderr.contains("--http"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}: {stderr}", started.elapsed());
 }
 
 #[test]

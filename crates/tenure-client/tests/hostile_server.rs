@@ -454,6 +454,18 @@ async fn a_peer_answering_garbage_is_named_as_not_a_lease_server() {
     task.abort();
 }
 
+/// A TLS port (a plaintext client at `tenure://` without `tls=true`, pointed
+/// at some HTTPS server) answers the hello with an alert record, whose first
+/// four bytes read as a plausible frame length, and hangs up: a first frame
+/// cut short is no lease server either.
+#[tokio::test]
+async fn a_tls_port_answering_with_an_alert_is_named_as_not_a_lease_server() {
+    // A TLS 1.2 record: alert, fatal, protocol_version.
+    let (addr, accepts, task) = not_a_lease_server(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46]).await;
+    refused_as_not_a_lease_server(addr, &accepts, "not a tenure lease server").await;
+    task.abort();
+}
+
 /// A server that answers the hello, then the first request with a frame of
 /// `body` (a postcard `Response`), on its own thread (whose allocations the
 /// meter does not count), until the client's socket closes.
