@@ -103,3 +103,18 @@ pub fn keepalive(stream: &tokio::net::TcpStream) {
         tracing::debug!(error = %e, "could not turn on TCP keepalive");
     }
 }
+
+/// Most of a server's words quoted in an error (an error answer's message, an
+/// unexpected answer): a hostile server's may be megabytes long.
+pub(crate) const MAX_QUOTED: usize = 1000;
+
+/// `text`, cut to at most [`MAX_QUOTED`] bytes (on a character boundary) and
+/// marked as cut.
+pub(crate) fn clipped(mut text: String) -> String {
+    if text.len() > MAX_QUOTED {
+        let end = (0..=MAX_QUOTED).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}

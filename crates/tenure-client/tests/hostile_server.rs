@@ -514,3 +514,39 @@ fn a_listing_page_of_millions_of_names_is_refused_without_holding_them() {
     let e = r.expect_err("a page of millions of names, asked for 10000");
     assert!(e.to_string().contains("more than 10000 names in one page"), "{e}");
 }
+
+/// An acquisition answered with millions of grants, five bytes each on the
+/// wire (about 250 each decoded): the client keeps no more than a batch's
+/// worth while decoding, and refuses the answer with a short error.
+#[test]
+fn an_acquisition_answered_with_millions_of_grants_is_refused_without_holding_them() {
+    let grants = (wire::MAX_RESPONSE - 64) / 5;
+    // Response::Acquired(AcquireReply::Granted(<`grants` grants>)): the two
+    // variant tags from the real encoding, the count, then each grant (token,
+    // deadline, version, no predecessor, an empty witness).
+    let empty = postcard::to_extend(&Response::Acquired(AcquireReply::Granted(vec![])), Vec::new()).expect("encode");
+    let mut body = postcard::to_extend(&(empty[0], empty[1], grants), Vec::new()).expect("encode");
+    for _ in 0..grants {
+        body.extend_from_slice(&[1, 1, 1, 0, 0]);
+    }
+    let addr = answering_once_with(body);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (r, peak) = peak_during(|| rt.block_on(store(addr, 10_000).try_acquire(&req("many"))));
+    assert!(peak < 4 * wire::MAX_RESPONSE, "{} MiB allocated to refuse one 8 MiB answer", peak >> 20);
+    let e = r.expect_err("millions of grants for one ask");
+    assert!(e.to_string().len() < 2_000, "an error of {} bytes", e.to_string().len());
+}
+
+/// An error answer with a message of megabytes: the caller's error quotes a
+/// few lines of it, marked as cut.
+#[test]
+fn a_megabyte_error_message_is_quoted_in_a_few_lines() {
+    let message = "x".repeat(wire::MAX_RESPONSE - 64);
+    let body = postcard::to_extend(&Response::Error { code: wire::ErrorCode::Overloaded, message }, Vec::new())
+        .expect("encode");
+    let addr = answering_once_with(body);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let e = rt.block_on(store(addr, 10_000).try_acquire(&req("loud"))).expect_err("an error answer");
+    let text = e.to_string();
+    assert!(text.len() < 2_000 && text.ends_with("xxx…"), "an error of {} bytes: {}", text.len(), &text[..200]);
+}

@@ -270,7 +270,7 @@ async fn invalid_requests_get_an_error_and_the_connection_stays_open() {
     let answers = exchange(&mut s, &bytes, 6).await;
     assert_error(&answers[1..2], ErrorCode::Invalid, "bytes long");
     assert_error(&answers[2..3], ErrorCode::Invalid, "host");
-    assert_error(&answers[3..4], ErrorCode::Invalid, "batch of 600");
+    assert_error(&answers[3..4], ErrorCode::Invalid, "batch of more than 512");
     assert_error(&answers[4..5], ErrorCode::Invalid, "batch of 0");
     assert!(matches!(answers[5], Response::Pong));
 }

@@ -68,6 +68,15 @@ async fn absurd_numbers_from_a_client_are_refused_naming_the_field() {
             Request::Renew(vec![RenewWire { grant: RefWire { name: &long, ..grant(5) }, ttl_ms: 1000 }]),
             "items[0].name is 300 bytes",
         ),
+        // Decoded keeping one past the bound, whatever the count sent.
+        (
+            Request::Acquire { tentative: false, asks: (0..wire::MAX_BATCH + 1000).map(|_| ask(1000)).collect() },
+            "a batch of more than 512 leases",
+        ),
+        (
+            Request::Renew((0..wire::MAX_BATCH + 1000).map(|_| RenewWire { grant: grant(5), ttl_ms: 1000 }).collect()),
+            "a batch of more than 512 leases",
+        ),
         (Request::List { prefix: "", limit: 10, after: Some(&long) }, "cursor"),
         (Request::List { prefix: &long, limit: 10, after: None }, "prefix"),
     ];

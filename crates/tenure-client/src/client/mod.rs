@@ -365,7 +365,7 @@ impl TenureStore {
                 *e.info.lock() = Some(ServerInfo { public_key, max_lease, started_us, protocol: version });
             }
             Response::Error { code, message } => return Err(self.server_error(&op, code, message)),
-            other => return Err(Error::store(&self.url, op, format!("unexpected hello answer {other:?}"))),
+            other => return Err(Error::store(&self.url, op, format!("hello: {}", unexpected_answer(&other)))),
         }
         *e.slots[i].lock() = Some(conn.clone());
         Ok(conn)
@@ -441,6 +441,7 @@ impl TenureStore {
     }
 
     fn server_error(&self, op: &str, code: ErrorCode, message: String) -> Error {
+        let message = crate::clipped(message);
         match code {
             ErrorCode::Invalid => Error::InvalidOptions { reason: message },
             ErrorCode::Changed => Error::Changed { store: self.url.clone(), name: op.to_string() },
@@ -454,7 +455,7 @@ impl TenureStore {
     }
 
     fn unexpected(&self, op: &str, resp: &impl std::fmt::Debug) -> Error {
-        Error::store(&self.url, op, format!("unexpected answer {resp:?}"))
+        Error::store(&self.url, op, unexpected_answer(resp))
     }
 
     /// An answer whose numbers no working server sends (see [`wire::check_grant`]
@@ -765,6 +766,11 @@ impl Drop for GiveBack<'_> {
     }
 }
 
+/// "unexpected answer …", quoting at most [`crate::MAX_QUOTED`] bytes of it.
+fn unexpected_answer(resp: &impl std::fmt::Debug) -> String {
+    format!("unexpected answer {}", crate::clipped(format!("{resp:?}")))
+}
+
 fn grant_ref(g: &Grant) -> RefWire<'_> {
     RefWire { name: g.name.as_str(), token: g.token, reservation: reservation_id(g), nonce: &g.holder.nonce }
 }
@@ -869,7 +875,7 @@ impl LeaseStore for TenureStore {
             Ok(Response::Released(flags)) if flags.len() == 1 => {
                 Ok(if flags[0] { Released::Released } else { Released::NotHeld })
             }
-            Ok(other) => Err(Error::store(&self.url, "releasing", format!("unexpected answer {other:?}"))),
+            Ok(other) => Err(self.unexpected("releasing", &other)),
             Err(e) => Err(Error::store(&self.url, "releasing", e.to_string())),
         }
     }
@@ -994,7 +1000,7 @@ impl LeaseStore for TenureStore {
                     }
                 }
                 Ok(other) => {
-                    let msg = format!("unexpected answer {other:?}");
+                    let msg = unexpected_answer(&other);
                     idx.iter().for_each(|&i| out[i] = Some(Err(Error::store(&self.url, "renewing", msg.clone()))));
                 }
                 Err(e) => {
@@ -1022,7 +1028,7 @@ impl LeaseStore for TenureStore {
                     }
                 }
                 Ok(other) => {
-                    let msg = format!("unexpected answer {other:?}");
+                    let msg = unexpected_answer(&other);
                     idx.iter().for_each(|&i| out[i] = Some(Err(Error::store(&self.url, "releasing", msg.clone()))));
                 }
                 Err(e) => {

@@ -6,7 +6,7 @@
 use serde::Deserialize;
 use tenure_core::EndedHow;
 
-use super::{ErrorCode, HolderViewWire, HolderWire, StateWire};
+use super::{ErrorCode, HolderViewWire, HolderWire, MAX_BATCH, MAX_HOLDERS, MAX_LIST_PAGE, StateWire};
 
 /// [`super::Response`], borrowed where it matters.
 #[derive(Debug, Deserialize)]
@@ -20,11 +20,11 @@ pub(crate) enum ResponseIn<'a> {
         started_us: u64,
     },
     Acquired(#[serde(borrow)] AcquireReplyIn<'a>),
-    Granted(#[serde(borrow)] Vec<OutcomeIn<'a>>),
-    Released(Vec<bool>),
+    Granted(#[serde(borrow, deserialize_with = "super::at_most::<_, _, MAX_BATCH>")] Vec<OutcomeIn<'a>>),
+    Released(#[serde(deserialize_with = "super::at_most::<_, _, MAX_BATCH>")] Vec<bool>),
     State(Box<StateWire>),
     Names {
-        #[serde(deserialize_with = "super::names_page")]
+        #[serde(deserialize_with = "super::at_most::<_, _, MAX_LIST_PAGE>")]
         names: Vec<String>,
         more: bool,
     },
@@ -40,10 +40,20 @@ pub(crate) enum ResponseIn<'a> {
 /// [`super::AcquireReply`].
 #[derive(Debug, Deserialize)]
 pub(crate) enum AcquireReplyIn<'a> {
-    Granted(#[serde(borrow)] Vec<GrantIn<'a>>),
-    Busy { index: u32, holders: Vec<HolderViewWire>, version: u64 },
-    Quarantine { left_ms: u64 },
-    Exhausted { index: u32, last_token: u64 },
+    Granted(#[serde(borrow, deserialize_with = "super::at_most::<_, _, MAX_BATCH>")] Vec<GrantIn<'a>>),
+    Busy {
+        index: u32,
+        #[serde(deserialize_with = "super::at_most::<_, _, MAX_HOLDERS>")]
+        holders: Vec<HolderViewWire>,
+        version: u64,
+    },
+    Quarantine {
+        left_ms: u64,
+    },
+    Exhausted {
+        index: u32,
+        last_token: u64,
+    },
 }
 
 /// [`super::Outcome`].

@@ -70,38 +70,49 @@ pub const MAX_HOLDER_FIELD: usize = 256;
 pub const MAX_HELLO: usize = 4 * 1024;
 /// Shortest lease duration a server grants, in ms (as `tenure_core::LeaseOptions`).
 pub const MIN_TTL_MS: u64 = 10;
+/// Most live shared holders of one lease. Every answer that lists a lease's
+/// holders (inspect, busy) then stays far below the largest frame (about 1.4 KB
+/// a holder at most), and one lease cannot take the server's memory. A new
+/// grant ends the expired ones, so a lease lists at most one more (an expired
+/// exclusive holder).
+pub const MAX_HOLDERS: usize = 1024;
 /// Most names in one `List` answer.
 pub const MAX_LIST_PAGE: usize = 10_000;
 /// Most bytes of names in one `List` answer: with [`MAX_LIST_PAGE`] names of at
 /// most 255 bytes, a page stays far below [`MAX_RESPONSE`].
 pub const MAX_LIST_BYTES: usize = 1024 * 1024;
 
-/// Decodes the names of a `List` answer, keeping at most [`MAX_LIST_PAGE`] + 1
-/// of them: one more than any server sends, so that the client sees the page
-/// was too long and refuses it. A name costs a byte on the wire and 24 in a
-/// `Vec<String>`: a hostile server's page of millions of empty names in one
-/// 8 MiB frame would otherwise take some 200 MiB before anyone looked at it.
-/// The rest are decoded and dropped one at a time (postcard has no way to skip
-/// them), so that the answer's other fields still decode.
-fn names_page<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    struct Page;
-    impl<'de> serde::de::Visitor<'de> for Page {
-        type Value = Vec<String>;
+/// Decodes a sequence a peer claims has at most `MAX` elements, keeping at
+/// most `MAX` + 1 of them: one more than any working peer sends, so that the
+/// caller sees the sequence was too long and refuses it, saying so. An element
+/// can cost far more decoded than on the wire (an empty name: one byte sent,
+/// 24 held; an `Outcome::Lost("")`: 2 and about 300), so one 8 MiB frame of
+/// them would otherwise take hundreds of MiB to GiBs before anyone counted
+/// them. The rest are decoded and dropped one at a time (postcard has no way
+/// to skip them), so that the answer's other fields still decode.
+pub(crate) fn at_most<'de, D, T, const MAX: usize>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Seq<T, const MAX: usize>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>, const MAX: usize> serde::de::Visitor<'de> for Seq<T, MAX> {
+        type Value = Vec<T>;
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a page of names")
+            write!(f, "a sequence of at most {MAX}")
         }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
-            // Bounded by the page too: the hint is the sender's claim.
-            let mut names = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(MAX_LIST_PAGE + 1));
-            while let Some(name) = seq.next_element::<String>()? {
-                if names.len() <= MAX_LIST_PAGE {
-                    names.push(name);
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            // Bounded here too: the hint is the sender's claim.
+            let mut kept = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(MAX + 1));
+            while let Some(x) = seq.next_element::<T>()? {
+                if kept.len() <= MAX {
+                    kept.push(x);
                 }
             }
-            Ok(names)
+            Ok(kept)
         }
     }
-    d.deserialize_seq(Page)
+    d.deserialize_seq(Seq::<T, MAX>(std::marker::PhantomData))
 }
 
 /// A request, borrowed from the frame it was decoded from.
@@ -122,15 +133,15 @@ pub enum Request<'a> {
         /// Reservations (two-phase acquisition) instead of grants.
         tentative: bool,
         /// What to acquire.
-        #[serde(borrow)]
+        #[serde(borrow, deserialize_with = "at_most::<_, _, MAX_BATCH>")]
         asks: Vec<AskWire<'a>>,
     },
     /// Upgrade reservations to grants, one outcome each.
-    Upgrade(#[serde(borrow)] Vec<RefWire<'a>>),
+    Upgrade(#[serde(borrow, deserialize_with = "at_most::<_, _, MAX_BATCH>")] Vec<RefWire<'a>>),
     /// Renew grants (or reservations), one outcome each.
-    Renew(#[serde(borrow)] Vec<RenewWire<'a>>),
+    Renew(#[serde(borrow, deserialize_with = "at_most::<_, _, MAX_BATCH>")] Vec<RenewWire<'a>>),
     /// Release grants (or reservations), one outcome each.
-    Release(#[serde(borrow)] Vec<ReleaseWire<'a>>),
+    Release(#[serde(borrow, deserialize_with = "at_most::<_, _, MAX_BATCH>")] Vec<ReleaseWire<'a>>),
     /// A lease's state.
     Inspect(&'a str),
     /// Names under a prefix, in order, one page at a time.
@@ -354,17 +365,17 @@ pub enum Response {
     /// Answer to [`Request::Acquire`].
     Acquired(AcquireReply),
     /// Answer to [`Request::Upgrade`] and [`Request::Renew`], one per item.
-    Granted(Vec<Outcome>),
+    Granted(#[serde(deserialize_with = "at_most::<_, _, MAX_BATCH>")] Vec<Outcome>),
     /// Answer to [`Request::Release`]: whether each grant was still held.
-    Released(Vec<bool>),
+    Released(#[serde(deserialize_with = "at_most::<_, _, MAX_BATCH>")] Vec<bool>),
     /// Answer to [`Request::Inspect`] (boxed: the largest answer by far, it
     /// would make every answer as large as itself, and answers are moved
     /// several times between the table and the socket).
     State(Box<StateWire>),
     /// Answer to [`Request::List`]: a page of names, in order.
     Names {
-        /// The names (decoded: at most [`MAX_LIST_PAGE`] + 1, see [`names_page`]).
-        #[serde(deserialize_with = "names_page")]
+        /// The names (decoded: at most [`MAX_LIST_PAGE`] + 1, see [`at_most`]).
+        #[serde(deserialize_with = "at_most::<_, _, MAX_LIST_PAGE>")]
         names: Vec<String>,
         /// More names follow the last one: ask again with it as `after`.
         more: bool,
@@ -388,12 +399,13 @@ pub enum Response {
 #[derive(Debug, Serialize, Deserialize)]
 pub enum AcquireReply {
     /// Every lease, in request order.
-    Granted(Vec<GrantWire>),
+    Granted(#[serde(deserialize_with = "at_most::<_, _, MAX_BATCH>")] Vec<GrantWire>),
     /// Ask `index` was busy; nothing was taken.
     Busy {
         /// Index in the request.
         index: u32,
         /// Who blocks it.
+        #[serde(deserialize_with = "at_most::<_, _, MAX_HOLDERS>")]
         holders: Vec<HolderViewWire>,
         /// Record version.
         version: u64,
@@ -622,8 +634,10 @@ pub struct StateWire {
     /// Last change.
     pub modified_ms: Option<u64>,
     /// Live grants.
+    #[serde(deserialize_with = "at_most::<_, _, MAX_HOLDERS>")]
     pub holders: Vec<HolderViewWire>,
     /// Expired grants not yet taken over.
+    #[serde(deserialize_with = "at_most::<_, _, MAX_HOLDERS>")]
     pub expired: Vec<HolderViewWire>,
     /// Highest token.
     pub last_token: u64,

@@ -186,3 +186,69 @@ fn a_page_of_names_keeps_at_most_one_more_than_a_page() {
         }
     }
 }
+
+/// Every list in an answer decodes whole up to what a working server sends;
+/// beyond it, both views keep one element more (so that the client can tell,
+/// and refuse the answer) however many the frame carries: a hostile server's
+/// millions of two-byte `Lost("")` outcomes would otherwise take some 300
+/// bytes each.
+#[test]
+fn every_list_in_an_answer_keeps_at_most_one_more_than_a_server_sends() {
+    use inbound::{AcquireReplyIn, ResponseIn};
+    let grant = || GrantWire { token: 1, deadline_ms: 2, version: 3, predecessor: None, witness: vec![] };
+    let view = || HolderViewWire {
+        holder: HolderOwned::from(&Holder::current()),
+        mode: Mode::Shared,
+        token: 1,
+        deadline_ms: 2,
+        ttl_ms: 3,
+        expires_in_ms: 4,
+        acquired_ms: None,
+    };
+    let (batch, holders) = (MAX_BATCH + 1000, MAX_HOLDERS + 1000);
+    let state = StateWire {
+        version: None,
+        modified_ms: None,
+        holders: (0..holders).map(|_| view()).collect(),
+        expired: (0..holders).map(|_| view()).collect(),
+        last_token: 0,
+        watermark_ms: None,
+        last: None,
+    };
+    let answers = [
+        Response::Granted((0..batch).map(|_| Outcome::Lost(String::new())).collect()),
+        Response::Released(vec![true; batch]),
+        Response::Acquired(AcquireReply::Granted((0..batch).map(|_| grant()).collect())),
+        Response::Acquired(AcquireReply::Busy {
+            index: 0,
+            holders: (0..holders).map(|_| view()).collect(),
+            version: 1,
+        }),
+        Response::State(Box::new(state)),
+    ];
+    for answer in answers {
+        let bytes = postcard::to_allocvec(&answer).expect("encodes");
+        let owned = match decode::<Response>(&bytes).expect("decodes") {
+            Response::Granted(os) => vec![os.len()],
+            Response::Released(rs) => vec![rs.len()],
+            Response::Acquired(AcquireReply::Granted(gs)) => vec![gs.len()],
+            Response::Acquired(AcquireReply::Busy { holders, .. }) => vec![holders.len()],
+            Response::State(s) => vec![s.holders.len(), s.expired.len()],
+            other => panic!("{other:?}"),
+        };
+        let borrowed = match decode::<ResponseIn<'_>>(&bytes).expect("decodes") {
+            ResponseIn::Granted(os) => vec![os.len()],
+            ResponseIn::Released(rs) => vec![rs.len()],
+            ResponseIn::Acquired(AcquireReplyIn::Granted(gs)) => vec![gs.len()],
+            ResponseIn::Acquired(AcquireReplyIn::Busy { holders, .. }) => vec![holders.len()],
+            ResponseIn::State(s) => vec![s.holders.len(), s.expired.len()],
+            other => panic!("{other:?}"),
+        };
+        let kept = if owned.len() == 2 || matches!(answer, Response::Acquired(AcquireReply::Busy { .. })) {
+            MAX_HOLDERS + 1
+        } else {
+            MAX_BATCH + 1
+        };
+        assert!(owned.iter().chain(&borrowed).all(|&n| n == kept), "{owned:?} {borrowed:?}, expected {kept}");
+    }
+}

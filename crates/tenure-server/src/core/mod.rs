@@ -54,12 +54,10 @@ use table::{Reservation, Shard, Slot, retire_if_idle, reweigh, slot_mut, unretir
 
 /// Number of shards of the table.
 pub const SHARDS: usize = 64;
+/// Most live shared holders of one lease (protocol).
+pub use tenure_client::wire::MAX_HOLDERS;
 /// Longest metadata a holder may leave with a lease, in bytes (protocol).
 pub use tenure_client::wire::MAX_META;
-/// Most live shared holders of one lease. Every answer that lists a lease's
-/// holders (inspect, busy) then stays far below the largest frame (about 1.4 KB
-/// a holder at most), and one lease cannot take the server's memory.
-pub const MAX_HOLDERS: usize = 1024;
 /// Most live tentative reservations of one lease.
 pub const MAX_RESERVATIONS: usize = 1024;
 

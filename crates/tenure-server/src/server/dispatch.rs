@@ -227,6 +227,8 @@ impl Connection {
         wire::check_request(&req, millis(core.options().max_lease)).map_err(|m| (ErrorCode::Invalid, m))?;
         let batch = |n: usize| {
             if n == 0 || n > MAX_BATCH {
+                // Decoding keeps one item past the bound (`wire::at_most`).
+                let n = if n > MAX_BATCH { format!("more than {MAX_BATCH}") } else { n.to_string() };
                 Err((ErrorCode::Invalid, format!("a batch of {n} leases (1..={MAX_BATCH})")))
             } else {
                 Ok(())
