@@ -668,6 +668,38 @@ async fn a_retake_from_exclusive_to_shared_lets_the_waiting_readers_in() {
     assert_eq!(g.mode, Mode::Shared);
 }
 
+/// The same through a reservation: a holder of the exclusive grant that
+/// reserves the lease shared and upgrades lets the shared waiters in at once.
+#[tokio::test]
+async fn an_upgrade_from_exclusive_to_shared_lets_the_waiting_readers_in() {
+    use tenure_server::Upgrade;
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let me = holder("writer turned reader");
+    let _held = taken(&store, &common::req("down2", &me)).await;
+    let mut again = common::req("down2", &me);
+    again.retake = true;
+    again.mode = Mode::Shared;
+    let reservation = match store.try_acquire_tentative_all(std::slice::from_ref(&again)).await.expect("reserve") {
+        tenure_core::AllAttempt::Granted(mut gs) => gs.pop().expect("one"),
+        tenure_core::AllAttempt::Busy(b) => panic!("busy: {}", b.describe()),
+    };
+    let (tx, mut order) = tokio::sync::mpsc::unbounded_channel();
+    let mut reader = common::req("down2", &holder("reader"));
+    reader.mode = Mode::Shared;
+    let _waiting = waiter(&server, &clock, reader, tx);
+    until_parked(&server, 1).await;
+    match store.upgrade_all(std::slice::from_ref(&reservation)).await.expect("upgrade") {
+        Upgrade::Upgraded(gs) => assert_eq!(gs[0].mode, Mode::Shared),
+        Upgrade::Broken { .. } => panic!("the holder's own reservation was broken"),
+    }
+    let (label, g) =
+        tokio::time::timeout(Duration::from_millis(500), order.recv()).await.expect("served at once").expect("one");
+    assert_eq!(label, "reader");
+    assert_eq!(g.mode, Mode::Shared);
+}
+
 /// A reservation is broken, not upgraded, while a full request waits for its
 /// lease: a reader that reserved before a writer queued does not join the
 /// current readers ahead of that writer.

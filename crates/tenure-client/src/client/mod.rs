@@ -994,7 +994,7 @@ impl LeaseStore for TenureStore {
                                 store: self.url.clone(),
                                 name: g.name.to_string(),
                                 token: g.token,
-                                reason: LossReason::Stolen { detail },
+                                reason: LossReason::Stolen { detail: crate::clipped(detail.to_string()) },
                             }),
                         });
                     }

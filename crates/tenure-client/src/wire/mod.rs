@@ -84,7 +84,8 @@ pub const MAX_LIST_BYTES: usize = 1024 * 1024;
 
 /// Decodes a sequence a peer claims has at most `MAX` elements, keeping at
 /// most `MAX` + 1 of them: one more than any working peer sends, so that the
-/// caller sees the sequence was too long and refuses it, saying so. An element
+/// caller can tell the sequence was too long (a page of names, or a batch's
+/// answers, is then refused; a list of holders shows its first `MAX` + 1). An element
 /// can cost far more decoded than on the wire (an empty name: one byte sent,
 /// 24 held; an `Outcome::Lost("")`: 2 and about 300), so one 8 MiB frame of
 /// them would otherwise take hundreds of MiB to GiBs before anyone counted

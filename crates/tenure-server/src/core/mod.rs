@@ -454,7 +454,7 @@ impl Core {
         }
         // Past waiters only a re-take is granted (see `queued`); one from
         // exclusive to shared lets the shared waiters at the head in with it.
-        for (ask, &h) in asks.iter().zip(hashes).filter(|(a, _)| a.mode == Mode::Shared && !tentative) {
+        for (ask, &h) in asks.iter().zip(hashes).filter(|(a, _)| a.retake && a.mode == Mode::Shared && !tentative) {
             self.serve(shard_of(shards, Self::shard_index(h)), h, ask.name, now_us);
         }
         Ok(Acquired::Granted(out))
@@ -610,7 +610,15 @@ impl Core {
             return failed(shard, "a full request is waiting for the lease");
         }
         match self.decide(shard, h, &ask, now_us, false, 0) {
-            Ok(Ok(admitted)) => Ok(Ok(self.commit(shard, h, &ask, admitted, now_us, WitnessKind::Upgrade))),
+            Ok(Ok(admitted)) => {
+                let granted = self.commit(shard, h, &ask, admitted, now_us, WitnessKind::Upgrade);
+                // A holder's exclusive grant that became shared lets the
+                // shared waiters at the head in (as in `acquire_locked`).
+                if ask.mode == Mode::Shared {
+                    self.serve(shard, h, name, now_us);
+                }
+                Ok(Ok(granted))
+            }
             Ok(Err(_busy)) => failed(shard, "a full grant took the lease"),
             Err(Refusal::Exhausted { .. }) => failed(shard, "the lease has used up its fencing tokens"),
             Err(refusal) => {
