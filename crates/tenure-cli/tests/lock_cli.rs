@@ -177,6 +177,17 @@ fn a_store_that_is_a_symlink_to_nothing_exits_69_saying_so() {
     assert!(stderr(&out).contains("symbolic link to") && stderr(&out).contains("missing"), "{}", stderr(&out));
 }
 
+/// A store on a file system where `mkdir` says ENOENT in a directory that is
+/// there (`/proc/self`) is refused at once, not waited on for ever as a lease
+/// "just freed".
+#[test]
+fn a_store_where_no_directory_can_be_made_exits_69() {
+    let out = run(&mut lock("/proc/self", "x", &[], &["true"]), LIMIT);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert_one_line_error(&out);
+    assert!(stderr(&out).contains("cannot hold a store"), "{}", stderr(&out));
+}
+
 #[test]
 fn sigterm_to_tenure_reaches_the_command_and_the_lease_is_released_after_it() {
     let store = FileStore::new();

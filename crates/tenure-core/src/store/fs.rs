@@ -235,6 +235,18 @@ impl Dir {
                             Ok(()) if sync => parent.sync()?,
                             Ok(()) => {}
                             Err(e) if e == Errno::EXIST => {}
+                            // "Not there" from mkdir in a directory still
+                            // linked: a file system that makes no
+                            // directories here (`/proc`), not a race with a
+                            // remover. Gone would send the caller round again,
+                            // for ever.
+                            Err(e) if gone(e) && parent.linked() => {
+                                return Err(io::Error::other(format!(
+                                    "{} exists, but making a directory in it fails with \"{e}\": \
+                                     a file system that cannot hold a store",
+                                    parent.path.display()
+                                )));
+                            }
                             Err(e) => return Err(e.into()),
                         }
                     }
@@ -250,6 +262,12 @@ impl Dir {
             cur = Some(Dir { fd, path });
         }
         Ok(Opened::Dir(cur.map_or_else(|| self.try_clone(), Ok)?))
+    }
+
+    /// Whether the directory is still linked into the tree (not removed while
+    /// open); `false` if that cannot be told.
+    fn linked(&self) -> bool {
+        rustix::fs::fstat(&self.fd).is_ok_and(|st| st.st_nlink > 0)
     }
 
     fn try_clone(&self) -> io::Result<Dir> {

@@ -163,3 +163,32 @@ fn directories_are_created_component_by_component() {
     assert!(matches!(dir.open_dir("file/c", true, false).expect("open"), Opened::Foreign { kind: Kind::File, .. }));
     assert!(dir.open_dir("../x", true, false).is_err());
 }
+
+/// A directory that refuses to have directories made in it although it is
+/// there (`/proc/self`: `mkdir` says ENOENT) is an error, not "gone": gone
+/// sends the caller round again, for ever.
+#[test]
+fn a_directory_where_mkdir_says_enoent_is_an_error_not_gone() {
+    let proc_self = Dir::open_root(Path::new("/proc/self"), false).expect("open").expect("exists");
+    match proc_self.open_dir("tenure-lease", true, false) {
+        Err(e) => {
+            assert!(!is_gone(&e), "{e}");
+            assert!(e.to_string().contains("/proc/self"), "{e}");
+        }
+        Ok(_) => panic!("made a directory in /proc/self"),
+    }
+}
+
+/// A directory removed while it is open (a racing collector) is gone: the
+/// caller looks again.
+#[test]
+fn a_directory_removed_while_open_is_gone() {
+    let (tmp, dir) = root();
+    let Ok(Opened::Dir(sub)) = dir.open_dir("a", true, false) else { panic!("made a") };
+    std::fs::remove_dir(tmp.path().join("a")).expect("remove");
+    match sub.open_dir("b", true, false) {
+        Err(e) => assert!(is_gone(&e), "{e}"),
+        Ok(Opened::Absent) => {}
+        Ok(_) => panic!("made a directory in a removed one"),
+    }
+}
