@@ -375,7 +375,7 @@ pub enum Response {
     State(Box<StateWire>),
     /// Answer to [`Request::List`]: a page of names, in order.
     Names {
-        /// The names (decoded: at most [`MAX_LIST_PAGE`] + 1, see [`at_most`]).
+        /// The names (decoded: at most [`MAX_LIST_PAGE`] + 1, see `wire::at_most`).
         #[serde(deserialize_with = "at_most::<_, _, MAX_LIST_PAGE>")]
         names: Vec<String>,
         /// More names follow the last one: ask again with it as `after`.
