@@ -618,8 +618,6 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
         if let Some(body) = orphan
             && let Ok(Response::Error { code, message }) = wire::decode::<Response>(&body)
         {
-            // Every caller waiting gets a copy: a few lines, not megabytes each.
-            let message = crate::clipped(message);
             if code == ErrorCode::Idle {
                 inner.idle_closed.store(true, Ordering::Release);
             }

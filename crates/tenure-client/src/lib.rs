@@ -104,17 +104,12 @@ pub fn keepalive(stream: &tokio::net::TcpStream) {
     }
 }
 
-/// Most of a server's words quoted in an error (an error answer's message, an
-/// unexpected answer): a hostile server's may be megabytes long.
-pub(crate) const MAX_QUOTED: usize = 1000;
-
-/// `text`, cut to at most [`MAX_QUOTED`] bytes (on a character boundary) and
-/// marked as cut.
-pub(crate) fn clipped(mut text: String) -> String {
-    if text.len() > MAX_QUOTED {
-        let end = (0..=MAX_QUOTED).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
-        text.truncate(end);
-        text.push('…');
+/// `text`, cut to at most [`wire::MAX_QUOTED`] bytes (on a character
+/// boundary) and marked as cut: how much of a peer's words an error quotes.
+pub(crate) fn clipped(text: &str) -> String {
+    if text.len() <= wire::MAX_QUOTED {
+        return text.to_string();
     }
-    text
+    let end = (0..=wire::MAX_QUOTED).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    format!("{}…", &text[..end])
 }

@@ -441,7 +441,6 @@ impl TenureStore {
     }
 
     fn server_error(&self, op: &str, code: ErrorCode, message: String) -> Error {
-        let message = crate::clipped(message);
         match code {
             ErrorCode::Invalid => Error::InvalidOptions { reason: message },
             ErrorCode::Changed => Error::Changed { store: self.url.clone(), name: op.to_string() },
@@ -766,9 +765,9 @@ impl Drop for GiveBack<'_> {
     }
 }
 
-/// "unexpected answer …", quoting at most [`crate::MAX_QUOTED`] bytes of it.
+/// "unexpected answer …", quoting at most [`wire::MAX_QUOTED`] bytes of it.
 fn unexpected_answer(resp: &impl std::fmt::Debug) -> String {
-    format!("unexpected answer {}", crate::clipped(format!("{resp:?}")))
+    format!("unexpected answer {}", crate::clipped(&format!("{resp:?}")))
 }
 
 fn grant_ref(g: &Grant) -> RefWire<'_> {
@@ -994,7 +993,7 @@ impl LeaseStore for TenureStore {
                                 store: self.url.clone(),
                                 name: g.name.to_string(),
                                 token: g.token,
-                                reason: LossReason::Stolen { detail: crate::clipped(detail.to_string()) },
+                                reason: LossReason::Stolen { detail },
                             }),
                         });
                     }

@@ -77,7 +77,7 @@ impl TenureStore {
                                 })
                             }
                             Outcome::Lost(detail) => {
-                                failure.get_or_insert(Ok((reservations[i].name.clone(), crate::clipped(detail))));
+                                failure.get_or_insert(Ok((reservations[i].name.clone(), detail)));
                             }
                         }
                     }

@@ -32,6 +32,7 @@ pub(crate) enum ResponseIn<'a> {
     Pong,
     Error {
         code: ErrorCode,
+        #[serde(deserialize_with = "super::quoted")]
         message: String,
     },
     Waiters(u32),
@@ -60,7 +61,7 @@ pub(crate) enum AcquireReplyIn<'a> {
 #[derive(Debug, Deserialize)]
 pub(crate) enum OutcomeIn<'a> {
     Ok(#[serde(borrow)] GrantIn<'a>),
-    Lost(String),
+    Lost(#[serde(deserialize_with = "super::quoted")] String),
 }
 
 /// [`super::GrantWire`].

@@ -116,6 +116,27 @@ where
     d.deserialize_seq(Seq::<T, MAX>(std::marker::PhantomData))
 }
 
+/// Most bytes kept of a peer's words for humans (an error's message, why a
+/// grant was lost): they end up in errors, copied to every caller waiting, and
+/// a hostile server's may be megabytes.
+pub const MAX_QUOTED: usize = 1000;
+
+/// Decodes a peer's words for humans keeping at most [`MAX_QUOTED`] bytes of
+/// them (see [`crate::clipped`]): only that much is ever copied out of the frame.
+pub(crate) fn quoted<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    struct Text;
+    impl serde::de::Visitor<'_> for Text {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(crate::clipped(v))
+        }
+    }
+    d.deserialize_str(Text)
+}
+
 /// A request, borrowed from the frame it was decoded from.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request<'a> {
@@ -389,7 +410,8 @@ pub enum Response {
     Error {
         /// What kind of failure.
         code: ErrorCode,
-        /// For humans.
+        /// For humans (decoded: at most [`MAX_QUOTED`] bytes, see `wire::quoted`).
+        #[serde(deserialize_with = "quoted")]
         message: String,
     },
     /// Answer to [`Request::Waiters`]: how many wait in the lease's queue.
@@ -432,7 +454,7 @@ pub enum Outcome {
     /// Done.
     Ok(GrantWire),
     /// The grant is gone: why.
-    Lost(String),
+    Lost(#[serde(deserialize_with = "quoted")] String),
 }
 
 /// A grant, renewal or reservation.

@@ -252,3 +252,48 @@ fn every_list_in_an_answer_keeps_at_most_one_more_than_a_server_sends() {
         assert!(owned.iter().chain(&borrowed).all(|&n| n == kept), "{owned:?} {borrowed:?}, expected {kept}");
     }
 }
+
+/// A peer's words for humans (an error's message, why a grant was lost) are
+/// decoded keeping at most `MAX_QUOTED` bytes, cut on a character boundary and
+/// marked, in both views; shorter ones whole.
+#[test]
+fn a_peers_words_are_decoded_keeping_at_most_max_quoted_bytes() {
+    use inbound::{OutcomeIn, ResponseIn};
+    // Two-byte characters from an odd offset: the cut falls inside one.
+    let long = format!("x{}", "é".repeat(MAX_QUOTED));
+    for (text, expected) in
+        [("short".to_string(), "short".to_string()), (long.clone(), format!("x{}…", "é".repeat(499)))]
+    {
+        let error = postcard::to_allocvec(&Response::Error { code: ErrorCode::Protocol, message: text.clone() });
+        let lost = postcard::to_allocvec(&Response::Granted(vec![Outcome::Lost(text.clone())]));
+        let (error, lost) = (error.expect("encodes"), lost.expect("encodes"));
+        let got = [
+            match decode::<Response>(&error) {
+                Ok(Response::Error { message, .. }) => message,
+                other => panic!("{other:?}"),
+            },
+            match decode::<ResponseIn<'_>>(&error) {
+                Ok(ResponseIn::Error { message, .. }) => message,
+                other => panic!("{other:?}"),
+            },
+            match decode::<Response>(&lost) {
+                Ok(Response::Granted(mut os)) => match os.pop() {
+                    Some(Outcome::Lost(why)) => why,
+                    other => panic!("{other:?}"),
+                },
+                other => panic!("{other:?}"),
+            },
+            match decode::<ResponseIn<'_>>(&lost) {
+                Ok(ResponseIn::Granted(mut os)) => match os.pop() {
+                    Some(OutcomeIn::Lost(why)) => why,
+                    other => panic!("{other:?}"),
+                },
+                other => panic!("{other:?}"),
+            },
+        ];
+        for g in got {
+            assert_eq!(g, expected);
+            assert!(g.len() <= MAX_QUOTED + '…'.len_utf8());
+        }
+    }
+}
