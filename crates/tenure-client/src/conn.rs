@@ -6,8 +6,8 @@
 //! yet added their next request, it yields (a few times at most), then it sends
 //! everything with one non-blocking write, and again for what was added during
 //! that write. A lone caller sends at once. The leader does not wait for all of
-//! them: once a quarter of the requests in flight are queued it sends those, so
-//! that several chunks are in flight and the server decides one while this side
+//! them: once half of the requests in flight are queued it sends those, so
+//! that two chunks are in flight and the server decides one while this side
 //! prepares the next (one chunk at a time made the two sides take turns, each idle
 //! half the time). Only if the socket is full does the writer task take over, with
 //! async writes. A reader task routes answers back by request id, all answers of a
@@ -339,7 +339,7 @@ impl Conn {
     /// answers just came in have not added their next request, a few times at
     /// most: on a multi-threaded runtime they run on the other workers too, and
     /// every separate write is a syscall here and a wake-up of the server there.
-    /// It stops waiting once a quarter of the requests in flight are queued (two
+    /// It stops waiting once half of the requests in flight are queued (two
     /// at least): the server starts on those while the rest are prepared. Requests
     /// added while a write was under way are sent the same way.
     async fn lead(&self) {
@@ -429,8 +429,12 @@ const SPIN_MAX_IN_FLIGHT: usize = 32;
 /// Most times a leader yields for callers on their way (see [`Conn::lead`]).
 const MAX_LEADER_YIELDS: usize = 4;
 
-/// A leader sends once `1 / CHUNKS_IN_FLIGHT` of the requests in flight are queued.
-const CHUNKS_IN_FLIGHT: usize = 4;
+/// A leader sends once `1 / CHUNKS_IN_FLIGHT` of the requests in flight are
+/// queued. Measured with `tenure bench --clients 64` on a 2-core VM, 8 paired
+/// runs: halves made 305 k cycles/s on average against 291 k for quarters
+/// (each of the 8 higher), with 0.2 µs less CPU a cycle on each side; sending
+/// all at once was in between. At 16 clients the two were within 2 %.
+const CHUNKS_IN_FLIGHT: usize = 2;
 
 /// If a leader is cancelled before it sent, the writer task sends for it.
 struct Handover<'a>(&'a Inner);
