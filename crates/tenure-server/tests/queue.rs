@@ -125,6 +125,40 @@ async fn waiters_are_granted_in_the_order_they_queued() {
     }
 }
 
+/// Two waiters of one identity that both may re-take (two processes sharing
+/// a `--holder-id`, or a client that does not take turns) are woken by one
+/// release: the first is granted, and the second does not end that fresh
+/// grant as its own abandoned one. It waits for the next release.
+#[tokio::test]
+async fn one_release_does_not_grant_one_identity_twice() {
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let first = taken(&store, &common::req("twin", &holder("first"))).await;
+    let twin = holder("twin");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..2 {
+        let mut req = common::req("twin", &twin);
+        req.retake = true;
+        tasks.push(waiter(&server, &clock, req, tx.clone()));
+        until_parked(&server, i + 1).await;
+    }
+    store.release(&first, &ReleaseRequest::default()).await.expect("release");
+    let (_, one) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a grant").expect("open");
+    assert_eq!(one.predecessor.as_ref().map(|p| p.how), Some(EndedHow::Released));
+    if let Ok(Some((_, other))) = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await {
+        panic!("one release granted one identity twice: tokens {} and {}", one.token, other.token);
+    }
+    store.release(&one, &ReleaseRequest::default()).await.expect("the first grant still stands");
+    let (_, other) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a grant").expect("open");
+    assert!(other.token > one.token);
+    assert_eq!(other.predecessor.as_ref().map(|p| p.how), Some(EndedHow::Released));
+    for t in tasks {
+        t.await.expect("waiter");
+    }
+}
+
 #[tokio::test]
 async fn a_newcomer_does_not_overtake_a_queued_waiter() {
     let clock = ManualClock::new();

@@ -209,6 +209,10 @@ impl Core {
         if shard.waiting == 0 || !self.quarantine_left().is_zero() {
             return;
         }
+        // Who was granted in this pass: a grant just made is nobody's
+        // abandoned one, so a waiter of the same identity (two tasks or
+        // processes sharing one) does not re-take it, and waits its turn.
+        let mut granted: Vec<Arc<Holder>> = Vec::new();
         loop {
             let Some(slot) = slot_mut(&mut shard.slots, h, name) else { return };
             let Some(w) = slot.waiters.front() else { return };
@@ -218,8 +222,8 @@ impl Core {
                 continue;
             }
             let (holder, meta) = (w.holder.clone(), w.meta.clone());
-            let ask =
-                Ask { name, mode: w.mode, ttl_ms: w.ttl_ms, holder: &holder, retake: w.retake, meta: meta.as_deref() };
+            let retake = w.retake && !granted.iter().any(|g| g.nonce == holder.nonce);
+            let ask = Ask { name, mode: w.mode, ttl_ms: w.ttl_ms, holder: &holder, retake, meta: meta.as_deref() };
             // The head's place in the table passes to its grant: decided
             // without it, or a full table would count the waiter twice and
             // refuse it (a shared grant takes a place of its own).
@@ -236,6 +240,7 @@ impl Core {
             let Some(w) = slot.waiters.pop_front() else { return };
             if served.is_ok() {
                 bump(&shard.stats.handovers);
+                granted.push(holder.clone());
             }
             if let Err(Ok(g)) = w.tx.send(served) {
                 // It left between the check and now: nobody will use the grant.
