@@ -614,3 +614,50 @@ pub async fn a_multi_lease_waiter_takes_its_turn_in_a_queue_that_never_empties(h
     let (g, s) = tokio::time::timeout(Duration::from_secs(60), behind).await.expect("behind's turn").expect("join");
     s.release(&g, &ReleaseRequest::default()).await.expect("release");
 }
+
+/// Two tasks of one client (one holder identity: a cloned [`Client`]) waiting
+/// for one lease: it goes to one of them, and to the other only once the first
+/// lets it go. A fresh grant of the identity is no abandoned grant to re-take,
+/// so the lease is never held twice, whether the store hands it along a line
+/// (both tasks woken by one release) or the tasks poll.
+pub async fn two_tasks_of_one_client_never_hold_one_lease_at_once(h: &dyn Harness) {
+    let lease = "conf/siblings";
+    let store = h.store().await;
+    let first = crashed_holder(&store, lease, Holder::current().with_label("first")).await;
+    let siblings = client(h).await;
+    let wait = LeaseOptions::exclusive().with_ttl(TTL).with_timeout(Duration::from_secs(600));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let tasks: Vec<_> = (0..2)
+        .map(|i| {
+            let (c, wait, tx) = (siblings.clone(), wait.clone(), tx.clone());
+            tokio::spawn(async move {
+                let _ = tx.send((i, c.acquire(lease, &wait).await));
+            })
+        })
+        .collect();
+    // Both are waiting: in the store's line, or polling.
+    with_time_flowing(h, tokio::time::sleep(Duration::from_millis(300))).await;
+    store.release(&first, &ReleaseRequest::default()).await.expect("release");
+    let mut next = async |within: Duration| with_time_flowing(h, tokio::time::timeout(within, rx.recv())).await;
+    let (i, one) = next(Duration::from_secs(60)).await.expect("a sibling's grant").expect("open");
+    let one = one.expect("granted");
+    if let Ok(Some((_, Ok(other)))) = next(Duration::from_millis(500)).await {
+        panic!(
+            "both tasks of one client hold the lease: tokens {} and {} ({:?} / {:?})",
+            one.token(),
+            other.token(),
+            one.grant().predecessor,
+            other.grant().predecessor
+        );
+    }
+    let token = one.token();
+    one.release().await.expect("the first sibling still held the lease");
+    let (j, other) = next(Duration::from_secs(60)).await.expect("the other sibling's turn").expect("open");
+    let other = other.expect("granted");
+    assert_ne!(i, j, "one task granted twice");
+    assert!(other.token() > token, "tokens grow from one sibling to the other");
+    other.release().await.expect("release");
+    for t in tasks {
+        t.await.expect("sibling");
+    }
+}

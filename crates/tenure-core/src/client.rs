@@ -15,6 +15,7 @@ use crate::keepalive::{HeldNames, Lease, LeaseSet};
 use crate::name::LeaseName;
 use crate::options::LeaseOptions;
 use crate::store::{AcquireRequest, AllAttempt, LeaseStore};
+use crate::turn::{Turn, Turns};
 use crate::types::{Attempt, BreakNote, Busy, Grant, LeaseState};
 
 /// A wait in a store's queue without a deadline: it keeps its place for as
@@ -53,12 +54,15 @@ where
 ///
 /// Leases acquired through one `Client` share its [`Holder`] identity. A client
 /// never re-takes a lease one of its live handles holds; it does re-take at once
-/// a grant of its own identity that it lost or abandoned (seed 001).
+/// a grant of its own identity that it lost or abandoned (seed 001). Its tasks
+/// (and its clones') ask the store for one lease one at a time, in the order
+/// they came: the others wait their turn in the client.
 #[derive(Debug, Clone)]
 pub struct Client {
     store: Arc<dyn LeaseStore>,
     holder: Arc<Holder>,
     held: HeldNames,
+    turns: Turns,
     rng: Arc<Mutex<SmallRng>>,
 }
 
@@ -74,6 +78,7 @@ impl Client {
             store,
             holder: Arc::new(holder),
             held: HeldNames::default(),
+            turns: Turns::default(),
             rng: Arc::new(Mutex::new(SmallRng::from_rng(&mut rand::rng()))),
         }
     }
@@ -130,9 +135,11 @@ impl Client {
         on_wait: impl FnMut(&Busy) + Send,
     ) -> Result<Lease> {
         let name = LeaseName::new(name)?;
-        let mut grants = self.acquire_grants(std::slice::from_ref(&name), opts, on_wait).await?;
+        let (_turn, left) = self.take_turns(std::slice::from_ref(&name), opts).await?;
+        let mut grants = self.acquire_grants(std::slice::from_ref(&name), &left, on_wait).await?;
         let grant =
             grants.pop().ok_or_else(|| Error::store(self.store.url(), "acquiring", "the store granted nothing"))?;
+        // The turn passes on once the handle holds the name.
         Ok(Lease::start(self.store.clone(), grant, opts, self.held.clone()))
     }
 
@@ -166,8 +173,40 @@ impl Client {
         if names.is_empty() {
             return Err(Error::InvalidOptions { reason: "acquire_all needs at least one lease name".into() });
         }
-        let grants = self.acquire_grants(&names, opts, on_wait).await?;
+        let (_turns, left) = self.take_turns(&names, opts).await?;
+        let grants = self.acquire_grants(&names, &left, on_wait).await?;
         Ok(LeaseSet::start(self.store.clone(), grants, opts, self.held.clone()))
+    }
+
+    /// Takes this task's turn at each of `names` (canonical order), after the
+    /// client's other tasks that came for them first (see `turn`), under the
+    /// timeout; a try (a timeout of zero) does not wait for one. Returns the
+    /// turns, to keep until the handle holds the names, and `opts` with what is
+    /// left of the timeout.
+    async fn take_turns(&self, names: &[LeaseName], opts: &LeaseOptions) -> Result<(Vec<Turn>, LeaseOptions)> {
+        let clock = self.clock().clone();
+        let started = clock.mono();
+        let deadline = opts.timeout.map(|t| started + t);
+        let mut turns = Vec::with_capacity(names.len());
+        for name in names {
+            let mut turn = Turn::at(&self.turns, name);
+            let taken = turn.try_take()
+                || match deadline {
+                    _ if opts.timeout == Some(Duration::ZERO) => false,
+                    Some(d) => clock.timeout(d.saturating_since(clock.mono()), turn.take()).await.is_some(),
+                    None => {
+                        turn.take().await;
+                        true
+                    }
+                };
+            if !taken {
+                let holder = "another task of this client, which is acquiring it".to_string();
+                return Err(self.gave_up_on(name, holder, opts, clock.mono().saturating_since(started)));
+            }
+            turns.push(turn);
+        }
+        let left = if opts.timeout == Some(Duration::ZERO) { opts.clone() } else { self.until(opts, deadline) };
+        Ok((turns, left))
     }
 
     /// Acquires `names` (canonical order, no duplicates): see [`Client::acquire_all`].
@@ -466,7 +505,12 @@ impl Client {
     }
 
     fn gave_up(&self, busy: &Busy, opts: &LeaseOptions, waited: Duration) -> Error {
-        let (store, name, holder) = (self.store.url().to_string(), busy.name.to_string(), busy.describe());
+        self.gave_up_on(&busy.name, busy.describe(), opts, waited)
+    }
+
+    /// Busy (a try) or timed out, `holder` holding `name` as far as known.
+    fn gave_up_on(&self, name: &LeaseName, holder: String, opts: &LeaseOptions, waited: Duration) -> Error {
+        let (store, name) = (self.store.url().to_string(), name.to_string());
         if opts.timeout == Some(Duration::ZERO) {
             Error::Busy { store, name, holder }
         } else {

@@ -45,6 +45,7 @@ pub mod record;
 pub mod report;
 pub mod store;
 pub mod store_url;
+mod turn;
 mod types;
 
 pub use backend::{Backend, Put, PutMode, PutOptions, Stored};
