@@ -698,3 +698,38 @@ async fn a_waiter_without_a_deadline_keeps_its_place_past_an_hour() {
     let _ = lease.release().await;
     assert_eq!(first, "A", "B, which queued 30 minutes after A, was granted first");
 }
+
+/// A store that outlives the runtime of its first wait (a program that
+/// builds a runtime per job): its change notifications were set up on that
+/// runtime, and the next wait, on another, still waits (and is granted when
+/// the lease frees) instead of failing with the old runtime's shutdown.
+#[test]
+fn a_directory_store_outliving_the_runtime_of_its_first_wait_still_waits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("file://{}?fsync=false", dir.path().display());
+    let runtime = || tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+    let first = runtime();
+    let (waiter, holder) = first.block_on(async { (store(&url), store(&url)) });
+    let held = first.block_on(async {
+        match holder.try_acquire(&req("rt", "holder")).await.expect("acquire") {
+            Attempt::Granted(g) => g,
+            Attempt::Busy(b) => panic!("busy: {}", b.describe()),
+        }
+    });
+    let waited = first.block_on(waiter.acquire_queued(&req("rt", "w1"), Duration::from_millis(300)));
+    assert!(matches!(waited, Some(Ok(Attempt::Busy(_)))), "first runtime: {waited:?}");
+    drop(first);
+    let second = runtime();
+    let waited = second.block_on(waiter.acquire_queued(&req("rt", "w2"), Duration::from_millis(300)));
+    assert!(matches!(waited, Some(Ok(Attempt::Busy(_)))), "second runtime: {waited:?}");
+    let granted = second.block_on(async {
+        let wait = tokio::spawn({
+            let waiter = waiter.clone();
+            async move { waiter.acquire_queued(&req("rt", "w3"), WAIT).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        holder.release(&held, &ReleaseRequest::default()).await.expect("release");
+        tokio::time::timeout(Duration::from_secs(10), wait).await.expect("in time").expect("join")
+    });
+    assert!(matches!(granted, Some(Ok(Attempt::Granted(_)))), "after the release: {granted:?}");
+}

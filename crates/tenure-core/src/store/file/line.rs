@@ -93,13 +93,27 @@ pub(super) type Held = Arc<Entries>;
 /// waits: its waiter stays in line, and finds its place, through it alone.
 #[derive(Debug)]
 pub(super) struct Entries {
-    mine: parking_lot::Mutex<HashMap<(String, String), Mine>>,
+    book: parking_lot::Mutex<Book>,
     /// Most entries kept open at once ([`max_held`]); past it, waiters poll.
     cap: usize,
     /// Entries read by this store, and entries whose read fails (tests).
     #[cfg(test)]
     hooks: hooks::Hooks,
 }
+
+/// The entries held, and when their waiters last left their lines.
+#[derive(Debug, Default)]
+struct Book {
+    mine: HashMap<(String, String), Mine>,
+    /// When each waiter last left a line here. An entry whose writing was
+    /// asked for before that is not kept: its wait was dropped while the
+    /// entry was being written, on a thread that went on after it.
+    left: HashMap<(String, String), std::time::Instant>,
+}
+
+/// How long a departure is remembered: far longer than writing an entry
+/// takes, even on a slow disk (a store's operations have their own deadline).
+const LEFT_MEMORY: Duration = Duration::from_secs(120);
 
 /// A waiter's own entry.
 #[derive(Debug)]
@@ -130,7 +144,7 @@ fn max_held() -> usize {
 impl Entries {
     fn with_cap(cap: usize) -> Self {
         Self {
-            mine: parking_lot::Mutex::default(),
+            book: parking_lot::Mutex::default(),
             cap,
             #[cfg(test)]
             hooks: hooks::Hooks::default(),
@@ -139,28 +153,41 @@ impl Entries {
 
     /// The number and the open file of the entry of `id`, if held.
     fn get(&self, id: &(String, String)) -> Option<(u64, Arc<OwnedFd>)> {
-        self.mine.lock().get(id).map(|m| (m.seq, m.fd.clone()))
+        self.book.lock().mine.get(id).map(|m| (m.seq, m.fd.clone()))
     }
 
-    fn put(&self, id: (String, String), seq: u64, fd: OwnedFd) {
-        self.mine.lock().insert(id, Mine { seq, fd: Arc::new(fd) });
+    /// Holds the entry `seq` of `id`, written at the waiter's request made at
+    /// `asked`; gives `fd` back if the waiter has left since (the entry is
+    /// then the caller's to remove).
+    fn put(&self, id: (String, String), seq: u64, fd: OwnedFd, asked: std::time::Instant) -> Option<OwnedFd> {
+        let mut book = self.book.lock();
+        if book.left.get(&id).is_some_and(|&left| left >= asked) {
+            return Some(fd);
+        }
+        book.mine.insert(id, Mine { seq, fd: Arc::new(fd) });
+        None
     }
 
+    /// The entry of `id`, taken as its waiter leaves (see [`Book::left`]).
     fn take(&self, id: &(String, String)) -> Option<Mine> {
-        self.mine.lock().remove(id)
+        let mut book = self.book.lock();
+        let now = std::time::Instant::now();
+        book.left.retain(|_, &mut left| now.saturating_duration_since(left) < LEFT_MEMORY);
+        book.left.insert(id.clone(), now);
+        book.mine.remove(id)
     }
 
     /// Lets the entry of `id` go, if it still is the file `fd`: its file was
     /// removed or replaced, so it is no place in line.
     fn forget(&self, id: &(String, String), fd: &Arc<OwnedFd>) {
-        let mut mine = self.mine.lock();
-        if mine.get(id).is_some_and(|m| Arc::ptr_eq(&m.fd, fd)) {
-            mine.remove(id);
+        let mut book = self.book.lock();
+        if book.mine.get(id).is_some_and(|m| Arc::ptr_eq(&m.fd, fd)) {
+            book.mine.remove(id);
         }
     }
 
     fn len(&self) -> usize {
-        self.mine.lock().len()
+        self.book.lock().mine.len()
     }
 
     /// Whether a new entry would be one too many.
@@ -428,8 +455,10 @@ impl FileBackend {
     }
 
     /// Enters `waiter` in the line of `name`, or keeps it where it is: then
-    /// only its own entry is touched, through the file it keeps open.
-    fn enter_blocking(&self, name: &str, waiter: &Waiter) -> Result<()> {
+    /// only its own entry is touched, through the file it keeps open. Asked
+    /// for at `asked`: if the waiter left its line since (its wait was dropped
+    /// while this ran), the entry is removed again as soon as it is written.
+    fn enter_blocking(&self, name: &str, waiter: &Waiter, asked: std::time::Instant) -> Result<()> {
         let key = line_key(name)?;
         let id = (key.clone(), waiter.nonce.clone());
         let op = format!("entering the wait line of {name:?}");
@@ -470,7 +499,9 @@ impl FileBackend {
                 match hold(&dir, &me.file, me.locked && lock) {
                     Ok(fd) => {
                         touch(&fd).map_err(|e| self.line_err(&op, &dir, e))?;
-                        self.held.put(id, me.seq, fd);
+                        if self.held.put(id, me.seq, fd, asked).is_some() {
+                            let _ = dir.remove(&me.file);
+                        }
                         return Ok(());
                     }
                     Err(_) => {
@@ -505,7 +536,11 @@ impl FileBackend {
                 None | Some(Err(_)) => publish_unlocked(&dir, &file, &bytes),
             };
             if let Some(fd) = published.map_err(|e| self.line_err(&op, &dir, e))? {
-                self.held.put(id, seq, fd);
+                if self.held.put(id, seq, fd, asked).is_some() {
+                    // Removed before its file is closed (and its lock freed):
+                    // a close seen first would be taken for the waiter's end.
+                    let _ = dir.remove(&file);
+                }
                 return Ok(());
             }
             floor = seq.saturating_add(1);
@@ -659,9 +694,9 @@ enum Turn {
 #[async_trait]
 impl Line for FileBackend {
     async fn enter(&self, name: &str, waiter: &Waiter) -> Result<()> {
-        let (name, waiter) = (name.to_string(), waiter.clone());
+        let (name, waiter, asked) = (name.to_string(), waiter.clone(), std::time::Instant::now());
         self.run(format!("entering the wait line of {name:?}"), move |b| {
-            b.enter_blocking(&name, &waiter).map_err(|e| b.unusable(&name, e))
+            b.enter_blocking(&name, &waiter, asked).map_err(|e| b.unusable(&name, e))
         })
         .await
     }

@@ -418,17 +418,19 @@ impl FileBackend {
     }
 
     /// Waits on `registration` until `deadline`: whether what it waits for
-    /// happened. A descriptor that fails is dropped from the store, so that
-    /// the next wait makes a new one.
+    /// may have happened. A descriptor that fails is unusable (the store
+    /// outlived the runtime that first waited on it): it is dropped from the
+    /// store, and the wait returns as if woken, so that the caller looks again
+    /// and waits with a new one, instead of failing its caller's wait.
     pub(super) async fn wait_on(&self, what: &str, registration: &mut Registration, deadline: Instant) -> Result<bool> {
         let shared = registration.shared.clone();
-        registration.wait(deadline).await.map_err(|e| {
-            // The instance is unusable (its runtime has gone?).
+        registration.wait(deadline).await.or_else(|e| {
+            tracing::debug!(error = %e, "watching {what}: the inotify instance failed; replaced");
             let mut slot = self.inotify.lock();
             if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &shared)) {
                 *slot = None;
             }
-            self.err(format!("watching {what}"), &self.root, e)
+            Ok(true)
         })
     }
 
