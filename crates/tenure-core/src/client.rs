@@ -50,6 +50,11 @@ where
     clock.timeout(FINISH_GRACE, attempt).await.map(|out| (out, true))
 }
 
+/// What a waiter knows of `name` when the store failed it with `e`.
+fn failed_look(name: &LeaseName, e: &Error) -> Busy {
+    Busy { name: name.clone(), holders: Vec::new(), corrupt: None, version: None, failure: Some(e.to_string()) }
+}
+
 /// A holder's handle on a store: one holder identity, many leases.
 ///
 /// Leases acquired through one `Client` share its [`Holder`] identity. A client
@@ -396,8 +401,11 @@ impl Client {
                     tokio::select! {
                         done = &mut attempt => return done,
                         () = clock.sleep(QUEUE_REFRESH) => {
-                            if let Ok(state) = self.store.inspect(&names[0]).await {
-                                on_wait(&Busy::of(state));
+                            // The wait keeps its place through passing store
+                            // errors: the caller hears of them here.
+                            match self.store.inspect(&names[0]).await {
+                                Ok(state) => on_wait(&Busy::of(state)),
+                                Err(e) => on_wait(&failed_look(&names[0], &e)),
                             }
                         }
                     }
@@ -443,14 +451,7 @@ impl Client {
                 Err(e) if e.is_transient() && opts.timeout != Some(Duration::ZERO) => {
                     // on_wait shows it to the caller; a log line would only duplicate it.
                     tracing::debug!(error = %e, "store error while waiting for a lease; retrying");
-                    let busy = Busy {
-                        name: names[0].clone(),
-                        holders: Vec::new(),
-                        corrupt: None,
-                        version: None,
-                        failure: Some(e.to_string()),
-                    };
-                    (busy, Some(e))
+                    (failed_look(&names[0], &e), Some(e))
                 }
                 Err(e) => return Err(e),
             };

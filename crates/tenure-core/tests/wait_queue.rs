@@ -733,3 +733,91 @@ fn a_directory_store_outliving_the_runtime_of_its_first_wait_still_waits() {
     });
     assert!(matches!(granted, Some(Ok(Attempt::Granted(_)))), "after the release: {granted:?}");
 }
+
+/// A memory store whose watches of one key can be cut, as a dropped
+/// connection resets an etcd watch stream.
+#[derive(Debug)]
+struct Blips {
+    inner: tenure_core::MemoryBackend,
+    key: String,
+    cut: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl Backend for Blips {
+    fn url(&self) -> &str {
+        "blips://"
+    }
+    async fn get(&self, key: &str) -> tenure_core::Result<Option<tenure_core::Stored>> {
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &str, value: bytes::Bytes, opts: PutOptions) -> tenure_core::Result<tenure_core::Put> {
+        self.inner.put(key, value, opts).await
+    }
+    async fn list(&self, prefix: &str) -> tenure_core::Result<Vec<String>> {
+        self.inner.list(prefix).await
+    }
+    async fn watch(
+        &self,
+        key: &str,
+        seen: Option<&tenure_core::Version>,
+        timeout: Duration,
+    ) -> tenure_core::Result<bool> {
+        if key != self.key {
+            return self.inner.watch(key, seen, timeout).await;
+        }
+        tokio::select! {
+            changed = self.inner.watch(key, seen, timeout) => changed,
+            () = self.cut.notified() => Err(tenure_core::Error::store("blips://", "watching", "the stream was reset")),
+        }
+    }
+}
+
+/// A waiter whose watch fails for a moment (a connection blip) keeps its
+/// place in line: it does not leave and queue again behind those who came
+/// after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passing_store_error_does_not_cost_a_waiter_its_place() {
+    let blips = Arc::new(Blips {
+        inner: tenure_core::MemoryBackend::new(SystemClock::shared()),
+        key: "b".into(),
+        cut: tokio::sync::Notify::new(),
+    });
+    let store: Arc<dyn LeaseStore> =
+        Arc::new(tenure_core::CasStore::new(blips.clone(), SystemClock::shared(), Default::default()));
+    let line = || async {
+        let cas = tenure_core::CasStore::new(blips.clone(), SystemClock::shared(), Default::default());
+        cas.waiters("b").await.expect("line").into_iter().map(|w| w.nonce).collect::<Vec<_>>()
+    };
+    let first = held(store.try_acquire(&req("b", "first")).await.expect("acquire"));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut nonces = Vec::new();
+    for label in ["ahead", "behind"] {
+        let (s, tx, r) = (store.clone(), tx.clone(), req("b", label));
+        nonces.push(r.holder.nonce.clone());
+        tokio::spawn(async move {
+            let g = held(s.acquire_queued(&r, WAIT).await.expect("a queue").expect("wait"));
+            let _ = tx.send((label, g));
+        });
+        for _ in 0..500 {
+            if line().await.len() == nonces.len() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert_eq!(line().await, nonces);
+    // The head watches the lease; its watch is cut, again and again.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        blips.cut.notify_waiters();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(line().await, nonces, "the line after the blips");
+    store.release(&first, &ReleaseRequest::default()).await.expect("release");
+    let (label, g) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a grant").expect("open");
+    assert_eq!(label, "ahead", "the waiter ahead lost its place");
+    store.release(&g, &ReleaseRequest::default()).await.expect("release");
+    let (label, _) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a grant").expect("open");
+    assert_eq!(label, "behind");
+}

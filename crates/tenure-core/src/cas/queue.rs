@@ -66,6 +66,10 @@ pub const REFRESH: Duration = Duration::from_secs(2);
 pub const MAX_WAITERS: usize = 1024;
 /// Conditional writes lost in a row before entering or leaving gives up.
 const MAX_RACES: usize = 64;
+/// The first pause of a waiter in line after a passing store error (a watch
+/// stream reset, a read that timed out), doubling up to [`REFRESH`]: it keeps
+/// its place and looks again, as etcd's Lock API keeps its key across retries.
+const ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 /// A queue record.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -321,6 +325,13 @@ impl Drop for Leave {
     }
 }
 
+/// Whether `e`, met by a waiter in line, is one to wait out in its place:
+/// the store failed for now (a watch stream reset, a read timed out), and the
+/// line is still there to wait in.
+fn passing(e: &Error) -> bool {
+    matches!(e, Error::Store { .. }) && e.is_transient() && !no_line(e)
+}
+
 impl CasStore {
     /// The waiters in `name`'s line, first first (waiters that crashed left
     /// out): what `tenure status` and tests show.
@@ -416,6 +427,7 @@ impl CasStore {
         // the line since.
         let mut reentered = false;
         let mut busy: Option<Busy> = None;
+        let mut pause = ERROR_PAUSE;
         loop {
             let now = self.clock.mono();
             if now >= until {
@@ -423,10 +435,14 @@ impl CasStore {
             }
             if now.saturating_since(entered) >= REFRESH {
                 // Still here.
-                if let Err(e) = self.line.enter(name, &me).await {
-                    return self.off_the_line(name, e, Some(leave)).await;
+                match self.line.enter(name, &me).await {
+                    Ok(()) => entered = self.clock.mono(),
+                    Err(e) if passing(&e) => {
+                        self.pause_for(name, &e, &mut pause, until).await;
+                        continue;
+                    }
+                    Err(e) => return self.off_the_line(name, e, Some(leave)).await,
                 }
-                entered = self.clock.mono();
             }
             let nap = REFRESH.saturating_sub(self.clock.mono().saturating_since(entered));
             let nap = nap.min(until.saturating_since(self.clock.mono()));
@@ -453,6 +469,8 @@ impl CasStore {
                             () = self.clock.sleep_until(wake) => Ok(false),
                         }
                     }
+                    // Waited out below, in its place.
+                    Err(e) if passing(&e) => Err(e),
                     Err(e) => return Some(Err(e)),
                 },
                 Ok(Some(false)) => Ok(false),
@@ -479,7 +497,8 @@ impl CasStore {
             };
             reentered = lost;
             match watched {
-                Ok(_) => {}
+                Ok(_) => pause = ERROR_PAUSE,
+                Err(e) if passing(&e) => self.pause_for(name, &e, &mut pause, until).await,
                 Err(Error::Unsupported { .. }) => {
                     // No change notifications here (NFS): poll, as without a line.
                     self.cannot_watch.store(true, Ordering::Relaxed);
@@ -495,6 +514,15 @@ impl CasStore {
             Some(b) => Ok(Attempt::Busy(b)),
             None => self.inspect(&req.name).await.map(|s| Attempt::Busy(Busy::of(s))),
         })
+    }
+
+    /// A waiter's pause in line after the passing error `e`: `pause`, doubled
+    /// for the next (up to [`REFRESH`]), and never past `until`.
+    async fn pause_for(&self, name: &str, e: &Error, pause: &mut Duration, until: crate::clock::Mono) {
+        tracing::debug!(lease = name, error = %e, "a store error while waiting in line; keeping the place");
+        let wake = (self.clock.mono() + *pause).min(until);
+        *pause = pause.saturating_mul(2).min(REFRESH);
+        self.clock.sleep_until(wake).await;
     }
 
     /// What a waiter does when its line failed it with `e`: if there is no
