@@ -11,7 +11,9 @@ use tokio::io::AsyncWriteExt as _;
 
 use tenure_core::{AcquireRequest, Attempt, Clock, EndedHow, Holder, LeaseStore, ManualClock, Mode, ReleaseRequest};
 use tenure_server::TenureStore;
+use tenure_server::core::CoreOptions;
 use tenure_server::server::RunningServer;
+use tenure_server::server::ServerOptions;
 
 /// Long enough that no wait in these tests ends by itself.
 const WAIT: Duration = Duration::from_secs(600);
@@ -128,7 +130,8 @@ async fn waiters_are_granted_in_the_order_they_queued() {
 /// Two waiters of one identity that both may re-take (two processes sharing
 /// a `--holder-id`, or a client that does not take turns) are woken by one
 /// release: the first is granted, and the second does not end that fresh
-/// grant as its own abandoned one. It waits for the next release.
+/// grant as its own abandoned one, then or when the queue is served again
+/// (another's ask, its own timer). It waits for the next release.
 #[tokio::test]
 async fn one_release_does_not_grant_one_identity_twice() {
     let clock = ManualClock::new();
@@ -149,6 +152,12 @@ async fn one_release_does_not_grant_one_identity_twice() {
     assert_eq!(one.predecessor.as_ref().map(|p| p.how), Some(EndedHow::Released));
     if let Ok(Some((_, other))) = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await {
         panic!("one release granted one identity twice: tokens {} and {}", one.token, other.token);
+    }
+    // The queue is served again: by another's ask, and by the waiter's timer.
+    assert!(matches!(store.try_acquire(&common::req("twin", &holder("third"))).await.expect("ask"), Attempt::Busy(_)));
+    clock.advance(Duration::from_secs(2));
+    if let Ok(Some((_, other))) = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await {
+        panic!("the second twin ended the first's fresh grant: tokens {} and {}", one.token, other.token);
     }
     store.release(&one, &ReleaseRequest::default()).await.expect("the first grant still stands");
     let (_, other) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a grant").expect("open");
@@ -423,6 +432,68 @@ async fn a_grant_withdrawn_while_on_its_way_is_given_back() {
         Attempt::Granted(_) => {}
         Attempt::Busy(b) => panic!("the withdrawn grant still holds the lease: {}", b.describe()),
     }
+}
+
+/// Every wait a connection may have is granted at once (as when many leases
+/// free together), and the caller of the first gives up before it saw its
+/// grant: the withdrawal still finds that grant among those sent since, and
+/// gives it back, instead of leaving it held by nobody until its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_finds_its_grant_after_every_wait_of_the_connection_was_granted() {
+    use common::abuse::{exchange, frame};
+    use tenure_server::wire::{AcquireReply, MAX_WAITS_PER_CONNECTION, Request, Response};
+    let clock = ManualClock::new();
+    let server = common::start_open(&clock).await;
+    let store = common::store(&[&server], &clock);
+    let n = MAX_WAITS_PER_CONNECTION;
+    let names: Vec<String> = (0..n).map(|i| format!("many/{i}")).collect();
+    let mut held = Vec::new();
+    for name in &names {
+        held.push(taken(&store, &common::req(name, &holder("holder"))).await);
+    }
+    let mut s = raw(&server).await;
+    let h = Holder::current().with_label("waiter");
+    let mut waits = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let id = u32::try_from(i + 2).expect("id");
+        waits.extend(frame(id, &Request::Wait { ask: ask(name, 10_000, &h), wait_ms: 600_000 }));
+    }
+    s.write_all(&waits).await.expect("waits");
+    until_parked(&server, n as u64).await;
+    for g in &held {
+        store.release(g, &ReleaseRequest::default()).await.expect("release");
+    }
+    let grants = exchange(&mut s, &[], n).await;
+    assert!(grants.iter().all(|r| matches!(r, Response::Acquired(AcquireReply::Granted(_)))), "all granted");
+    let answer = exchange(&mut s, &frame(1, &Request::Unwait { id: 2 }), 1).await.pop();
+    assert!(matches!(answer, Some(Response::Done)), "the withdrawal missed its grant: {answer:?}");
+    match store.try_acquire(&common::req(&names[0], &holder("next"))).await.expect("acquire") {
+        Attempt::Granted(_) => {}
+        Attempt::Busy(b) => panic!("the withdrawn grant still holds the lease: {}", b.describe()),
+    }
+}
+
+/// During the restart quarantine a wait is queued, not refused: only a wait
+/// whose answer is the quarantine counts as a refusal in the metrics, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_in_the_quarantine_count_as_refused_only_when_refused() {
+    use common::abuse::{exchange, frame};
+    use tenure_server::wire::{AcquireReply, Request, Response};
+    let clock = ManualClock::new();
+    let server = common::start(clock.shared(), CoreOptions::new(common::MAX_LEASE), ServerOptions::default()).await;
+    let refused = || server.shared().core.stats().quarantined.load(std::sync::atomic::Ordering::Relaxed);
+    let mut s = raw(&server).await;
+    let h = Holder::current().with_label("early");
+    let now = exchange(&mut s, &frame(2, &Request::Wait { ask: ask("early", 10_000, &h), wait_ms: 0 }), 1).await;
+    assert!(matches!(now.first(), Some(Response::Acquired(AcquireReply::Quarantine { .. }))), "{now:?}");
+    assert_eq!(refused(), 1, "a wait of no time, refused: counted once");
+    s.write_all(&frame(3, &Request::Wait { ask: ask("early", 10_000, &h), wait_ms: 600_000 })).await.expect("wait");
+    until_parked(&server, 1).await;
+    assert_eq!(refused(), 1, "a queued wait is no refusal");
+    clock.advance(common::MAX_LEASE + Duration::from_secs(2));
+    let granted = exchange(&mut s, &[], 1).await;
+    assert!(matches!(granted.first(), Some(Response::Acquired(AcquireReply::Granted(_)))), "{granted:?}");
+    assert_eq!(refused(), 1);
 }
 
 /// A wait answered at once with a grant, then withdrawn before the client saw

@@ -341,19 +341,30 @@ impl Core {
         &self.shards[Self::shard_index(h)].0
     }
 
+    /// A refusal for the quarantine, if it is still on: counted, as the
+    /// answer a request gets (see [`Core::in_quarantine`] for a look).
     fn check_open(&self) -> Result<(), Refusal> {
+        match self.in_quarantine() {
+            None => Ok(()),
+            Some(left) => {
+                self.quarantined.fetch_add(1, Ordering::Relaxed);
+                Err(Refusal::Quarantine(left))
+            }
+        }
+    }
+
+    /// How much of the quarantine is left, if it is still on; not counted.
+    fn in_quarantine(&self) -> Option<Duration> {
         // Once over, the quarantine never comes back: skip the clock read.
         if self.open.load(Ordering::Relaxed) {
-            return Ok(());
+            return None;
         }
         let left = self.quarantine_left();
         if left.is_zero() {
             self.open.store(true, Ordering::Relaxed);
-            Ok(())
-        } else {
-            self.quarantined.fetch_add(1, Ordering::Relaxed);
-            Err(Refusal::Quarantine(left))
+            return None;
         }
+        Some(left)
     }
 
     fn check_ttl(&self, ttl_ms: u64) -> Result<(), Refusal> {

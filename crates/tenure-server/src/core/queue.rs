@@ -56,6 +56,9 @@ pub(super) struct Waiter {
     ttl_ms: u64,
     holder: Arc<Holder>,
     retake: bool,
+    /// When it queued (server time, ms): a grant made since is nobody's
+    /// abandoned grant to re-take (see [`Core::serve`]).
+    since_ms: u64,
     meta: Option<String>,
     tx: oneshot::Sender<Served>,
 }
@@ -105,7 +108,9 @@ impl Core {
         let mut guard = self.shard(h).lock();
         let shard = &mut *guard;
         let now_us = self.now_us();
-        let quarantined = self.check_open().is_err();
+        // A look, not a refusal: a wait in the quarantine is queued (and
+        // counted as refused only if its answer is the quarantine).
+        let quarantined = self.in_quarantine().is_some();
         if !quarantined && !self.queued(shard, h, ask, now_us) {
             let sid = Self::shard_index(h);
             match self.acquire_locked(std::slice::from_ref(ask), &[h], &mut [(sid, &mut *shard)], false) {
@@ -151,6 +156,7 @@ impl Core {
             ttl_ms: ask.ttl_ms,
             holder: ask.holder.clone(),
             retake: ask.retake,
+            since_ms: now_us / 1000,
             meta: ask.meta.map(str::to_string),
             tx,
         });
@@ -209,10 +215,6 @@ impl Core {
         if shard.waiting == 0 || !self.quarantine_left().is_zero() {
             return;
         }
-        // Who was granted in this pass: a grant just made is nobody's
-        // abandoned one, so a waiter of the same identity (two tasks or
-        // processes sharing one) does not re-take it, and waits its turn.
-        let mut granted: Vec<Arc<Holder>> = Vec::new();
         loop {
             let Some(slot) = slot_mut(&mut shard.slots, h, name) else { return };
             let Some(w) = slot.waiters.front() else { return };
@@ -222,7 +224,12 @@ impl Core {
                 continue;
             }
             let (holder, meta) = (w.holder.clone(), w.meta.clone());
-            let retake = w.retake && !granted.iter().any(|g| g.nonce == holder.nonce);
+            // A grant made since the waiter queued (handed along this queue,
+            // in this pass or an earlier one) is nobody's abandoned grant: a
+            // waiter of the same identity (two tasks or processes sharing
+            // one) does not re-take it, and waits its turn.
+            let fresh = |e: &record::Entry| e.holder.nonce == holder.nonce && e.acquired_ms >= w.since_ms;
+            let retake = w.retake && !slot.record.entries().any(|(e, _)| fresh(e));
             let ask = Ask { name, mode: w.mode, ttl_ms: w.ttl_ms, holder: &holder, retake, meta: meta.as_deref() };
             // The head's place in the table passes to its grant: decided
             // without it, or a full table would count the waiter twice and
@@ -240,7 +247,6 @@ impl Core {
             let Some(w) = slot.waiters.pop_front() else { return };
             if served.is_ok() {
                 bump(&shard.stats.handovers);
-                granted.push(holder.clone());
             }
             if let Err(Ok(g)) = w.tx.send(served) {
                 // It left between the check and now: nobody will use the grant.

@@ -100,8 +100,14 @@ pub(crate) async fn serve_one(
 }
 
 /// Grants of waits a connection remembers after sending them (see
-/// [`Connection::sent_grants`]).
-pub(super) const MAX_SENT_GRANTS: usize = 256;
+/// [`Connection::sent_grants`]). Between a grant's answer and a withdrawal of
+/// it, the connection may send a grant to each of its waits (as many as
+/// [`wire::MAX_WAITS_PER_CONNECTION`]: all of them served at once, as when the
+/// restart quarantine ends) and to as many waits again, sent before the
+/// withdrawal by callers whose grants had come: fewer remembered, and a
+/// withdrawal could miss its grant, which nobody would then hold until its
+/// deadline. (It was 256.)
+pub(super) const MAX_SENT_GRANTS: usize = 2 * wire::MAX_WAITS_PER_CONNECTION;
 
 /// A queued wait of a connection, by request id.
 pub(super) struct Queued {
