@@ -189,6 +189,8 @@ impl Client {
     /// turns, to keep until the handle holds the names, and `opts` with what is
     /// left of the timeout.
     async fn take_turns(&self, names: &[LeaseName], opts: &LeaseOptions) -> Result<(Vec<Turn>, LeaseOptions)> {
+        // Bad options are said at once, not after a sibling's turn.
+        opts.validate()?;
         let clock = self.clock().clone();
         let started = clock.mono();
         let deadline = opts.timeout.map(|t| started + t);

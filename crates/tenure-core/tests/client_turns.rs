@@ -40,6 +40,12 @@ async fn a_task_asking_while_another_of_its_client_waits_is_told_so() {
         }
         other => panic!("a wait behind a sibling past its timeout: {other:?}"),
     }
+    // Bad options are said at once, not after the sibling's turn.
+    let zero_ttl = waiting(60).with_ttl(Duration::ZERO);
+    match tokio::time::timeout(Duration::from_secs(5), client.acquire("t", &zero_ttl)).await {
+        Ok(Err(Error::InvalidOptions { .. })) => {}
+        other => panic!("invalid options behind a sibling: {other:?}"),
+    }
     held.release().await.expect("release");
     let lease = tokio::time::timeout(Duration::from_secs(10), sibling).await.expect("in time").expect("join");
     let lease = lease.expect("the sibling's turn");
