@@ -50,7 +50,8 @@ async fn a_task_asking_while_another_of_its_client_waits_is_told_so() {
     let lease = tokio::time::timeout(Duration::from_secs(10), sibling).await.expect("in time").expect("join");
     let lease = lease.expect("the sibling's turn");
     lease.release().await.expect("release");
-    // Nothing is left of the turns: a try finds the lease free.
+    // The turn passed on: a try is no longer told of a sibling (the map of
+    // turns emptying is the unit test's in `turn.rs`).
     client.try_acquire("t", &waiting(0)).await.expect("free again").release().await.expect("release");
 }
 

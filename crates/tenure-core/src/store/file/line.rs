@@ -109,11 +109,17 @@ struct Book {
     /// asked for before that is not kept: its wait was dropped while the
     /// entry was being written, on a thread that went on after it.
     left: HashMap<(String, String), std::time::Instant>,
+    /// `left` is swept of old departures once it has this many: each sweep
+    /// at least halves the sweeps to come, so a leave costs O(1) on average
+    /// however many lines a busy process leaves.
+    sweep_at: usize,
 }
 
 /// How long a departure is remembered: far longer than writing an entry
 /// takes, even on a slow disk (a store's operations have their own deadline).
 const LEFT_MEMORY: Duration = Duration::from_secs(120);
+/// Departures remembered before the first sweep.
+const LEFT_SWEEP_MIN: usize = 1024;
 
 /// A waiter's own entry.
 #[derive(Debug)]
@@ -172,7 +178,10 @@ impl Entries {
     fn take(&self, id: &(String, String)) -> Option<Mine> {
         let mut book = self.book.lock();
         let now = std::time::Instant::now();
-        book.left.retain(|_, &mut left| now.saturating_duration_since(left) < LEFT_MEMORY);
+        if book.left.len() >= book.sweep_at {
+            book.left.retain(|_, &mut left| now.saturating_duration_since(left) < LEFT_MEMORY);
+            book.sweep_at = book.left.len().saturating_mul(2).max(LEFT_SWEEP_MIN);
+        }
         book.left.insert(id.clone(), now);
         book.mine.remove(id)
     }
