@@ -426,7 +426,11 @@ impl Client {
                     let left = deadline.saturating_since(clock.mono());
                     match within(&*clock, left, attempt).await {
                         Some((attempt, false)) => attempt,
-                        Some((Some(Ok(AllAttempt::Granted(grants))), true)) => return Ok(grants),
+                        Some((Some(Ok(AllAttempt::Granted(grants))), true))
+                            if self.vouch(grants.clone(), opts, asked).await.is_ok() =>
+                        {
+                            return Ok(grants);
+                        }
                         _ => {
                             let waited = clock.mono().saturating_since(started);
                             return Err(match last.take() {
@@ -446,6 +450,12 @@ impl Client {
             };
             // `failed`: the store error of this attempt, if it failed; a wait that
             // ends on one reports the store's failure, not a busy lease.
+            // A grant that came too late to be used is released, and counts
+            // as a passing store failure: waited out, and retried.
+            let attempt = match attempt {
+                Ok(AllAttempt::Granted(grants)) => self.vouch(grants, opts, asked).await.map(AllAttempt::Granted),
+                other => other,
+            };
             let (busy, failed) = match attempt {
                 Ok(AllAttempt::Granted(grants)) => return Ok(grants),
                 Ok(AllAttempt::Busy(busy)) => (busy, None),
@@ -479,6 +489,33 @@ impl Client {
             last = Some((busy, failed));
             backoff = (backoff * 2).min(opts.backoff_max);
         }
+    }
+
+    /// `grants`, if they leave time to renew them once before their stop-by
+    /// (local deadline − safety margin; the rule a held lease is kept by, see
+    /// `take_in_order`). A grant whose answer came later than that — a slow
+    /// store, a process paused between request and answer — cannot be vouched
+    /// for: its holder would act on it only to stop at once, or after it
+    /// expired. It is released (within a renewal interval; else it expires) and
+    /// the caller is told, as a transient store error, how late it came.
+    async fn vouch(&self, grants: Vec<Grant>, opts: &LeaseOptions, asked: Mono) -> Result<Vec<Grant>> {
+        let now = self.clock().mono();
+        let usable = |g: &Grant| now + opts.safety() + opts.renew_interval() < g.local_deadline;
+        if grants.iter().all(usable) {
+            return Ok(grants);
+        }
+        let name = grants.first().map(|g| g.name.to_string()).unwrap_or_default();
+        let took = now.saturating_since(asked);
+        let budget = crate::keepalive::release_budget(&grants, &**self.clock(), opts.renew_interval());
+        release_within(self.store.clone(), budget, grants).await;
+        let why = format!(
+            "the grant of {name:?} came {} after it was asked for, too late to be used with a TTL of {} \
+             (it must leave time for one renewal before the safety margin); it was released unused. \
+             A longer TTL allows slower answers",
+            crate::types::human_duration(took),
+            crate::types::human_duration(opts.ttl),
+        );
+        Err(Error::store(self.store.url(), "acquiring", why))
     }
 
     /// Full jitter over `[backoff/2, backoff]`, never past the overall deadline,
@@ -551,13 +588,18 @@ impl Client {
 struct Holding<'c> {
     client: &'c Client,
     grants: Vec<Grant>,
-    /// How long a release may take.
-    budget: Duration,
+    /// The renewal interval, which a release is given at least.
+    interval: Duration,
 }
 
 impl<'c> Holding<'c> {
     fn new(client: &'c Client, opts: &LeaseOptions) -> Self {
-        Self { client, grants: Vec::new(), budget: opts.renew_interval().max(Duration::from_millis(100)) }
+        Self { client, grants: Vec::new(), interval: opts.renew_interval() }
+    }
+
+    /// How long releasing what is held may take.
+    fn budget(&self) -> Duration {
+        crate::keepalive::release_budget(&self.grants, &**self.client.clock(), self.interval)
     }
 
     fn add(&mut self, grants: Vec<Grant>) {
@@ -579,8 +621,9 @@ impl<'c> Holding<'c> {
 
     /// Releases what is held.
     async fn let_go(mut self) {
+        let budget = self.budget();
         let grants = self.take();
-        release_within(self.client.store.clone(), self.budget, grants).await;
+        release_within(self.client.store.clone(), budget, grants).await;
     }
 }
 
@@ -600,11 +643,12 @@ async fn release_within(store: Arc<dyn LeaseStore>, budget: Duration, grants: Ve
 
 impl Drop for Holding<'_> {
     fn drop(&mut self) {
+        let budget = self.budget();
         let grants = self.take();
         // The caller gave up mid-wait: release without waiting for it (and
         // only where a runtime can run the release; else they expire).
         if let (false, Ok(runtime)) = (grants.is_empty(), tokio::runtime::Handle::try_current()) {
-            runtime.spawn(release_within(self.client.store.clone(), self.budget, grants));
+            runtime.spawn(release_within(self.client.store.clone(), budget, grants));
         }
     }
 }
