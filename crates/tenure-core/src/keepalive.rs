@@ -143,6 +143,19 @@ impl Drop for Held {
     }
 }
 
+/// The least time a release is given: one slow answer is worth waiting for.
+const MIN_RELEASE_BUDGET: Duration = Duration::from_secs(1);
+
+/// How long a release of `grants` may take: while they are live (a release
+/// then frees the lease for the next holder at once, instead of at its
+/// deadline), and at least a renewal interval or [`MIN_RELEASE_BUDGET`], so
+/// that one slow answer does not abandon it. The store's own deadline for one
+/// operation bounds it too.
+pub(crate) fn release_budget(grants: &[Grant], clock: &dyn Clock, interval: Duration) -> Duration {
+    let live = grants.iter().map(|g| g.local_deadline).min().map(|d| d.saturating_since(clock.mono()));
+    live.unwrap_or_default().max(interval).max(MIN_RELEASE_BUDGET)
+}
+
 fn stop_by(grants: &[Grant], safety: Duration) -> Mono {
     grants.iter().map(|g| g.local_deadline).min().unwrap_or_default() - safety
 }
@@ -177,7 +190,7 @@ impl KeepAlive {
             Stop::Command(Cmd::Release(req, reply)) => (req, Some(reply)),
             Stop::Dropped | Stop::Lost => (ReleaseRequest { dropped: true, ..ReleaseRequest::default() }, None),
         };
-        let budget = self.timing.interval.max(Duration::from_millis(100));
+        let budget = release_budget(&self.grants, &*self.clock, self.timing.interval);
         let store = self.store.clone();
         let grants = self.grants.clone();
         let out = match self.clock.timeout(budget, async move { store.release_all(&grants, &req).await }).await {
