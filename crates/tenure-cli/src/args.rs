@@ -92,10 +92,13 @@ Exit status: COMMAND's own (128 + n if signal n ended it), or
        the lease it already runs under (TENURE_LEASE and TENURE_STORE)
   65   stored data tenure will not overwrite is corrupt (a corrupt lease record
        instead blocks until --corrupt-ttl, then is replaced with a warning)
-  69   the store is unreachable, failing, or refused as unsafe
+  69   the store is unreachable, failing, or refused as unsafe (at once on first
+       contact without --timeout; under --timeout it is retried until then)
   70   a bug in tenure
-  75   the lease is busy (--no-wait) or the wait timed out (--timeout)
-  76   the lease was lost while COMMAND ran; COMMAND was stopped
+  71   the guard process could not start or was killed before COMMAND started
+  75   the lease is busy (--no-wait) or the wait timed out (--timeout); or no
+       grant came in time to start COMMAND under (the store answered too slowly)
+  76   COMMAND ran and was stopped: the lease was lost, or its guard was killed
   126  COMMAND cannot be run, 127 COMMAND not found (the lease is not taken)
 
 Example:

@@ -12,6 +12,11 @@ pub(crate) const DATA: u8 = 65;
 pub(crate) const STORE: u8 = 69;
 /// A bug in tenure.
 pub(crate) const INTERNAL: u8 = 70;
+/// The system failed tenure: its guard process could not be started, was
+/// killed from outside, or fell silent with the command's end unknown. Not a
+/// bug in tenure (that is [`INTERNAL`]); the command did not run, or how it
+/// ended cannot be known.
+pub(crate) const OS_ERROR: u8 = 71;
 /// An output file cannot be created (`tenure man --dir`).
 pub(crate) const CANT_CREATE: u8 = 73;
 /// Writing the output failed.
@@ -19,7 +24,9 @@ pub(crate) const IO: u8 = 74;
 /// Timed out waiting for the lease, or it was busy with `--no-wait`; also a
 /// `break` that found the lease changed since it was read, or nothing to break.
 pub(crate) const TIMEOUT: u8 = 75;
-/// The lease was lost while the command ran; the command was stopped.
+/// The command ran, and was stopped: the lease was lost, or tenure could no
+/// longer vouch for it (its guard killed or silent). Never said of a command
+/// that did not run.
 pub(crate) const LOST: u8 = 76;
 
 /// An error of the command line itself, with the exit code it ends `tenure` with

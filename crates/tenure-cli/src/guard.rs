@@ -391,12 +391,15 @@ impl Guard {
         }
         let take_terminal = foreground.is_some();
         let report = self.report.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+        // The last moment the command may start: past it, the guard would
+        // begin stopping it at once (see `timers`).
+        let start_by = self.deadline.saturating_sub(self.grace);
         // SAFETY: the closure runs in the forked child before exec. It only makes
         // async-signal-safe system calls (prctl, getppid, getpid, tcsetpgrp,
         // signal, write) on data copied into it, and does not allocate. `report`
         // is open: the guard owns it, and the child's copy lives until exec.
         unsafe {
-            cmd.pre_exec(move || child_setup(parent, take_terminal, &reset[..n], report));
+            cmd.pre_exec(move || child_setup(parent, take_terminal, &reset[..n], report, start_by));
         }
         let spawned = cmd.spawn();
         let status = match &spawned {
@@ -416,6 +419,12 @@ impl Guard {
         }
         let status = match (status, spawned) {
             (Some(status), _) => status,
+            (None, Err(e)) if e.raw_os_error() == Some(libc::ETIME) => {
+                let late = "the lease's time ran out before the command could start (tenure or its guard was \
+                            held up after the grant); the command did not run";
+                self.send(&format!("failed {} {late}", exit::TIMEOUT));
+                return exit::TIMEOUT;
+            }
             (None, Err(e)) => {
                 // As shells do: 127 when there is no such program, 126 when it cannot run.
                 let code = if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 };
@@ -641,8 +650,13 @@ fn nanos(d: Duration) -> u64 {
 /// tenure's pipe before the command can run, so tenure knows the group to kill
 /// even if the guard dies right after the spawn (were the guard to report it
 /// after `spawn` returned, a guard killed in between would leave tenure blind).
+///
+/// Its very last check, right before the exec: that the lease still has time
+/// for the command (`start_by`, CLOCK_BOOTTIME ns, which counts suspension). A
+/// child that gets here later — the guard or `tenure` paused after the grant
+/// — fails with ETIME and the command never runs.
 #[allow(unsafe_code)]
-fn child_setup(parent: Pid, take_terminal: bool, reset: &[i32], report: RawFd) -> io::Result<()> {
+fn child_setup(parent: Pid, take_terminal: bool, reset: &[i32], report: RawFd, start_by: u64) -> io::Result<()> {
     // Last resort if the guard itself is killed: its direct child dies with it.
     rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
     if rustix::process::getppid() != Some(parent) {
@@ -659,6 +673,9 @@ fn child_setup(parent: Pid, take_terminal: bool, reset: &[i32], report: RawFd) -
     }
     for &sig in reset {
         set_disposition(sig, false);
+    }
+    if boot_now_ns() >= start_by {
+        return Err(io::Error::from_raw_os_error(libc::ETIME));
     }
     if report < 0 {
         return Ok(());

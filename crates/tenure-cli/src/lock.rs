@@ -81,12 +81,23 @@
 //!    failure came after it. Only when that status cannot be known does `tenure`
 //!    exit 70.
 //!
+//! 7. **Late grants.** A grant is measured from when it was asked for; one
+//!    whose stop-by is less than the kill grace away when the command would
+//!    start (a slow store, `tenure` paused after the answer) is released unused
+//!    and waited for again, under `--timeout` (the client already refuses one
+//!    that leaves no time for a renewal). The guard's child checks the same
+//!    bound right before exec, on `CLOCK_BOOTTIME`: a command never starts on a
+//!    grant that cannot be vouched for. Under `--timeout`, passing store
+//!    failures are retried until it runs out, first contact included.
+//!
 //! Exit codes: the command's own status; 64 usage (bad name, missing command, a
 //! duration out of range: `--ttl` above 30 days, any other above 10 years), 69
-//! store unreachable, failing or not answering within its deadline, 70 internal,
-//! 75 busy or timed out, 76 lease lost while the command ran (it was stopped),
-//! 126/127 the command cannot be executed / was not found (checked before
-//! waiting, like a shell).
+//! store unreachable, failing or not answering within its deadline, 70 a bug,
+//! 71 the guard could not start or was killed before the command started, 75
+//! busy or timed out (or no grant came in time to start the command), 76 the
+//! command ran and was stopped (the lease lost, or its guard killed), 126/127
+//! the command cannot be executed / was not found (checked before waiting,
+//! like a shell).
 
 use std::ffi::{OsStr, OsString};
 use std::future::{Future, poll_fn};
@@ -210,7 +221,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     // nothing (a grant whose request was in flight expires after its TTL); the
     // guard, never told to start, exits.
     let taken = tokio::select! {
-        taken = take(&args, &name, &opts, op_timeout) => Ok(taken),
+        taken = take(&args, &name, &opts, op_timeout, grace) => Ok(taken),
         sig = signals.recv() => Err(sig),
     };
     if !matches!(taken, Ok(Ok(_)))
@@ -219,6 +230,12 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         sup.finish().await;
     }
     let (store, lease) = match taken {
+        // 76 says that a command ran and was stopped: a grant lost before
+        // the command started (taken over while waiting for the rest of a
+        // queue, say) is a wait that failed, worth trying again.
+        Ok(Err(e)) if exit::code_for(&e) == exit::LOST => {
+            return Err(anyhow::Error::new(Fail::new(exit::TIMEOUT, format!("{e:#} (the command did not run)"))));
+        }
         Ok(taken) => taken?,
         Err(sig) => return Ok(exit::code(Status::Signal(sig).exit_code())),
     };
@@ -247,7 +264,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
             }
             outcome
         }
-        Err(e) => Outcome::Internal(format!("{e:#}")),
+        Err(e) => Outcome::GuardLost { message: format!("{e:#}"), ran: false },
     };
 
     let released = tokio::select! {
@@ -273,9 +290,11 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
             say(&format!("cannot run {:?}: {message} ({what} was released)", program.to_string_lossy()));
             code
         }
-        Outcome::Internal(message) => {
+        // Someone killed the guard (or it could not start): the command was
+        // stopped if it ran, and never started otherwise.
+        Outcome::GuardLost { message, ran } => {
             say(&format!("{what}: {message}"));
-            exit::INTERNAL
+            if ran { exit::LOST } else { exit::OS_ERROR }
         }
         Outcome::Silent { leader, silence } => {
             let silent =
@@ -286,7 +305,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
                     status.exit_code(),
                     format!("the command had ended ({}); tenure stopped what it left running", describe(status)),
                 ),
-                Leader::Unknown => (exit::INTERNAL, "the command had ended, how is unknown".to_string()),
+                Leader::Unknown => (exit::OS_ERROR, "the command had ended, how is unknown".to_string()),
             };
             say(&format!("{silent}; {how}, killed the guard and released the lease"));
             code
@@ -339,14 +358,29 @@ async fn take(
     name: &LeaseName,
     opts: &LeaseOptions,
     op_timeout: Duration,
+    grace: Duration,
 ) -> Result<(Arc<dyn LeaseStore>, Lease)> {
     let started = tokio::time::Instant::now();
     let budget = if args.no_wait { None } else { args.timeout };
     let left = || budget.map(|t| t.saturating_sub(started.elapsed()));
     let step = Step { url: &args.store.url, name: name.as_str(), op_timeout, budget };
 
-    let store = step.bounded("opening the store", left(), args.store.open()).await;
-    let store = store.with_context(|| format!("cannot take lease {:?}", name.as_str()))?;
+    // Under `--timeout`, a store that fails to open for a passing reason (not
+    // answering, refusing connections while it restarts) is tried again until
+    // the timeout; without one, it is misconfigured and said at once (69).
+    let mut pause = Duration::from_millis(50);
+    let store = loop {
+        let opened = step.bounded("opening the store", left(), args.store.open()).await;
+        match opened {
+            Ok(store) => break store,
+            Err(e) if step.retries(&e, left(), pause) => {
+                tracing::info!(error = %format!("{e:#}"), "the store could not be opened; retrying until --timeout");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(args.poll);
+            }
+            Err(e) => return Err(e.context(format!("cannot take lease {:?}", name.as_str()))),
+        }
+    };
     let mut holder = Holder::current();
     if let Some(label) = &args.label {
         holder = holder.with_label(label);
@@ -357,37 +391,57 @@ async fn take(
     let client = Client::with_holder(store.clone(), holder);
 
     // The first attempt does not wait: a store that fails on first contact is
-    // misconfigured (exit 69), whereas one that fails while we wait is waited out.
+    // misconfigured (exit 69) — unless `--timeout` bounds the wait, which then
+    // covers first contact too (a store restarting, a connection reset).
     let first = client.try_acquire(name.as_str(), opts);
-    let lease = match step.bounded("the first attempt", left(), async { Ok(first.await?) }).await {
+    let mut lease = match step.bounded("the first attempt", left(), async { Ok(first.await?) }).await {
         Ok(lease) => lease,
         Err(e) => match e.downcast::<tenure::Error>() {
-            Ok(tenure::Error::Busy { .. }) if !args.no_wait => {
-                let mut opts = opts.clone();
-                // What the first attempt left of `--timeout` (at least a moment,
-                // so that running out is reported as a timeout, not as busy).
-                opts.timeout = left().map(|l| l.max(Duration::from_millis(1)));
-                // Erased when dropped, also when a signal ends the wait.
-                let mut line = WaitLine::new(store.url(), name.as_str());
-                let waiting = client.acquire_watching(name.as_str(), &opts, |busy| line.update(busy));
-                let lease = match opts.timeout {
-                    None => waiting.await?,
-                    Some(limit) => match tokio::time::timeout(limit + SLACK, waiting).await {
-                        Ok(lease) => lease?,
-                        Err(_) => return Err(step.no_answer("waiting", limit, true).into()),
-                    },
-                };
-                line.acquired();
-                lease
+            Ok(tenure::Error::Busy { .. }) if !args.no_wait => step.wait(&client, opts, left()).await?,
+            Ok(e) if e.is_transient() && budget.is_some() => {
+                tracing::info!(error = %e, "the store failed on first contact; retrying until --timeout");
+                step.wait(&client, opts, left()).await?
             }
             Ok(e @ tenure::Error::Store { .. }) => {
                 return Err(anyhow::Error::new(e).context(format!("cannot take lease {:?}", name.as_str())));
             }
             Ok(e) => return Err(e.into()),
+            // The store did not answer the first attempt within its own deadline.
+            Err(e) if step.retries(&e, left(), Duration::ZERO) => step.wait(&client, opts, left()).await?,
             Err(e) => return Err(e),
         },
     };
-    Ok((store, lease))
+    // A grant the command cannot start under — its stop-by is less than the
+    // kill grace away, so the guard would stop the command at once, or has
+    // passed (a slow answer, `tenure` paused after it) — is released unused and
+    // waited for again. The command never runs inside a lease it cannot vouch for.
+    loop {
+        let clock = store.clock().clone();
+        let left_in_grant = stop_by(&lease.health()).map(|at| at.saturating_since(clock.mono()));
+        if left_in_grant.is_some_and(|t| t > grace) {
+            return Ok((store, lease));
+        }
+        let token = lease.grant().token;
+        let released = tokio::time::timeout(op_timeout + SLACK, lease.release()).await;
+        tracing::debug!(token, ?released, "released a grant that came too late to start the command under");
+        let late = format!(
+            "the grant (token {token}) left {} before its stop-by, less than the {} kill grace: \
+             the store answered too slowly for a TTL of {} (it was released unused; a longer --ttl allows slower answers)",
+            human_duration(left_in_grant.unwrap_or_default()),
+            human_duration(grace),
+            human_duration(args.ttl),
+        );
+        if args.no_wait || left().is_some_and(|l| l.is_zero()) {
+            let (name, url) = (name.as_str(), &args.store.url);
+            return Err(Fail::new(
+                exit::TIMEOUT,
+                format!("cannot run the command under lease {name:?} in {url}: {late}"),
+            )
+            .into());
+        }
+        say(&late);
+        lease = step.wait(&client, opts, left()).await?;
+    }
 }
 
 /// Refuses to wait for the lease this process already runs under: a command run
@@ -432,6 +486,50 @@ struct Step<'a> {
 }
 
 impl Step<'_> {
+    /// Whether a step that failed with `e` is tried again: only under
+    /// `--timeout`, with more than `pause` of it left, and for a passing
+    /// failure (a store error that is not permanent, or no answer within the
+    /// store's own deadline), not for a bad URL or option.
+    fn retries(&self, e: &anyhow::Error, left: Option<Duration>, pause: Duration) -> bool {
+        let passing = match e.chain().find_map(|c| c.downcast_ref::<tenure::Error>()) {
+            Some(e) => matches!(e, tenure::Error::Store { .. }) && e.is_transient(),
+            None => exit::code_for(e) == exit::STORE,
+        };
+        self.budget.is_some() && left.is_some_and(|l| l > pause) && passing
+    }
+
+    /// Waits for the lease for what is `left` of `--timeout` (as long as it
+    /// takes without one), with the live line on a terminal. A wait that runs
+    /// out while the store keeps failing ends as a timeout (75) that says how
+    /// it failed: `--timeout` bounds retries of every passing store error.
+    async fn wait(&self, client: &Client, opts: &LeaseOptions, left: Option<Duration>) -> Result<Lease> {
+        let mut opts = opts.clone();
+        // At least a moment, so that running out is reported as a timeout, not as busy.
+        opts.timeout = left.map(|l| l.max(Duration::from_millis(1)));
+        // Erased when dropped, also when a signal ends the wait.
+        let mut line = WaitLine::new(self.url, self.name);
+        let waiting = client.acquire_watching(self.name, &opts, |busy| line.update(busy));
+        let lease = match opts.timeout {
+            None => waiting.await?,
+            Some(limit) => match tokio::time::timeout(limit + SLACK, waiting).await {
+                Ok(Ok(lease)) => lease,
+                Ok(Err(e @ tenure::Error::Store { .. })) if e.is_transient() => {
+                    let (name, url) = (self.name, self.url);
+                    let budget = human_duration(self.budget.unwrap_or(limit));
+                    return Err(Fail::new(
+                        exit::TIMEOUT,
+                        format!("timed out waiting for lease {name:?} in {url} after the {budget} --timeout: {e}"),
+                    )
+                    .into());
+                }
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => return Err(self.no_answer("waiting", limit, true).into()),
+            },
+        };
+        line.acquired();
+        Ok(lease)
+    }
+
     /// Runs `fut` for at most what is `left` of `--timeout`, or the store's
     /// operation deadline if that is shorter (plus [`SLACK`]: the store enforces
     /// its deadline itself, and says more about what did not answer). A step
@@ -498,8 +596,12 @@ enum Outcome {
         code: u8,
         message: String,
     },
-    /// The guard could not be started, or died: the command's group was killed.
-    Internal(String),
+    /// The guard could not be started, or died: the command's group was
+    /// killed. `ran`: whether the command had started.
+    GuardLost {
+        message: String,
+        ran: bool,
+    },
     /// The guard fell silent; `tenure` stopped the command itself.
     Silent {
         leader: Leader,
@@ -532,6 +634,7 @@ async fn supervise(
     // The deadline the guard was last given (CLOCK_BOOTTIME ns).
     let mut deadline = first_deadline_ns;
     let mut asked_to_stop = 0u32;
+    let mut started = false;
     loop {
         tokio::select! {
             // Health first: a loss seen together with the command's exit is reported.
@@ -575,7 +678,10 @@ async fn supervise(
                 }
             }
             event = sup.next() => match event {
-                Event::Started(pid) => tracing::debug!(pid, "the command started"),
+                Event::Started(pid) => {
+                    started = true;
+                    tracing::debug!(pid, "the command started");
+                }
                 Event::Stopping(why) if why == "deadline" => {
                     cause.get_or_insert(match at_risk.take() {
                         Some((failures, error)) => Cause::AtRisk { failures, error },
@@ -588,7 +694,7 @@ async fn supervise(
                 Event::Stopping(_) => {}
                 Event::Failed { code, message } => return Outcome::Failed { code, message },
                 Event::Exited(status) => return Outcome::Exited { status, cause },
-                Event::GuardLost(message) => return Outcome::Internal(message),
+                Event::GuardLost(message) => return Outcome::GuardLost { message, ran: started },
                 Event::Silent(silence) => {
                     let kill_at = boot_now_ns().saturating_add(nanos(spec.grace)).min(deadline);
                     let leader = sup.take_over(kill_at).await;

@@ -123,6 +123,6 @@ fn detached_processes_die_when_the_guard_is_killed() {
     // Orphaned by the guard, they are re-parented to tenure (a subreaper), which kills them.
     signal(guard_of(&holder), Signal::KILL);
     let (code, err) = finish(&mut holder);
-    assert_eq!(code, Some(70), "{err}");
+    assert_eq!(code, Some(76), "{err}");
     assert!(pids.iter().all(|&p| !running(p)), "a detached process outlived its guard: {}", survivors(&pids));
 }

@@ -246,7 +246,7 @@ fn the_guard_ignores_signals_meant_for_the_command() {
         signal(guard, sig);
     }
     std::fs::write(&go, "").expect("go");
-    // Had the guard died, tenure would have killed the group and exited 70.
+    // Had the guard died, tenure would have killed the group and exited 76.
     assert_eq!(wait_status(&mut holder, LIMIT).code(), Some(4));
 }
 
@@ -294,14 +294,14 @@ fn failing_renewals_stop_the_command_and_exit_76() {
 }
 
 #[test]
-fn if_the_guard_is_killed_the_command_dies_too_and_tenure_exits_70() {
+fn if_the_guard_is_killed_the_command_dies_too_and_tenure_exits_76() {
     let store = FileStore::new();
     let pids_file = store.path("pids");
     let mut holder = start(&store, "guardless", &[], &sleepers(&pids_file));
     let pids = pids_of(&pids_file, 3);
     let guard = guard_of(&holder);
     signal(guard, Signal::KILL);
-    assert_eq!(wait_status(&mut holder, LIMIT).code(), Some(70));
+    assert_eq!(wait_status(&mut holder, LIMIT).code(), Some(76));
     assert!(
         eventually(LIMIT, || pids.iter().all(|&p| !running(p))),
         "the command outlived its guard: {}",
@@ -317,7 +317,7 @@ fn a_guard_killed_as_the_command_starts_still_leaves_tenure_the_group_to_stop() 
     // (its parent): tenure must know the group without the guard's word.
     let script = format!("sleep 300 & echo $! > '{}'; kill -9 $PPID; wait", pids_file.display());
     let mut holder = start(&store, "guard-killed-early", &[], &script);
-    assert_eq!(wait_status(&mut holder, LIMIT).code(), Some(70));
+    assert_eq!(wait_status(&mut holder, LIMIT).code(), Some(76));
     let pids = pids_of(&pids_file, 1);
     assert!(
         eventually(LIMIT, || pids.iter().all(|&p| !running(p))),
