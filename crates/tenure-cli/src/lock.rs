@@ -415,6 +415,7 @@ async fn take(
     // kill grace away, so the guard would stop the command at once, or has
     // passed (a slow answer, `tenure` paused after it) — is released unused and
     // waited for again. The command never runs inside a lease it cannot vouch for.
+    let mut said_late = false;
     loop {
         let clock = store.clock().clone();
         let left_in_grant = stop_by(&lease.health()).map(|at| at.saturating_since(clock.mono()));
@@ -439,7 +440,12 @@ async fn take(
             )
             .into());
         }
-        say(&late);
+        if !said_late {
+            say(&late);
+            said_late = true;
+        }
+        // Not at once: the next grant would come as slowly.
+        tokio::time::sleep(left().map_or(args.poll, |l| l.min(args.poll))).await;
         lease = step.wait(&client, opts, left()).await?;
     }
 }
