@@ -482,22 +482,38 @@ pub fn overlaps(holds: &[Hold]) -> Vec<(Hold, Hold)> {
     found
 }
 
-/// Fails, naming both holds and their tokens, if any two overlap.
-pub fn assert_no_overlap(holds: &[Hold], context: &str) {
+/// What [`assert_no_overlap`] says when any two holds overlap: both, with their tokens.
+pub fn overlap_failure(holds: &[Hold], context: &str) -> Option<String> {
     let found = overlaps(holds);
     let listed: Vec<String> = found.iter().map(|(a, b)| format!("  {a}\n  overlaps {b}")).collect();
-    assert!(found.is_empty(), "{context}: {} overlapping hold(s):\n{}", found.len(), listed.join("\n"));
+    (!found.is_empty()).then(|| format!("{context}: {} overlapping hold(s):\n{}", found.len(), listed.join("\n")))
 }
 
-/// Fails if two holds overlap with the earlier one holding the higher token:
-/// the order in which fencing tokens still protect what they write.
-pub fn assert_overlaps_in_token_order(holds: &[Hold], context: &str) {
+/// Fails, naming both holds and their tokens, if any two overlap.
+pub fn assert_no_overlap(holds: &[Hold], context: &str) {
+    if let Some(failure) = overlap_failure(holds, context) {
+        panic!("{failure}");
+    }
+}
+
+/// What [`assert_overlaps_in_token_order`] says when two holds overlap with
+/// the earlier one holding the higher token.
+pub fn token_order_failure(holds: &[Hold], context: &str) -> Option<String> {
     let bad: Vec<String> = overlaps(holds)
         .into_iter()
         .filter(|(a, b)| a.token >= b.token)
         .map(|(a, b)| format!("  {a}\n  overlaps {b}"))
         .collect();
-    assert!(bad.is_empty(), "{context}: overlaps out of token order:\n{}", bad.join("\n"));
+    (!bad.is_empty()).then(|| format!("{context}: overlaps out of token order:\n{}", bad.join("\n")))
+}
+
+/// Fails if two holds overlap with the earlier one holding the higher token:
+/// overlaps are allowed only in the order in which fencing tokens still
+/// protect what they write.
+pub fn assert_overlaps_in_token_order(holds: &[Hold], context: &str) {
+    if let Some(failure) = token_order_failure(holds, context) {
+        panic!("{failure}");
+    }
 }
 
 // ------------------------------------------------------------- randomness ---
