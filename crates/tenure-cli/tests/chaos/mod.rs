@@ -48,14 +48,20 @@ pub fn server_env(var: &str) -> Option<String> {
 /// once; every chunk the server sends is held for the delay in force when it
 /// arrived (each chunk from its own arrival, in order: a delay, not a throttle).
 /// The delay can be changed while connections are open ([`DelayProxy::set_delay`]),
-/// so a test can make the store slow only after its setup.
+/// so a test can make the store slow only after its setup; and it can be kept
+/// to the answers to one kind of HTTP/1.1 request ([`DelayProxy::only_after`]),
+/// so that only writes, say, are slow.
 #[derive(Debug)]
 pub struct DelayProxy {
     /// Where clients connect.
     pub addr: SocketAddr,
     delay_ns: Arc<AtomicU64>,
+    rule: Arc<std::sync::Mutex<Option<Vec<u8>>>>,
     runtime: Option<tokio::runtime::Runtime>,
 }
+
+/// HTTP/1.1 methods: a client chunk that starts with one starts a request.
+const METHODS: [&[u8]; 7] = [b"GET ", b"PUT ", b"POST ", b"HEAD ", b"DELETE ", b"PATCH ", b"OPTIONS "];
 
 impl DelayProxy {
     /// A proxy to `upstream` (`host:port`), with no delay yet.
@@ -65,13 +71,22 @@ impl DelayProxy {
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind the proxy");
         let addr = listener.local_addr().expect("the proxy's address");
         let delay_ns = Arc::new(AtomicU64::new(0));
-        let (delay, upstream) = (delay_ns.clone(), upstream.to_string());
+        let rule: Arc<std::sync::Mutex<Option<Vec<u8>>>> = Arc::default();
+        let (delay, only, upstream) = (delay_ns.clone(), rule.clone(), upstream.to_string());
         runtime.spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                tokio::spawn(relay(client, upstream.clone(), delay.clone()));
+                tokio::spawn(relay(client, upstream.clone(), delay.clone(), only.clone()));
             }
         });
-        Self { addr, delay_ns, runtime: Some(runtime) }
+        Self { addr, delay_ns, rule, runtime: Some(runtime) }
+    }
+
+    /// Delays only the answers to HTTP/1.1 requests that start with `prefix`
+    /// (e.g. `PUT `: the conditional writes that make a grant on S3); the
+    /// answers to other requests pass at once. (One request at a time on a
+    /// connection, as HTTP/1.1 clients without pipelining send them.)
+    pub fn only_after(&self, prefix: &str) {
+        *self.rule.lock().expect("rule") = Some(prefix.as_bytes().to_vec());
     }
 
     /// Holds every answer chunk that arrives from now on for `delay`.
@@ -89,13 +104,31 @@ impl Drop for DelayProxy {
 }
 
 /// One proxied connection: requests straight through, answers delayed.
-async fn relay(client: tokio::net::TcpStream, upstream: String, delay_ns: Arc<AtomicU64>) {
+async fn relay(
+    client: tokio::net::TcpStream,
+    upstream: String,
+    delay_ns: Arc<AtomicU64>,
+    rule: Arc<std::sync::Mutex<Option<Vec<u8>>>>,
+) {
     let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else { return };
     let _ = (client.set_nodelay(true), server.set_nodelay(true));
     let (mut from_client, mut to_client) = client.into_split();
     let (mut from_server, mut to_server) = server.into_split();
+    // Whether the answers now coming are to a request the rule delays.
+    let matching = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let seen = matching.clone();
     let requests = async move {
-        let _ = tokio::io::copy(&mut from_client, &mut to_server).await;
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n @ 1..) = from_client.read(&mut buf).await {
+            let chunk = &buf[..n];
+            if METHODS.iter().any(|m| chunk.starts_with(m)) {
+                let rule = rule.lock().expect("rule").clone();
+                seen.store(rule.is_none_or(|prefix| chunk.starts_with(&prefix)), Ordering::SeqCst);
+            }
+            if to_server.write_all(chunk).await.is_err() {
+                break;
+            }
+        }
         let _ = to_server.shutdown().await;
     };
     // Each chunk is stamped with its due time on arrival, so that chunks in
@@ -104,7 +137,8 @@ async fn relay(client: tokio::net::TcpStream, upstream: String, delay_ns: Arc<At
     let answers_in = async move {
         let mut buf = vec![0u8; 64 * 1024];
         while let Ok(n @ 1..) = from_server.read(&mut buf).await {
-            let due = tokio::time::Instant::now() + Duration::from_nanos(delay_ns.load(Ordering::SeqCst));
+            let delay = if matching.load(Ordering::SeqCst) { delay_ns.load(Ordering::SeqCst) } else { 0 };
+            let due = tokio::time::Instant::now() + Duration::from_nanos(delay);
             if tx.send((due, buf[..n].to_vec())).is_err() {
                 return;
             }
