@@ -12,6 +12,7 @@
 # What it installs (Debian 12, run as root or with passwordless sudo):
 #   apt   etcd-server etcd-client redis-server curl procps chromium
 #         e2fsprogs (chattr, for the lock tests' store outage)
+#         strace (delays a store's syscall, and shows whether a command was ever executed)
 #         bindfs fuse3 (a FUSE mount whose daemon the hung-storage test stops)
 #         radosgw ceph-mon ceph-osd (with --no-install-recommends)
 #         user-mode-linux nfs-ganesha nfs-ganesha-vfs rpcbind nfs-common kmod iproute2
@@ -42,7 +43,7 @@ LOCALBUCKET_VERSION="1.2.1"
 AZURITE_VERSION="3.35.0"
 S3RVER_VERSION="3.7.1"
 
-APT_PACKAGES=(etcd-server etcd-client redis-server curl procps chromium e2fsprogs bindfs fuse3)
+APT_PACKAGES=(etcd-server etcd-client redis-server curl procps chromium e2fsprogs bindfs fuse3 strace)
 APT_PACKAGES_NORECOMMENDS=(radosgw ceph-mon ceph-osd)
 # scripts/nfs.sh: a real NFS server (ganesha) and client kernels (user-mode-linux).
 APT_PACKAGES_NFS=(user-mode-linux nfs-ganesha nfs-ganesha-vfs rpcbind nfs-common kmod iproute2)
@@ -119,7 +120,7 @@ apt_group apt -- "${APT_PACKAGES[@]}"
 apt_group ceph --no-install-recommends -- "${APT_PACKAGES_NORECOMMENDS[@]}"
 apt_group nfs --no-install-recommends -- "${APT_PACKAGES_NFS[@]}"
 
-for bin in linux ganesha.nfsd rpcbind mount.nfs modprobe ip etcd etcdctl redis-server redis-cli curl ps chattr script bindfs fusermount3 ceph-mon ceph-osd radosgw radosgw-admin ceph ceph-authtool monmaptool; do
+for bin in linux ganesha.nfsd rpcbind mount.nfs modprobe ip etcd etcdctl redis-server redis-cli curl ps chattr strace script bindfs fusermount3 ceph-mon ceph-osd radosgw radosgw-admin ceph ceph-authtool monmaptool; do
     command -v "$bin" >/dev/null 2>&1 || die "'$bin' is still missing after the apt step"
 done
 
