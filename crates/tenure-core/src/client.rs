@@ -454,6 +454,15 @@ impl Client {
             // as a passing store failure: waited out, and retried.
             let attempt = match attempt {
                 Ok(AllAttempt::Granted(grants)) => self.vouch(grants, opts, asked).await.map(AllAttempt::Granted),
+                // A grant lost before it was handed over (a queued grant
+                // whose answer came after it expired, renewed too late) was
+                // never the caller's: nobody holds it for them, and the wait
+                // goes on like after any passing failure.
+                Err(Error::Lost { reason, .. }) => Err(Error::store(
+                    self.store.url(),
+                    "acquiring",
+                    format!("a grant was lost before it could be handed over ({reason}); asking again"),
+                )),
                 other => other,
             };
             let (busy, failed) = match attempt {
