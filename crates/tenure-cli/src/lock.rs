@@ -254,6 +254,20 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         token: grant.token,
         deadline_ms: grant.deadline_ms,
     };
+    // A guard killed while it waited for the grant ran nothing: a new one
+    // takes its place, rather than the command not running.
+    let early = match early {
+        Some(mut sup) => {
+            if sup.alive() {
+                Some(sup)
+            } else {
+                tracing::info!("the guard ended while the lease was awaited; starting another");
+                sup.finish().await;
+                None
+            }
+        }
+        None => None,
+    };
     let outcome = match early.map_or_else(spawn, Ok) {
         Ok(mut sup) => {
             sup.start(start);

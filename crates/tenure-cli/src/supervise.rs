@@ -369,6 +369,12 @@ impl Supervisor {
         }
     }
 
+    /// Whether the guard process has not ended (it may have been killed while
+    /// it waited for the grant).
+    pub(crate) fn alive(&mut self) -> bool {
+        matches!(self.guard.try_wait(), Ok(None))
+    }
+
     /// The lease is granted: the guard starts the command. Silence is counted
     /// from now (the guard says nothing while it waits).
     pub(crate) fn start(&mut self, start: Start) {
