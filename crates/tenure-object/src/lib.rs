@@ -71,11 +71,13 @@
 //! must live in the body, never in object metadata, which S3's ETag ignores. GCS:
 //! the generation, which grows with every write and also floors fencing tokens,
 //! so they stay monotonic even past a corrupt record. S3 and Azure have no such
-//! sequence: after a corrupt record tokens jump to the wall clock in µs (see
-//! [`tenure_core::cas`]).
+//! sequence: after a corrupt record tokens jump to the record's `Last-Modified`
+//! in µs, the store's clock, never the replacing client's (and never below the
+//! highest token that handle has seen for the name; see [`tenure_core::cas`]).
 //!
 //! **Times.** The record's modification time (`Last-Modified`, whole seconds,
-//! rounded up here) only judges the age of an unreadable record; grants are judged
+//! rounded up here) only judges the age of an unreadable record and floors the
+//! token that replaces it; grants are judged
 //! by the clock discipline of [`tenure_core::cas`], never by the store's clock.
 //!
 //! # Requests per lease operation, against seed 001
