@@ -145,7 +145,7 @@ enum Read {
 impl CasStore {
     /// Leases over `backend`, measured on `clock`.
     pub fn new(backend: Arc<dyn Backend>, clock: Arc<dyn Clock>, opts: CasOptions) -> Self {
-        let line = backend.clone().line().unwrap_or_else(|| {
+        let line = backend.clone().line(&clock, opts.max_skew).unwrap_or_else(|| {
             Arc::new(RecordLine::new(backend.clone(), clock.clone(), opts.max_skew)) as Arc<dyn Line>
         });
         Self {

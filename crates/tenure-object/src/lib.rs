@@ -156,6 +156,7 @@
 mod backend;
 mod config;
 mod counts;
+mod line;
 mod probe;
 
 use std::sync::Arc;
@@ -165,6 +166,7 @@ use tenure_core::{CasStore, LeaseStore, OpenOptions, Result, StoreUrl};
 pub use backend::{ObjectBackend, RECORD_OBJECT};
 pub use config::{MAX_RETRIES, Provider, RETRY_TIMEOUT, object_store_from_store_url, object_store_from_url};
 pub use counts::RequestCounts;
+pub use line::LINE_DIR;
 pub use object_store;
 pub use probe::{Probe, probe};
 

@@ -66,6 +66,12 @@ pub const REFRESH: Duration = Duration::from_secs(2);
 pub const MAX_WAITERS: usize = 1024;
 /// Conditional writes lost in a row before entering or leaving gives up.
 const MAX_RACES: usize = 64;
+/// The first pause of a waiter in a polled line (see [`Line::polls`]),
+/// doubling up to [`POLL_MAX`]: the client's default backoff when it polls.
+const POLL_FIRST: Duration = Duration::from_millis(25);
+/// The longest pause of a waiter in a polled line: a hand-over costs at most
+/// about this much, and a waiter of a held lease one look this often.
+const POLL_MAX: Duration = Duration::from_secs(1);
 /// The first pause of a waiter in line after a passing store error (a watch
 /// stream reset, a read that timed out), doubling up to [`REFRESH`]: it keeps
 /// its place and looks again, as etcd's Lock API keeps its key across retries.
@@ -325,6 +331,31 @@ impl Drop for Leave {
     }
 }
 
+/// The pauses of a waiter in a polled line ([`Line::polls`]): from
+/// [`POLL_FIRST`], doubling up to [`POLL_MAX`], each drawn from its upper half
+/// so that waiters do not look in step. A watched line has none.
+struct Polls {
+    on: bool,
+    next: Duration,
+}
+
+impl Polls {
+    fn new(on: bool) -> Self {
+        Self { on, next: POLL_FIRST }
+    }
+
+    /// `nap`, cut to the next pause if the line is polled.
+    fn next(&mut self, nap: Duration) -> Duration {
+        if !self.on {
+            return nap;
+        }
+        let half = self.next / 2;
+        let pause = half + Duration::from_nanos(rand::random_range(0..=half.as_nanos() as u64));
+        self.next = self.next.saturating_mul(2).min(POLL_MAX);
+        nap.min(pause)
+    }
+}
+
 /// Whether `e`, met by a waiter in line, is one to wait out in its place:
 /// the store failed for now (a watch stream reset, a read timed out), and the
 /// line is still there to wait in.
@@ -339,10 +370,14 @@ impl CasStore {
         self.line.waiters(name).await
     }
 
-    /// Whether this store keeps wait lines: it can watch keys (learnt once,
-    /// before anything is written). Without, its waiters poll.
+    /// Whether this store keeps wait lines: its line is polled, or it can
+    /// watch keys (learnt once, before anything is written). Without, its
+    /// waiters poll the lease alone.
     pub(super) async fn can_queue(&self, name: &str) -> bool {
         use std::sync::atomic::Ordering;
+        if self.line.polls() {
+            return true;
+        }
         if !self.watch_checked.swap(true, Ordering::Relaxed)
             && let Err(Error::Unsupported { .. }) = self.backend.watch(&queue_key(name), None, Duration::ZERO).await
         {
@@ -428,6 +463,11 @@ impl CasStore {
         let mut reentered = false;
         let mut busy: Option<Busy> = None;
         let mut pause = ERROR_PAUSE;
+        let mut polls = Polls::new(self.line.polls());
+        // In a polled line, whether its turn came at its last look: those ahead
+        // of it only leave, so it stays its turn and the line is not listed
+        // again until it next shows it is alive.
+        let mut my_turn = false;
         loop {
             let now = self.clock.mono();
             if now >= until {
@@ -435,6 +475,7 @@ impl CasStore {
             }
             if now.saturating_since(entered) >= REFRESH {
                 // Still here.
+                my_turn = false;
                 match self.line.enter(name, &me).await {
                     Ok(()) => entered = self.clock.mono(),
                     Err(e) if passing(&e) => {
@@ -446,12 +487,21 @@ impl CasStore {
             }
             let nap = REFRESH.saturating_sub(self.clock.mono().saturating_since(entered));
             let nap = nap.min(until.saturating_since(self.clock.mono()));
-            let wake = self.clock.mono() + nap;
-            let turn = tokio::select! {
-                t = self.line.turn(name, &me, nap) => t,
-                () = self.clock.sleep_until(wake) => Ok(Some(false)),
+            let turn = if my_turn {
+                Ok(Some(true))
+            } else {
+                let nap = polls.next(nap);
+                let wake = self.clock.mono() + nap;
+                tokio::select! {
+                    t = self.line.turn(name, &me, nap) => t,
+                    () = self.clock.sleep_until(wake) => Ok(Some(false)),
+                }
             };
             let lost = matches!(turn, Ok(None));
+            if polls.on && !my_turn && matches!(turn, Ok(Some(true))) {
+                // Its turn came: it looks at the lease soon, then less often.
+                (my_turn, polls.next) = (true, POLL_FIRST);
+            }
             let watched = match turn {
                 // Its turn, just read: no second look at the line.
                 Ok(Some(true)) => match self.acquire_now(req, Arrival::InLine).await {
@@ -463,10 +513,17 @@ impl CasStore {
                         let nap = first.map_or(nap, |ms| nap.min(Duration::from_millis(ms.saturating_add(1))));
                         let seen = b.version.clone();
                         busy = Some(b);
+                        let nap = polls.next(nap);
                         let wake = self.clock.mono() + nap;
-                        tokio::select! {
-                            w = self.backend.watch(name, seen.as_ref(), nap) => w,
-                            () = self.clock.sleep_until(wake) => Ok(false),
+                        if polls.on {
+                            // Nothing to watch: it looks again after the pause.
+                            self.clock.sleep_until(wake).await;
+                            Ok(false)
+                        } else {
+                            tokio::select! {
+                                w = self.backend.watch(name, seen.as_ref(), nap) => w,
+                                () = self.clock.sleep_until(wake) => Ok(false),
+                            }
                         }
                     }
                     // Waited out below, in its place.
