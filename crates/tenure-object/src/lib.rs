@@ -32,6 +32,7 @@
 //! ```text
 //! <prefix>/deploy/prod/~lease     the record of lease "deploy/prod" (JSON)
 //! <prefix>/deploy/prod/~fence     tenure_core::FencedRecord "deploy/prod"
+//! <prefix>/deploy/prod/~line/…    its waiters, an object each (see the `line` module)
 //! <prefix>/~probe-9f2c4e1ab3d07c55 a probe object (deleted after the probe)
 //! ```
 //!
@@ -115,8 +116,12 @@
 //! # What object stores lack
 //!
 //! - **Watching**: none of them can notify a waiter, so waiters poll with capped,
-//!   jittered backoff (25 ms up to 1 s by default), one GET per poll.
-//! - **Conditional DELETE** in `object_store`: not needed, nothing is deleted.
+//!   jittered backoff (25 ms up to 1 s): they wait in a line of objects (one per
+//!   waiter, listed in order), the head of the line polling the lease with one
+//!   GET per poll, the others the line with one LIST.
+//! - **Conditional DELETE** in `object_store`: not needed. Lease records are
+//!   never deleted; a waiter deletes its own entry in a line, or one that has
+//!   not been written for longer than any live waiter leaves it.
 //! - **Server-side expiry**: a dead holder's record stays until a contender takes
 //!   it over; there is no TTL on objects.
 //! - **Conditions at all**, on some S3 look-alikes: hence the [`probe`].

@@ -1,9 +1,13 @@
-//! Waiting in line on a store that can watch keys (a local directory, etcd):
-//! first come, first served. The waiting is written once, over a [`Line`]: the
-//! store's own (etcd keeps a key per waiter, like its Lock API; a directory a
-//! file per waiter, see `store::file::line`), or else one record per lease
-//! written with [`Backend`]'s read, conditional write and watch
-//! ([`RecordLine`]: the memory store).
+//! Waiting in line on a store that can watch keys (a local directory, etcd),
+//! or whose line is polled (object stores): first come, first served. The
+//! waiting is written once, over a [`Line`]: the store's own (etcd keeps a key
+//! per waiter, like its Lock API; a directory a file per waiter, see
+//! `store::file::line`; an object store an object per waiter, polled, see
+//! [`Line::polls`]), or else one record per lease written with [`Backend`]'s
+//! read, conditional write and watch ([`RecordLine`]: the memory store). In a
+//! polled line a waiter looks again after pauses from 25 ms doubling to 1 s,
+//! where a watched one would be woken; once its turn came it polls the lease
+//! alone (those ahead of it only leave) until it next shows it is alive.
 //!
 //! A waiter
 //! 1. **enters** the line: in the record, by appending itself (a conditional
@@ -33,8 +37,9 @@
 //! [`ENTRY_TTL`] plus `max_skew` (on etcd, its etcd lease's TTL). A newcomer's first attempt does not read the
 //! queue (that would cost every uncontended acquisition a read): it takes a
 //! lease that is free at that instant, which between a release and the head's
-//! grab is a window of one watch wake-up. A store that cannot watch the queue
-//! (a directory on NFS: no change notifications) keeps no queue: its waiters poll.
+//! grab is a window of one watch wake-up (in a polled line, one poll). A store
+//! that cannot watch the queue and keeps no polled line (a directory on NFS:
+//! no change notifications) keeps no queue: its waiters poll.
 //! So do the waiters of a line that cannot be used (a directory's line cluttered
 //! with what others left there, see `store::file::line`): such a line is taken
 //! for empty, never an error that keeps anyone from a free lease. Only the
