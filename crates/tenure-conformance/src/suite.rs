@@ -683,16 +683,18 @@ pub async fn an_exclusive_waiter_is_granted_before_readers_that_came_after_it(h:
     let onlooker = h.store().await;
     let wait = |o: LeaseOptions| o.with_ttl(TTL).with_timeout(Duration::from_secs(600));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let spawn = async |who: &'static str, opts: LeaseOptions| {
-        let (c, tx) = (client(h).await, tx.clone());
+    let spawn = |who: &'static str, c: Client, opts: LeaseOptions| {
+        let tx = tx.clone();
         tokio::spawn(async move {
             let _ = tx.send((who, c.acquire(lease, &opts).await.expect("granted")));
         })
     };
-    let gc = spawn("collector", wait(LeaseOptions::exclusive())).await;
+    let gc = spawn("collector", client(h).await, wait(LeaseOptions::exclusive()));
     until_queued(&onlooker, lease, 1).await;
-    let readers =
-        [spawn("reader", wait(LeaseOptions::shared())).await, spawn("reader", wait(LeaseOptions::shared())).await];
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        readers.push(spawn("reader", client(h).await, wait(LeaseOptions::shared())));
+    }
     // Both readers wait, behind the collector: neither joined the first reader.
     until_queued(&onlooker, lease, 3).await;
     if let Ok((who, _)) = rx.try_recv() {

@@ -481,7 +481,7 @@ impl Backend for ObjectBackend {
         }
     }
 
-    /// An object per waiter, polled (see [`crate::line`]).
+    /// An object per waiter, polled (see the crate docs and `src/line.rs`).
     fn line(
         self: Arc<Self>,
         clock: &Arc<dyn tenure_core::Clock>,

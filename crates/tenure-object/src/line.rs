@@ -101,8 +101,11 @@ pub(crate) struct ObjectLine {
     mine: Mutex<HashMap<(String, String), (Path, Version)>>,
     /// Per line, the entries of the last look: their last write, and when it
     /// was first seen.
-    watched: Mutex<HashMap<String, HashMap<String, (Stamp, Mono)>>>,
+    watched: Mutex<HashMap<String, Looked>>,
 }
+
+/// A line as last looked at: per entry, its last write and when it was first seen.
+type Looked = HashMap<String, (Stamp, Mono)>;
 
 /// The object name of entry `seq` of `waiter`.
 fn entry_name(seq: u64, waiter: &Waiter) -> String {
