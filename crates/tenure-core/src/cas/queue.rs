@@ -470,9 +470,9 @@ impl CasStore {
         let mut pause = ERROR_PAUSE;
         let mut polls = Polls::new(self.line.polls());
         // In a polled line, whether its turn came at its last look: those ahead
-        // of it only leave, so it stays its turn and the line is not listed
-        // again until it next shows it is alive.
-        let mut my_turn = false;
+        // of it only leave, so it stays its turn, and the line is looked at
+        // again (`relook`) only when it next shows it is alive.
+        let (mut my_turn, mut relook) = (false, true);
         loop {
             let now = self.clock.mono();
             if now >= until {
@@ -480,7 +480,7 @@ impl CasStore {
             }
             if now.saturating_since(entered) >= REFRESH {
                 // Still here.
-                my_turn = false;
+                relook = true;
                 match self.line.enter(name, &me).await {
                     Ok(()) => entered = self.clock.mono(),
                     Err(e) if passing(&e) => {
@@ -492,9 +492,10 @@ impl CasStore {
             }
             let nap = REFRESH.saturating_sub(self.clock.mono().saturating_since(entered));
             let nap = nap.min(until.saturating_since(self.clock.mono()));
-            let turn = if my_turn {
+            let turn = if my_turn && !relook {
                 Ok(Some(true))
             } else {
+                relook = false;
                 let nap = polls.next(nap);
                 let wake = self.clock.mono() + nap;
                 tokio::select! {
@@ -503,9 +504,10 @@ impl CasStore {
                 }
             };
             let lost = matches!(turn, Ok(None));
-            if polls.on && !my_turn && matches!(turn, Ok(Some(true))) {
+            let was_my_turn = std::mem::replace(&mut my_turn, polls.on && matches!(turn, Ok(Some(true))));
+            if my_turn && !was_my_turn {
                 // Its turn came: it looks at the lease soon, then less often.
-                (my_turn, polls.next) = (true, POLL_FIRST);
+                polls.next = POLL_FIRST;
             }
             let watched = match turn {
                 // Its turn, just read: no second look at the line.
