@@ -16,7 +16,8 @@
 //!   floors the token after an unreadable record on the time *the store* last
 //!   modified it, in µs (see `CasStore::unreadable_floor`), never on the
 //!   replacing client's clock, and never below the highest token this handle has
-//!   seen for the name;
+//!   seen for the name (nor does a record that disappeared restart tokens below
+//!   it);
 //! - **release and break** are conditional on the version observed: a delayed
 //!   release can never free a grant it did not see (seed 001's unintended release);
 //! - a release keeps the record, marked released, so the token counter and the
@@ -258,7 +259,12 @@ impl CasStore {
             (None, Some(ms)) => ms.saturating_mul(1_000),
             (None, None) => self.clock.wall_ms().saturating_mul(1_000),
         };
-        by_store.max(self.seen.lock().get(name).copied().unwrap_or(0))
+        by_store.max(self.seen_token(name))
+    }
+
+    /// The highest token this handle has seen granted on `name`, if it remembers.
+    fn seen_token(&self, name: &str) -> u64 {
+        self.seen.lock().get(name).copied().unwrap_or(0)
     }
 
     /// Notes that `token` was granted on `name`, as read or written here.
@@ -445,7 +451,9 @@ impl CasStore {
                 }
             };
             let (stored, current, floor, replaced) = match read {
-                Read::Absent => (None, None, self.backend.absent_floor(name).await?, None),
+                // A record deleted by hand (or a lifecycle rule) restarts no
+                // token below what this handle has seen.
+                Read::Absent => (None, None, self.backend.absent_floor(name).await?.max(self.seen_token(name)), None),
                 // The record's own counter is exact: tokens stay consecutive.
                 Read::Valid(s, rec) => (Some(s), Some(rec), 0, None),
                 Read::Unreadable(s, detail) => {

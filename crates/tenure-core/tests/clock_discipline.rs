@@ -210,3 +210,19 @@ async fn a_token_after_a_corrupt_record_is_above_every_token_the_handle_saw() {
     let second = replace_corrupt(&backend, &clock, &slow_store, "slow").await;
     assert!(second.token > first.token, "token {} after token {} it saw: moved back", second.token, first.token);
 }
+
+#[tokio::test]
+async fn a_record_deleted_by_hand_restarts_no_token_below_what_the_handle_saw() {
+    let (backend, clock) = setup();
+    let backend = Arc::new(NoSequence { inner: backend, times: true });
+    let s = handle(&backend, &clock);
+    let first = replace_corrupt(&backend, &clock, &s, "first").await;
+    s.release(&first, &Default::default()).await.expect("release");
+    // Gone, as a lifecycle rule would delete it: this handle still remembers.
+    backend.inner.remove("l");
+    let other = handle(&backend, &clock);
+    assert_eq!(try_acquire(&other, "other").await.expect("free").token, 1, "a handle that saw nothing starts over");
+    backend.inner.remove("l");
+    let next = try_acquire(&s, "next").await.expect("free");
+    assert!(next.token > first.token, "token {} after token {}: moved back", next.token, first.token);
+}

@@ -41,7 +41,8 @@
 //! every object under it, so bulk data is better kept elsewhere. Lease records are
 //! never deleted (release marks the record released, keeping the token counter):
 //! do not delete them by hand or with a lifecycle rule, or the tokens of that name
-//! restart from 1 (on GCS they do not: tokens are floored on the generation).
+//! restart from 1 (on GCS they do not: tokens are floored on the generation; and
+//! a handle never grants below a token it has seen for the name).
 //!
 //! # Operations
 //!
