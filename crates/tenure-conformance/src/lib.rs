@@ -166,6 +166,7 @@ macro_rules! conformance_tests {
             waiters_are_granted_in_the_order_they_queued,
             a_multi_lease_waiter_takes_its_turn_in_a_queue_that_never_empties,
             two_tasks_of_one_client_never_hold_one_lease_at_once,
+            an_exclusive_waiter_is_granted_before_readers_that_came_after_it,
         );
     };
     (@each $make:path; #[$runtime:meta]; $($name:ident),* $(,)?) => {

@@ -506,9 +506,10 @@ fn parse(b: &Bytes) -> u64 {
 /// Waiters are granted the lease in the order they queued, and one that gives
 /// up (its future dropped, as when its process is interrupted) leaves the line
 /// and is skipped, on every store that keeps a wait line (a directory with
-/// change notifications, memory, etcd); a store without one (object stores
-/// poll) is skipped, and so is the lease server, whose queue its own tests
-/// cover.
+/// change notifications, memory, etcd, object stores); a store without one (a
+/// directory on NFS polls) is skipped, and so is the lease server, whose queue
+/// its own tests cover. Time flows while waiters wait: a polled line (object
+/// stores) is looked at again on the store's clock.
 pub async fn waiters_are_granted_in_the_order_they_queued(h: &dyn Harness) {
     if h.backend().is_none() {
         return;
@@ -547,7 +548,10 @@ pub async fn waiters_are_granted_in_the_order_they_queued(h: &dyn Harness) {
     let (mut last, mut last_store) = (first, store);
     for i in [0, 1, 3, 4] {
         last_store.release(&last, &ReleaseRequest::default()).await.expect("release");
-        let got = tokio::time::timeout(Duration::from_secs(60), rx.recv()).await.expect("a grant").expect("open");
+        let got = with_time_flowing(h, tokio::time::timeout(Duration::from_secs(60), rx.recv()))
+            .await
+            .expect("a grant")
+            .expect("open");
         assert_eq!(got.0, i, "granted out of order");
         assert!(got.1.token > last.token, "tokens grow along the line");
         (last, last_store) = (got.1, got.2);
@@ -600,7 +604,10 @@ pub async fn a_multi_lease_waiter_takes_its_turn_in_a_queue_that_never_empties(h
     until_queued(3).await;
     // The lease passes along the queue: to the one ahead, then to the set.
     store.release(&first, &ReleaseRequest::default()).await.expect("release");
-    let (g, s) = tokio::time::timeout(Duration::from_secs(60), ahead).await.expect("ahead's turn").expect("join");
+    let (g, s) = with_time_flowing(h, tokio::time::timeout(Duration::from_secs(60), ahead))
+        .await
+        .expect("ahead's turn")
+        .expect("join");
     s.release(&g, &ReleaseRequest::default()).await.expect("release");
     let set = with_time_flowing(h, async { tokio::time::timeout(Duration::from_secs(60), set).await })
         .await
@@ -611,7 +618,10 @@ pub async fn a_multi_lease_waiter_takes_its_turn_in_a_queue_that_never_empties(h
     assert_eq!(names, [cold, hot], "both, in canonical order");
     assert!(!behind.is_finished(), "the one behind the set got the lease first");
     set.release().await.expect("release the set");
-    let (g, s) = tokio::time::timeout(Duration::from_secs(60), behind).await.expect("behind's turn").expect("join");
+    let (g, s) = with_time_flowing(h, tokio::time::timeout(Duration::from_secs(60), behind))
+        .await
+        .expect("behind's turn")
+        .expect("join");
     s.release(&g, &ReleaseRequest::default()).await.expect("release");
 }
 
@@ -659,5 +669,49 @@ pub async fn two_tasks_of_one_client_never_hold_one_lease_at_once(h: &dyn Harnes
     other.release().await.expect("release");
     for t in tasks {
         t.await.expect("sibling");
+    }
+}
+
+/// An exclusive waiter is not starved by readers, on every store: one that
+/// queued while a reader held the lease (a garbage collector behind a backup)
+/// is granted before the readers that came after it, which wait behind it
+/// instead of joining the reader that holds the lease.
+pub async fn an_exclusive_waiter_is_granted_before_readers_that_came_after_it(h: &dyn Harness) {
+    let lease = "conf/gc";
+    let reader = LeaseOptions::shared().with_ttl(TTL);
+    let first = client(h).await.try_acquire(lease, &reader.clone().no_wait()).await.expect("the first reader");
+    let onlooker = h.store().await;
+    let wait = |o: LeaseOptions| o.with_ttl(TTL).with_timeout(Duration::from_secs(600));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let spawn = |who: &'static str, c: Client, opts: LeaseOptions| {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let _ = tx.send((who, c.acquire(lease, &opts).await.expect("granted")));
+        })
+    };
+    let gc = spawn("collector", client(h).await, wait(LeaseOptions::exclusive()));
+    until_queued(&onlooker, lease, 1).await;
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        readers.push(spawn("reader", client(h).await, wait(LeaseOptions::shared())));
+    }
+    // Both readers wait, behind the collector: neither joined the first reader.
+    until_queued(&onlooker, lease, 3).await;
+    if let Ok((who, _)) = rx.try_recv() {
+        panic!("a {who} was granted while the first reader held the lease and the collector waited");
+    }
+    first.release().await.expect("the first reader releases");
+    let mut next = async || with_time_flowing(h, tokio::time::timeout(Duration::from_secs(60), rx.recv())).await;
+    let (who, collector) = next().await.expect("a grant").expect("open");
+    assert_eq!(who, "collector", "a reader that came after the waiting collector was granted before it");
+    collector.release().await.expect("the collector releases");
+    for _ in 0..2 {
+        let (who, r) = next().await.expect("the readers' turn").expect("open");
+        assert_eq!(who, "reader");
+        r.release().await.expect("release");
+    }
+    gc.await.expect("collector");
+    for r in readers {
+        r.await.expect("reader");
     }
 }

@@ -135,9 +135,16 @@ pub trait Backend: Send + Sync + Debug + 'static {
     }
 
     /// The store's own wait line, if it keeps one (etcd: a key per waiter, in
-    /// revision order). Others get one record per lease over
-    /// [`Backend::put`] and [`Backend::watch`] (see [`crate::cas`]).
-    fn line(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<dyn Line>> {
+    /// revision order; an object store: an object per waiter). Others get one
+    /// record per lease over [`Backend::put`] and [`Backend::watch`] (see
+    /// [`crate::cas`]). A line that judges its entries' age does so on `clock`
+    /// (the lease store's), with `max_skew` of tolerance against the store's own.
+    fn line(
+        self: std::sync::Arc<Self>,
+        clock: &std::sync::Arc<dyn crate::clock::Clock>,
+        max_skew: Duration,
+    ) -> Option<std::sync::Arc<dyn Line>> {
+        let _ = (clock, max_skew);
         None
     }
 }
@@ -180,6 +187,14 @@ pub trait Line: Send + Sync + Debug + 'static {
 
     /// Takes the waiter `nonce` out of `name`'s line.
     async fn leave(&self, name: &str, nonce: &str) -> Result<()>;
+
+    /// Whether this line is polled rather than watched (a store that can
+    /// watch nothing: object stores). Its [`Line::turn`] looks once, then
+    /// sleeps out its timeout; its waiters shorten that timeout to a poll
+    /// schedule, and poll the lease itself at their turn (see [`crate::cas`]).
+    fn polls(&self) -> bool {
+        false
+    }
 }
 
 /// Checks a backend key: lease-name segments, optionally ending in `~suffix`.

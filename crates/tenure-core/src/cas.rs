@@ -12,7 +12,12 @@
 //! - **tokens** are `last_token + 1`; when the record is absent or unreadable, the
 //!   store's floor (its version sequence, or etcd's revision) is used instead, so
 //!   tokens grow strictly with every grant, also past a record whose content was
-//!   lost or whose key expired;
+//!   lost or whose key expired. A store without a version sequence (S3, Azure)
+//!   floors the token after an unreadable record on the time *the store* last
+//!   modified it, in µs (see `CasStore::unreadable_floor`), never on the
+//!   replacing client's clock, and never below the highest token this handle has
+//!   seen for the name (nor does a record that disappeared restart tokens below
+//!   it);
 //! - **release and break** are conditional on the version observed: a delayed
 //!   release can never free a grant it did not see (seed 001's unintended release);
 //! - a release keeps the record, marked released, so the token counter and the
@@ -60,6 +65,8 @@ use crate::types::{Attempt, BreakNote, Busy, EndedHow, Grant, LeaseState, LossRe
 
 /// How many times one operation re-reads after losing a conditional write.
 const MAX_CONFLICTS: u32 = 16;
+/// Most names whose highest token a store remembers (see `CasStore::unreadable_floor`).
+const SEEN_NAMES: usize = 4096;
 
 /// Tuning of the clock discipline.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,6 +116,9 @@ pub struct CasStore {
     watched: Mutex<HashMap<String, Vec<(Stamp, Mono)>>>,
     /// Per name: the record this store last wrote, and its version.
     written: Mutex<HashMap<String, (Version, LeaseRecord)>>,
+    /// Per name: the highest token this store has read or written (at most
+    /// [`SEEN_NAMES`] names), under the floor of a token after an unreadable record.
+    seen: Mutex<HashMap<String, u64>>,
     /// Whether the backend said it cannot watch.
     cannot_watch: std::sync::atomic::AtomicBool,
     /// Whether a wait queue has asked the backend if it can watch.
@@ -136,7 +146,7 @@ enum Read {
 impl CasStore {
     /// Leases over `backend`, measured on `clock`.
     pub fn new(backend: Arc<dyn Backend>, clock: Arc<dyn Clock>, opts: CasOptions) -> Self {
-        let line = backend.clone().line().unwrap_or_else(|| {
+        let line = backend.clone().line(&clock, opts.max_skew).unwrap_or_else(|| {
             Arc::new(RecordLine::new(backend.clone(), clock.clone(), opts.max_skew)) as Arc<dyn Line>
         });
         Self {
@@ -146,6 +156,7 @@ impl CasStore {
             opts,
             watched: Mutex::default(),
             written: Mutex::default(),
+            seen: Mutex::default(),
             cannot_watch: Default::default(),
             watch_checked: Default::default(),
             lined: Mutex::default(),
@@ -175,7 +186,10 @@ impl CasStore {
             return Ok(Read::Unreadable(stored, detail));
         }
         match LeaseRecord::parse(&stored.value) {
-            Ok(rec) => Ok(Read::Valid(stored, rec)),
+            Ok(rec) => {
+                self.saw_token(name, rec.last_token);
+                Ok(Read::Valid(stored, rec))
+            }
             Err(Unreadable::Corrupt(detail)) => Ok(Read::Unreadable(stored, detail)),
             Err(Unreadable::Newer(v)) => Err(Error::unsupported(
                 self.url(),
@@ -229,14 +243,48 @@ impl CasStore {
         by_watch.min(by_age)
     }
 
-    /// The token floor after an unreadable record: its version sequence, or (for
-    /// stores without one) the wall clock in microseconds, which no counter that
-    /// grows by one per grant can have reached.
-    fn unreadable_floor(&self, stored: &Stored) -> u64 {
-        stored.version.seq.unwrap_or_else(|| self.clock.wall_ms().saturating_mul(1_000))
+    /// The token floor after the unreadable record `stored` of `name`, from what
+    /// the store says: its version sequence (a directory's, GCS's generation),
+    /// else the time the store last modified the record, in microseconds. No
+    /// token can have reached that time: tokens floored on an earlier such time
+    /// grow by one per grant, and an unreadable record is replaced only once it
+    /// is older than `corrupt_ttl`, so the store wrote the next one later. One
+    /// client's wall clock never decides it (a client an hour behind would move
+    /// tokens back an hour); only a store that gives neither falls back to it.
+    /// In every case the floor is at least the highest token this handle has
+    /// seen for the name.
+    fn unreadable_floor(&self, name: &str, stored: &Stored) -> u64 {
+        let by_store = match (stored.version.seq, stored.modified_ms) {
+            (Some(seq), _) => seq,
+            (None, Some(ms)) => ms.saturating_mul(1_000),
+            (None, None) => self.clock.wall_ms().saturating_mul(1_000),
+        };
+        by_store.max(self.seen_token(name))
+    }
+
+    /// The highest token this handle has seen granted on `name`, if it remembers.
+    fn seen_token(&self, name: &str) -> u64 {
+        self.seen.lock().get(name).copied().unwrap_or(0)
+    }
+
+    /// Notes that `token` was granted on `name`, as read or written here.
+    fn saw_token(&self, name: &str, token: u64) {
+        let mut seen = self.seen.lock();
+        if let Some(highest) = seen.get_mut(name) {
+            *highest = (*highest).max(token);
+            return;
+        }
+        // Bounded: a store that serves many names forgets one of the others.
+        if seen.len() >= SEEN_NAMES
+            && let Some(other) = seen.keys().next().cloned()
+        {
+            seen.remove(&other);
+        }
+        seen.insert(name.to_string(), token);
     }
 
     fn remember(&self, name: &str, version: Version, rec: LeaseRecord) {
+        self.saw_token(name, rec.last_token);
         self.written.lock().insert(name.to_string(), (version, rec));
     }
 
@@ -403,7 +451,9 @@ impl CasStore {
                 }
             };
             let (stored, current, floor, replaced) = match read {
-                Read::Absent => (None, None, self.backend.absent_floor(name).await?, None),
+                // A record deleted by hand (or a lifecycle rule) restarts no
+                // token below what this handle has seen.
+                Read::Absent => (None, None, self.backend.absent_floor(name).await?.max(self.seen_token(name)), None),
                 // The record's own counter is exact: tokens stay consecutive.
                 Read::Valid(s, rec) => (Some(s), Some(rec), 0, None),
                 Read::Unreadable(s, detail) => {
@@ -417,7 +467,7 @@ impl CasStore {
                         }));
                     }
                     tracing::warn!(store = self.url(), lease = name, %detail, "replacing a stale unreadable lease record");
-                    let floor = self.unreadable_floor(&s);
+                    let floor = self.unreadable_floor(name, &s);
                     (Some(s), None, floor, Some(floor))
                 }
             };
@@ -658,7 +708,7 @@ impl LeaseStore for CasStore {
             Read::Unreadable(s, _) => {
                 // Replace the unreadable record with an empty one that keeps the token floor.
                 let mut rec = LeaseRecord::empty(name);
-                rec.last_token = self.unreadable_floor(&s);
+                rec.last_token = self.unreadable_floor(name, &s);
                 (s, rec)
             }
         };

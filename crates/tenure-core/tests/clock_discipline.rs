@@ -123,3 +123,106 @@ async fn inspecting_never_writes() {
     assert_eq!(before, after, "inspect must not touch the record, even when it could clean it up");
     let _ = clock.wall_ms();
 }
+
+/// A store like S3 or Azure: versions without a sequence, and the store's own
+/// modification time, if `times` (over the memory store, on its clock).
+#[derive(Debug)]
+struct NoSequence {
+    inner: Arc<MemoryBackend>,
+    times: bool,
+}
+
+#[async_trait::async_trait]
+impl tenure_core::Backend for NoSequence {
+    fn url(&self) -> &str {
+        self.inner.url()
+    }
+    async fn get(&self, key: &str) -> tenure_core::Result<Option<tenure_core::Stored>> {
+        Ok(self.inner.get(key).await?.map(|mut s| {
+            s.version.seq = None;
+            s.modified_ms = s.modified_ms.filter(|_| self.times);
+            s
+        }))
+    }
+    async fn put(
+        &self,
+        key: &str,
+        value: bytes::Bytes,
+        mut opts: tenure_core::PutOptions,
+    ) -> tenure_core::Result<tenure_core::Put> {
+        if let tenure_core::PutMode::Update(v) = &mut opts.mode {
+            v.seq = v.tag.parse().ok();
+        }
+        Ok(match self.inner.put(key, value, opts).await? {
+            tenure_core::Put::Done(mut v) => {
+                v.seq = None;
+                tenure_core::Put::Done(v)
+            }
+            conflict => conflict,
+        })
+    }
+    async fn list(&self, prefix: &str) -> tenure_core::Result<Vec<String>> {
+        self.inner.list(prefix).await
+    }
+}
+
+const CORRUPT_TTL: Duration = Duration::from_secs(60);
+
+/// A handle on `backend` measuring time on `clock`.
+fn handle(backend: &Arc<NoSequence>, clock: &ManualClock) -> CasStore {
+    let opts = CasOptions::default().with_max_skew(SKEW).with_corrupt_ttl(CORRUPT_TTL);
+    CasStore::new(backend.clone(), clock.shared(), opts)
+}
+
+/// Replaces the record of "l", unreadable since `clock`'s now, as `store` watching
+/// it for the corrupt ttl (its wall clock may be anything): the new grant.
+async fn replace_corrupt(backend: &NoSequence, clock: &ManualClock, store: &CasStore, holder: &str) -> Grant {
+    backend.inner.overwrite("l", bytes::Bytes::from_static(b"{\"tenure\":1,\"tru"));
+    assert!(try_acquire(store, holder).await.is_none(), "a fresh unreadable record blocks");
+    clock.advance(CORRUPT_TTL);
+    let grant = try_acquire(store, holder).await.expect("watched unreadable for the corrupt ttl");
+    assert_eq!(grant.predecessor.as_ref().map(|p| p.how), Some(EndedHow::Corrupt));
+    grant
+}
+
+#[tokio::test]
+async fn a_token_after_a_corrupt_record_comes_from_the_stores_time_not_a_slow_clients() {
+    // The store's clock (the memory store's) is right; one client agrees, the
+    // other is an hour behind.
+    let clock = ManualClock::new();
+    let backend = Arc::new(NoSequence { inner: Arc::new(MemoryBackend::new(clock.shared())), times: true });
+    let first = replace_corrupt(&backend, &clock, &handle(&backend, &clock), "right").await;
+    let slow = clock.skewed(-3_600_000);
+    let second = replace_corrupt(&backend, &clock, &handle(&backend, &slow), "slow").await;
+    assert!(second.token > first.token, "token {} after token {}: moved back", second.token, first.token);
+}
+
+#[tokio::test]
+async fn a_token_after_a_corrupt_record_is_above_every_token_the_handle_saw() {
+    // A store that says neither a sequence nor a time: only the client's clock
+    // is left, and this one is an hour behind, but it saw a higher token.
+    let clock = ManualClock::new();
+    let backend = Arc::new(NoSequence { inner: Arc::new(MemoryBackend::new(clock.shared())), times: false });
+    let first = replace_corrupt(&backend, &clock, &handle(&backend, &clock), "right").await;
+    let slow = clock.skewed(-3_600_000);
+    let slow_store = handle(&backend, &slow);
+    assert!(try_acquire(&slow_store, "slow").await.is_none(), "it reads the record: held by token {}", first.token);
+    let second = replace_corrupt(&backend, &clock, &slow_store, "slow").await;
+    assert!(second.token > first.token, "token {} after token {} it saw: moved back", second.token, first.token);
+}
+
+#[tokio::test]
+async fn a_record_deleted_by_hand_restarts_no_token_below_what_the_handle_saw() {
+    let (backend, clock) = setup();
+    let backend = Arc::new(NoSequence { inner: backend, times: true });
+    let s = handle(&backend, &clock);
+    let first = replace_corrupt(&backend, &clock, &s, "first").await;
+    s.release(&first, &Default::default()).await.expect("release");
+    // Gone, as a lifecycle rule would delete it: this handle still remembers.
+    backend.inner.remove("l");
+    let other = handle(&backend, &clock);
+    assert_eq!(try_acquire(&other, "other").await.expect("free").token, 1, "a handle that saw nothing starts over");
+    backend.inner.remove("l");
+    let next = try_acquire(&s, "next").await.expect("free");
+    assert!(next.token > first.token, "token {} after token {}: moved back", next.token, first.token);
+}

@@ -45,9 +45,11 @@ fn backend(url: &str) -> Arc<dyn Backend> {
 /// it (a directory: its own; memory: a record).
 async fn line(url: &str, name: &str) -> Vec<String> {
     let backend = backend(url);
-    let line = backend.clone().line().unwrap_or_else(|| {
-        Arc::new(RecordLine::new(backend, SystemClock::shared(), Duration::from_secs(2))) as Arc<dyn Line>
-    });
+    let (clock, skew) = (SystemClock::shared(), Duration::from_secs(2));
+    let line = backend
+        .clone()
+        .line(&clock, skew)
+        .unwrap_or_else(|| Arc::new(RecordLine::new(backend, clock.clone(), skew)) as Arc<dyn Line>);
     line.waiters(name).await.expect("read the line").into_iter().map(|w| w.nonce).collect()
 }
 

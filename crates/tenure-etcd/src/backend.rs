@@ -561,7 +561,7 @@ impl Backend for EtcdBackend {
     }
 
     /// etcd's own wait line: a key per waiter (see [`crate::line`]).
-    fn line(self: Arc<Self>) -> Option<Arc<dyn Line>> {
+    fn line(self: Arc<Self>, _: &Arc<dyn tenure_core::Clock>, _: Duration) -> Option<Arc<dyn Line>> {
         Some(self)
     }
 }

@@ -13,7 +13,7 @@ use tenure_core::backend::Waiter;
 use tenure_core::record::LeaseRecord;
 use tenure_core::{
     Backend, CasOptions, Client, Error, FencedRecord, LeaseOptions, LeaseStore, ManualClock, OpenOptions, Put,
-    PutOptions, Released,
+    PutOptions, Released, SystemClock,
 };
 use tenure_etcd::SHADOW_SUFFIX;
 
@@ -182,7 +182,7 @@ async fn waiters_are_keys_of_their_own_and_a_crashed_waiters_key_lapses_with_its
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_goes_by_the_waiters_ahead_skipping_keys_that_are_no_waiters() {
     let Some(s) = scratch("turns").await else { return };
-    let line = s.backend().await.line().expect("etcd keeps a line");
+    let line = s.backend().await.line(&SystemClock::shared(), Duration::from_secs(2)).expect("etcd keeps a line");
     let waiter = |nonce: &str, shared: bool| Waiter { nonce: nonce.to_string(), shared };
     let (a, b, c, d) = (waiter("a", false), waiter("b", true), waiter("c", true), waiter("d", false));
     let garbage = |i: usize| {

@@ -62,7 +62,7 @@ fn unquote(etag: &str) -> &str {
 
 /// The store's modification time in ms. HTTP dates have whole seconds, truncated:
 /// report the end of that second, so a record never looks older than it is.
-fn modified_ms(meta: &object_store::ObjectMeta) -> Option<u64> {
+pub(crate) fn modified_ms(meta: &object_store::ObjectMeta) -> Option<u64> {
     round_up_seconds(meta.last_modified.timestamp_millis())
 }
 
@@ -182,10 +182,12 @@ impl ObjectBackend {
     pub fn object_path(&self, key: &str) -> Result<Path> {
         check_key(key)?;
         let (base, object) = match key.split_once('~') {
-            Some((_, "lease")) => {
+            Some((_, reserved @ ("lease" | "line"))) => {
                 return Err(Error::InvalidName {
                     name: key.into(),
-                    reason: "the suffix '~lease' is reserved for lease records on object stores".into(),
+                    reason: format!(
+                        "the suffix '~{reserved}' is reserved on object stores (for lease records and wait lines)"
+                    ),
                 });
             }
             Some((base, suffix)) => (base, format!("~{suffix}")),
@@ -355,6 +357,25 @@ impl ObjectBackend {
         Ok((meta, Some(Bytes::from(body))))
     }
 
+    /// The objects under `under`, listed (counted as one request), or `None`
+    /// past `cap` of them: the listing stops there.
+    pub(crate) async fn list_capped(
+        &self,
+        under: &Path,
+        cap: usize,
+    ) -> std::result::Result<Option<Vec<object_store::ObjectMeta>>, object_store::Error> {
+        self.counts.list.fetch_add(1, Ordering::Relaxed);
+        let mut listing = self.store.list(Some(under));
+        let mut metas = Vec::new();
+        while let Some(meta) = listing.next().await {
+            if metas.len() >= cap {
+                return Ok(None);
+            }
+            metas.push(meta?);
+        }
+        Ok(Some(metas))
+    }
+
     /// One unconditional DELETE, counted.
     pub(crate) async fn delete_object(&self, path: &Path) -> std::result::Result<(), object_store::Error> {
         self.counts.delete.fetch_add(1, Ordering::Relaxed);
@@ -460,6 +481,15 @@ impl Backend for ObjectBackend {
         }
     }
 
+    /// An object per waiter, polled (see the crate docs and `src/line.rs`).
+    fn line(
+        self: Arc<Self>,
+        clock: &Arc<dyn tenure_core::Clock>,
+        max_skew: std::time::Duration,
+    ) -> Option<Arc<dyn tenure_core::backend::Line>> {
+        Some(Arc::new(crate::line::ObjectLine::new(self, clock.clone(), max_skew)))
+    }
+
     /// One LIST request per 1000 objects under `<prefix>/<prefix argument>/`
     /// (the whole store prefix for `""`); objects that are not tenure's are
     /// skipped.
@@ -520,7 +550,7 @@ mod tests {
     #[test]
     fn bad_keys_are_refused_with_the_rule() {
         let b = backend("");
-        for bad in ["", "../x", "a//b", "x~lease", "x~a~b", ".hidden"] {
+        for bad in ["", "../x", "a//b", "x~lease", "x~line", "x~a~b", ".hidden"] {
             assert!(matches!(b.object_path(bad), Err(Error::InvalidName { .. })), "{bad}");
         }
         assert_eq!(b.object_path("x").expect("valid").as_ref(), "x/~lease");

@@ -32,6 +32,7 @@
 //! ```text
 //! <prefix>/deploy/prod/~lease     the record of lease "deploy/prod" (JSON)
 //! <prefix>/deploy/prod/~fence     tenure_core::FencedRecord "deploy/prod"
+//! <prefix>/deploy/prod/~line/…    its waiters, an object each (see the `line` module)
 //! <prefix>/~probe-9f2c4e1ab3d07c55 a probe object (deleted after the probe)
 //! ```
 //!
@@ -40,7 +41,8 @@
 //! every object under it, so bulk data is better kept elsewhere. Lease records are
 //! never deleted (release marks the record released, keeping the token counter):
 //! do not delete them by hand or with a lifecycle rule, or the tokens of that name
-//! restart from 1 (on GCS they do not: tokens are floored on the generation).
+//! restart from 1 (on GCS they do not: tokens are floored on the generation; and
+//! a handle never grants below a token it has seen for the name).
 //!
 //! # Operations
 //!
@@ -71,11 +73,13 @@
 //! must live in the body, never in object metadata, which S3's ETag ignores. GCS:
 //! the generation, which grows with every write and also floors fencing tokens,
 //! so they stay monotonic even past a corrupt record. S3 and Azure have no such
-//! sequence: after a corrupt record tokens jump to the wall clock in µs (see
-//! [`tenure_core::cas`]).
+//! sequence: after a corrupt record tokens jump to the record's `Last-Modified`
+//! in µs, the store's clock, never the replacing client's (and never below the
+//! highest token that handle has seen for the name; see [`tenure_core::cas`]).
 //!
 //! **Times.** The record's modification time (`Last-Modified`, whole seconds,
-//! rounded up here) only judges the age of an unreadable record; grants are judged
+//! rounded up here) only judges the age of an unreadable record and floors the
+//! token that replaces it; grants are judged
 //! by the clock discipline of [`tenure_core::cas`], never by the store's clock.
 //!
 //! # Requests per lease operation, against seed 001
@@ -113,8 +117,12 @@
 //! # What object stores lack
 //!
 //! - **Watching**: none of them can notify a waiter, so waiters poll with capped,
-//!   jittered backoff (25 ms up to 1 s by default), one GET per poll.
-//! - **Conditional DELETE** in `object_store`: not needed, nothing is deleted.
+//!   jittered backoff (25 ms up to 1 s): they wait in a line of objects (one per
+//!   waiter, listed in order), the head of the line polling the lease with one
+//!   GET per poll, the others the line with one LIST.
+//! - **Conditional DELETE** in `object_store`: not needed. Lease records are
+//!   never deleted; a waiter deletes its own entry in a line, or one that has
+//!   not been written for longer than any live waiter leaves it.
 //! - **Server-side expiry**: a dead holder's record stays until a contender takes
 //!   it over; there is no TTL on objects.
 //! - **Conditions at all**, on some S3 look-alikes: hence the [`probe`].
@@ -154,6 +162,7 @@
 mod backend;
 mod config;
 mod counts;
+mod line;
 mod probe;
 
 use std::sync::Arc;
@@ -163,6 +172,7 @@ use tenure_core::{CasStore, LeaseStore, OpenOptions, Result, StoreUrl};
 pub use backend::{ObjectBackend, RECORD_OBJECT};
 pub use config::{MAX_RETRIES, Provider, RETRY_TIMEOUT, object_store_from_store_url, object_store_from_url};
 pub use counts::RequestCounts;
+pub use line::LINE_DIR;
 pub use object_store;
 pub use probe::{Probe, probe};
 

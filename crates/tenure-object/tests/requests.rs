@@ -120,6 +120,33 @@ async fn lease_operations_cost_the_documented_requests(server: Server) {
     assert_eq!(n, counts(1, 0, 0, 1), "taking over an expired lease: GET + PUT If-Match");
 }
 
+/// What the wait line costs: a free lease reads no line; a reader that would
+/// join readers lists it once (to stay behind a waiting writer); a waiter
+/// enters with a LIST and a PUT If-None-Match and leaves with a DELETE.
+async fn the_wait_line_costs_a_free_lease_nothing(server: Server) {
+    let url = server.url();
+    let clock = ManualClock::new();
+    let (a, b, c) = (
+        Handle::new(&server, &url, &clock).await,
+        Handle::new(&server, &url, &clock).await,
+        Handle::new(&server, &url, &clock).await,
+    );
+    let shared = |h: &Handle| AcquireRequest { mode: Mode::Shared, ..request("l", &h.holder) };
+    let (first, n) = a.counting(a.store.try_acquire(&shared(&a))).await;
+    granted(first.expect("try_acquire"));
+    assert_eq!(n, counts(1, 0, 1, 0), "a free lease: GET + PUT, no listing");
+    let (second, n) = b.counting(b.store.try_acquire(&shared(&b))).await;
+    granted(second.expect("try_acquire"));
+    assert_eq!(n, RequestCounts { list: 1, ..counts(1, 0, 0, 1) }, "a reader joining a reader: one LIST more");
+    let (waited, n) = c.counting(c.store.acquire_queued(&request("l", &c.holder), Duration::ZERO)).await;
+    assert!(matches!(waited, Some(Ok(Attempt::Busy(_)))), "{waited:?}");
+    assert_eq!(
+        n,
+        RequestCounts { list: 1, delete: 1, ..counts(1, 0, 1, 0) },
+        "a wait of no time: LIST + PUT If-None-Match to enter, DELETE to leave, GET to say who holds it"
+    );
+}
+
 async fn probe_costs_six_requests_and_leaves_nothing_behind(server: Server) {
     let url = server.url();
     let backend = common::trusted_backend(&server, &url).await;
@@ -143,6 +170,12 @@ macro_rules! per_server {
                 async fn lease_operations_cost_the_documented_requests() {
                     if let Some(s) = super::common::$server() {
                         super::lease_operations_cost_the_documented_requests(s).await;
+                    }
+                }
+                #[tokio::test]
+                async fn the_wait_line_costs_a_free_lease_nothing() {
+                    if let Some(s) = super::common::$server() {
+                        super::the_wait_line_costs_a_free_lease_nothing(s).await;
                     }
                 }
                 #[tokio::test]

@@ -95,9 +95,43 @@ async fn corrupt_record_is_judged_by_the_stores_timestamp(server: Server) {
     let store = CasStore::new(common::trusted_backend(&server, &url).await, later.shared(), cas_options());
     let lease = Client::new(Arc::new(store)).try_acquire("damaged", &no_wait()).await.expect("stale corrupt record");
     assert_eq!(lease.grant().predecessor.map(|p| p.how), Some(EndedHow::Corrupt));
-    // No version sequence on S3/Azure: the token is floored on the wall clock (µs).
+    // No version sequence on S3/Azure: the token is floored on the store's Last-Modified (µs).
     assert!(lease.token() > 1_000_000_000_000_000, "token {}", lease.token());
     lease.release().await.expect("release");
+}
+
+/// A token after a corrupt record comes from the store's `Last-Modified`, not
+/// from the replacing client's clock: a client an hour behind that replaces a
+/// corrupt record after a grant with a higher token still grants above it.
+async fn a_token_after_a_corrupt_record_never_moves_back_with_a_slow_client(server: Server) {
+    let url = server.url();
+    let backend = common::trusted_backend(&server, &url).await;
+    let path = backend.object_path("damaged").expect("path");
+    let damage = async || {
+        backend.object_store().put(&path, PutPayload::from_static(b"{\"tenure\":1,\"na")).await.expect("damage");
+    };
+    damage().await;
+    // A client whose clock agrees with the store's, once the record is stale by age.
+    let now = ManualClock::new();
+    let later = now.skewed((CORRUPT_TTL + MAX_SKEW + Duration::from_secs(2)).as_millis() as i64);
+    let store = CasStore::new(common::trusted_backend(&server, &url).await, later.shared(), cas_options());
+    let first = Client::new(Arc::new(store)).try_acquire("damaged", &no_wait()).await.expect("stale corrupt record");
+    let first_token = first.token();
+    first.release().await.expect("release");
+    // Damaged again, in a later second of the store's clock (a corrupt record is
+    // replaced only once older than the corrupt ttl: the next is written later).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    damage().await;
+    // A client an hour behind replaces it once it watched it for the corrupt ttl.
+    let slow = now.skewed(-3_600_000);
+    let store = CasStore::new(common::trusted_backend(&server, &url).await, slow.shared(), cas_options());
+    let slow_client = Client::new(Arc::new(store));
+    assert!(slow_client.try_acquire("damaged", &no_wait()).await.is_err(), "a fresh corrupt record blocks");
+    now.advance(CORRUPT_TTL);
+    let second = slow_client.try_acquire("damaged", &no_wait()).await.expect("watched for the corrupt ttl");
+    assert_eq!(second.grant().predecessor.as_ref().map(|p| p.how), Some(EndedHow::Corrupt));
+    assert!(second.token() > first_token, "token {} after token {first_token}: moved back", second.token());
+    second.release().await.expect("release");
 }
 
 /// An object at a lease key larger than any record (another tenant's upload, or
@@ -170,6 +204,12 @@ macro_rules! per_server {
                 async fn an_oversized_object_is_judged_like_a_corrupt_record_without_being_read() {
                     if let Some(s) = super::common::$server() {
                         super::an_oversized_object_is_judged_like_a_corrupt_record_without_being_read(s).await;
+                    }
+                }
+                #[tokio::test]
+                async fn a_token_after_a_corrupt_record_never_moves_back_with_a_slow_client() {
+                    if let Some(s) = super::common::$server() {
+                        super::a_token_after_a_corrupt_record_never_moves_back_with_a_slow_client(s).await;
                     }
                 }
                 #[tokio::test]

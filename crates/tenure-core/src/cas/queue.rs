@@ -1,9 +1,13 @@
-//! Waiting in line on a store that can watch keys (a local directory, etcd):
-//! first come, first served. The waiting is written once, over a [`Line`]: the
-//! store's own (etcd keeps a key per waiter, like its Lock API; a directory a
-//! file per waiter, see `store::file::line`), or else one record per lease
-//! written with [`Backend`]'s read, conditional write and watch
-//! ([`RecordLine`]: the memory store).
+//! Waiting in line on a store that can watch keys (a local directory, etcd),
+//! or whose line is polled (object stores): first come, first served. The
+//! waiting is written once, over a [`Line`]: the store's own (etcd keeps a key
+//! per waiter, like its Lock API; a directory a file per waiter, see
+//! `store::file::line`; an object store an object per waiter, polled, see
+//! [`Line::polls`]), or else one record per lease written with [`Backend`]'s
+//! read, conditional write and watch ([`RecordLine`]: the memory store). In a
+//! polled line a waiter looks again after pauses from 25 ms doubling to 1 s,
+//! where a watched one would be woken; once its turn came it polls the lease
+//! alone (those ahead of it only leave) until it next shows it is alive.
 //!
 //! A waiter
 //! 1. **enters** the line: in the record, by appending itself (a conditional
@@ -33,8 +37,9 @@
 //! [`ENTRY_TTL`] plus `max_skew` (on etcd, its etcd lease's TTL). A newcomer's first attempt does not read the
 //! queue (that would cost every uncontended acquisition a read): it takes a
 //! lease that is free at that instant, which between a release and the head's
-//! grab is a window of one watch wake-up. A store that cannot watch the queue
-//! (a directory on NFS: no change notifications) keeps no queue: its waiters poll.
+//! grab is a window of one watch wake-up (in a polled line, one poll). A store
+//! that cannot watch the queue and keeps no polled line (a directory on NFS:
+//! no change notifications) keeps no queue: its waiters poll.
 //! So do the waiters of a line that cannot be used (a directory's line cluttered
 //! with what others left there, see `store::file::line`): such a line is taken
 //! for empty, never an error that keeps anyone from a free lease. Only the
@@ -66,6 +71,12 @@ pub const REFRESH: Duration = Duration::from_secs(2);
 pub const MAX_WAITERS: usize = 1024;
 /// Conditional writes lost in a row before entering or leaving gives up.
 const MAX_RACES: usize = 64;
+/// The first pause of a waiter in a polled line (see [`Line::polls`]),
+/// doubling up to [`POLL_MAX`]: the client's default backoff when it polls.
+const POLL_FIRST: Duration = Duration::from_millis(25);
+/// The longest pause of a waiter in a polled line: a hand-over costs at most
+/// about this much, and a waiter of a held lease one look this often.
+const POLL_MAX: Duration = Duration::from_secs(1);
 /// The first pause of a waiter in line after a passing store error (a watch
 /// stream reset, a read that timed out), doubling up to [`REFRESH`]: it keeps
 /// its place and looks again, as etcd's Lock API keeps its key across retries.
@@ -325,6 +336,31 @@ impl Drop for Leave {
     }
 }
 
+/// The pauses of a waiter in a polled line ([`Line::polls`]): from
+/// [`POLL_FIRST`], doubling up to [`POLL_MAX`], each drawn from its upper half
+/// so that waiters do not look in step. A watched line has none.
+struct Polls {
+    on: bool,
+    next: Duration,
+}
+
+impl Polls {
+    fn new(on: bool) -> Self {
+        Self { on, next: POLL_FIRST }
+    }
+
+    /// `nap`, cut to the next pause if the line is polled.
+    fn next(&mut self, nap: Duration) -> Duration {
+        if !self.on {
+            return nap;
+        }
+        let half = self.next / 2;
+        let pause = half + Duration::from_nanos(rand::random_range(0..=half.as_nanos() as u64));
+        self.next = self.next.saturating_mul(2).min(POLL_MAX);
+        nap.min(pause)
+    }
+}
+
 /// Whether `e`, met by a waiter in line, is one to wait out in its place:
 /// the store failed for now (a watch stream reset, a read timed out), and the
 /// line is still there to wait in.
@@ -339,10 +375,14 @@ impl CasStore {
         self.line.waiters(name).await
     }
 
-    /// Whether this store keeps wait lines: it can watch keys (learnt once,
-    /// before anything is written). Without, its waiters poll.
+    /// Whether this store keeps wait lines: its line is polled, or it can
+    /// watch keys (learnt once, before anything is written). Without, its
+    /// waiters poll the lease alone.
     pub(super) async fn can_queue(&self, name: &str) -> bool {
         use std::sync::atomic::Ordering;
+        if self.line.polls() {
+            return true;
+        }
         if !self.watch_checked.swap(true, Ordering::Relaxed)
             && let Err(Error::Unsupported { .. }) = self.backend.watch(&queue_key(name), None, Duration::ZERO).await
         {
@@ -428,6 +468,11 @@ impl CasStore {
         let mut reentered = false;
         let mut busy: Option<Busy> = None;
         let mut pause = ERROR_PAUSE;
+        let mut polls = Polls::new(self.line.polls());
+        // In a polled line, whether its turn came at its last look: those ahead
+        // of it only leave, so it stays its turn, and the line is looked at
+        // again (`relook`) only when it next shows it is alive.
+        let (mut my_turn, mut relook) = (false, true);
         loop {
             let now = self.clock.mono();
             if now >= until {
@@ -435,6 +480,7 @@ impl CasStore {
             }
             if now.saturating_since(entered) >= REFRESH {
                 // Still here.
+                relook = true;
                 match self.line.enter(name, &me).await {
                     Ok(()) => entered = self.clock.mono(),
                     Err(e) if passing(&e) => {
@@ -446,12 +492,23 @@ impl CasStore {
             }
             let nap = REFRESH.saturating_sub(self.clock.mono().saturating_since(entered));
             let nap = nap.min(until.saturating_since(self.clock.mono()));
-            let wake = self.clock.mono() + nap;
-            let turn = tokio::select! {
-                t = self.line.turn(name, &me, nap) => t,
-                () = self.clock.sleep_until(wake) => Ok(Some(false)),
+            let turn = if my_turn && !relook {
+                Ok(Some(true))
+            } else {
+                relook = false;
+                let nap = polls.next(nap);
+                let wake = self.clock.mono() + nap;
+                tokio::select! {
+                    t = self.line.turn(name, &me, nap) => t,
+                    () = self.clock.sleep_until(wake) => Ok(Some(false)),
+                }
             };
             let lost = matches!(turn, Ok(None));
+            let was_my_turn = std::mem::replace(&mut my_turn, polls.on && matches!(turn, Ok(Some(true))));
+            if my_turn && !was_my_turn {
+                // Its turn came: it looks at the lease soon, then less often.
+                polls.next = POLL_FIRST;
+            }
             let watched = match turn {
                 // Its turn, just read: no second look at the line.
                 Ok(Some(true)) => match self.acquire_now(req, Arrival::InLine).await {
@@ -463,10 +520,17 @@ impl CasStore {
                         let nap = first.map_or(nap, |ms| nap.min(Duration::from_millis(ms.saturating_add(1))));
                         let seen = b.version.clone();
                         busy = Some(b);
+                        let nap = polls.next(nap);
                         let wake = self.clock.mono() + nap;
-                        tokio::select! {
-                            w = self.backend.watch(name, seen.as_ref(), nap) => w,
-                            () = self.clock.sleep_until(wake) => Ok(false),
+                        if polls.on {
+                            // Nothing to watch: it looks again after the pause.
+                            self.clock.sleep_until(wake).await;
+                            Ok(false)
+                        } else {
+                            tokio::select! {
+                                w = self.backend.watch(name, seen.as_ref(), nap) => w,
+                                () = self.clock.sleep_until(wake) => Ok(false),
+                            }
                         }
                     }
                     // Waited out below, in its place.

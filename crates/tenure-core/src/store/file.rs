@@ -524,7 +524,7 @@ impl Backend for FileBackend {
     }
 
     /// A file per waiter (see [`line`]).
-    fn line(self: Arc<Self>) -> Option<Arc<dyn crate::backend::Line>> {
+    fn line(self: Arc<Self>, _: &Arc<dyn crate::clock::Clock>, _: Duration) -> Option<Arc<dyn crate::backend::Line>> {
         Some(self)
     }
 }

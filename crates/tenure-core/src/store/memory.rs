@@ -1,7 +1,8 @@
 //! `memory://`: an in-process [`Backend`] for tests and examples.
 //!
 //! Versions come from one counter shared by every key, so they grow strictly and a
-//! token floor taken from them is always safe. Nothing is ever deleted. `watch` is
+//! token floor taken from them is always safe. Nothing is ever deleted (but by
+//! [`MemoryBackend::remove`], for tests). `watch` is
 //! supported, so the waiting path that etcd uses is exercised without etcd.
 //! `memory://NAME` gives the same store to everyone in the process who names it;
 //! bare `memory://` a fresh one.
@@ -65,6 +66,13 @@ impl MemoryBackend {
         drop(st);
         self.changed.notify_waiters();
         v
+    }
+
+    /// Deletes `key`, as a hand or a storage lifecycle rule would (tenure
+    /// never does): for tests of records that disappear.
+    pub fn remove(&self, key: &str) {
+        self.state.lock().slots.remove(key);
+        self.changed.notify_waiters();
     }
 
     fn write(st: &mut State, key: &str, value: Bytes, now_ms: u64) -> Version {
