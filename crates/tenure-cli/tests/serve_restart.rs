@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serve_common::{http_get, serve};
-use tenure::{AcquireRequest, Attempt, Error, Holder, LeaseName, LeaseStore, Mode, OpenOptions};
+use tenure::{AcquireRequest, Attempt, Error, Holder, LeaseName, LeaseStore, LossReason, Mode, OpenOptions};
 
 /// `--max-lease` of the test servers; the quarantine is this plus 1 s.
 const MAX_LEASE: Duration = Duration::from_secs(2);
@@ -145,4 +145,63 @@ fn a_ttl_above_the_servers_max_lease_is_refused_at_once_in_the_users_terms() {
     assert!(asked.elapsed() < QUARANTINE, "refused only after {:?}: {err}", asked.elapsed());
     assert!(err.contains("a TTL of 1m is longer than the server's --max-lease of 2s"), "{err}");
     assert!(!err.contains("..=") && !err.contains("ttl_ms"), "wire field names or range syntax: {err}");
+}
+
+/// Restarted with a lower `--max-lease` (6 s, then 1 s) while a 6 s lease is
+/// held: the quarantine covers the longest lease granted before the restart
+/// (kept in the state file), not the new flag's, so the name is granted again
+/// only after the old lease's deadline, with a higher token; the holder's
+/// renewal, refused for its 6 s duration, is reported as lost at once (not
+/// retried as an outage); and once that quarantine is over, the recorded bound
+/// comes down to the new flag.
+#[tokio::test]
+async fn a_restart_with_a_lower_max_lease_waits_out_the_leases_granted_before_it() {
+    const LONG: Duration = Duration::from_secs(6);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("serve.state");
+    let state_arg = state.to_str().expect("a UTF-8 path");
+    let started = Instant::now();
+    let first = serve(&["--listen", "127.0.0.1:0", "--max-lease", "6s", "--state", state_arg]);
+    let url = format!("tenure://{}", first.addr);
+    let store = Arc::new(tenure_server::TenureStore::new(&url, &OpenOptions::default()).expect("store"));
+    let me = Arc::new(Holder::current());
+    let ask = |name: &str, ttl: Duration, holder: &Arc<Holder>| AcquireRequest { ttl, ..req(name, holder) };
+    first_grant(&*store, &ask("lower/warmup", LONG, &me), started + LONG + Duration::from_secs(1)).await;
+    // The holder's deadline, on its clock, is at least this (its request went out after it).
+    let sent = Instant::now();
+    let opts = tenure::LeaseOptions::exclusive().with_ttl(LONG);
+    let held = tenure::Client::new(store.clone()).try_acquire("lower/held", &opts).await.expect("granted");
+    let old_token = held.token();
+    let addr = first.addr.clone();
+    drop(first); // SIGKILL
+
+    let _second = serve(&["--listen", &addr, "--max-lease", "1s", "--state", state_arg]);
+    let reason = tokio::time::timeout(Duration::from_secs(60), held.lost()).await.expect("the holder learns");
+    assert!(matches!(reason, LossReason::Stolen { .. }), "lost as refused, not after retries: {reason}");
+    let other = Arc::new(Holder::current().with_label("after the restart"));
+    let g = first_grant(&*store, &ask("lower/held", Duration::from_secs(1), &other), sent + LONG).await;
+    assert!(g.token > old_token, "token {} after the restart, {old_token} before it", g.token);
+
+    let lowered = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&state).expect("the state file") != "tenure serve state 1\nmax_lease_ms 1000\n" {
+        assert!(Instant::now() < lowered, "the recorded bound stays at 6 s: {:?}", std::fs::read_to_string(&state));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A state file that says something else stops the start, naming the file.
+#[test]
+fn a_garbage_state_file_stops_the_start_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("serve.state");
+    std::fs::write(&state, "max_lease: sixty seconds\n").expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--max-lease", "1s", "--state"])
+        .arg(&state)
+        .output()
+        .expect("run tenure serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains(&format!("state file {}", state.display())), "{err}");
+    assert_eq!(std::fs::read_to_string(&state).expect("read"), "max_lease: sixty seconds\n", "left as it was");
 }

@@ -39,11 +39,26 @@ pub(crate) fn http_get(addr: &str, path: &str) -> (u16, String) {
     (code, body.to_string())
 }
 
+/// A state directory for the servers of this test process, emptied at its first use.
+pub(crate) fn state_home() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("tenure-serve-state-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    })
+    .clone()
+}
+
 /// Starts `tenure serve <args>` and waits until it listens.
 pub(crate) fn serve(args: &[&str]) -> Serve {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
         .arg("serve")
         .args(args)
+        // The default state file (a restart at a fixed port keeps one) goes to a
+        // directory of this test process, not the user's.
+        .env("XDG_STATE_HOME", state_home())
+        .env_remove("STATE_DIRECTORY")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

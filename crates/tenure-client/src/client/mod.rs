@@ -1002,6 +1002,21 @@ impl LeaseStore for TenureStore {
                     let msg = unexpected_answer(&other);
                     idx.iter().for_each(|&i| out[i] = Some(Err(Error::store(&self.url, "renewing", msg.clone()))));
                 }
+                // A renewal the server refuses as invalid (an older server's
+                // answer to a duration above its --max-lease, after a restart
+                // with a lower one) is refused again however often it is sent:
+                // the grant will not be renewed, so it is lost now, not after
+                // a passing outage's retries.
+                Err(Error::InvalidOptions { reason }) => {
+                    for &i in idx {
+                        out[i] = Some(Err(Error::Lost {
+                            store: self.url.clone(),
+                            name: grants[i].name.to_string(),
+                            token: grants[i].token,
+                            reason: LossReason::Stolen { detail: format!("the server refuses to renew it: {reason}") },
+                        }));
+                    }
+                }
                 Err(e) => {
                     let msg = e.to_string();
                     idx.iter().for_each(|&i| out[i] = Some(Err(Error::store(&self.url, "renewing", msg.clone()))));

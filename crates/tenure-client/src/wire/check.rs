@@ -74,7 +74,12 @@ pub fn check_request(req: &Request<'_>, max_lease_ms: u64) -> Result<(), String>
         }
         Request::Renew(items) => {
             for (i, it) in items.iter().enumerate() {
-                ttl(&Field("items", i, "ttl_ms"), it.ttl_ms)?;
+                // Up to the protocol's limit: a renewal beyond the server's
+                // --max-lease is of a grant from before a restart with a lower
+                // one, and answered as lost, item by item (a refusal of the
+                // whole request would look like a passing failure).
+                let what = Field("items", i, "ttl_ms");
+                within(&what, it.ttl_ms, MIN_TTL_MS, millis(MAX_TTL), " ms (the protocol's longest lease)")?;
                 len(&Field("items", i, "name"), it.grant.name, MAX_NAME_LEN)?;
                 token(&Field("items", i, "token"), it.grant.token)?;
                 len(&Field("items", i, "nonce"), it.grant.nonce, MAX_HOLDER_FIELD)?;

@@ -191,8 +191,13 @@ pub struct Server {
 impl Server {
     /// Binds `addr` (port 0 picks one).
     pub async fn bind(addr: SocketAddr, core: Arc<Core>, signer: Signer, opts: ServerOptions) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(addr).await?;
-        Ok(Self {
+        Ok(Self::from_listener(TcpListener::bind(addr).await?, core, signer, opts))
+    }
+
+    /// Serves on a bound `listener` (whose port decides, say, where state is kept
+    /// before the table is made).
+    pub fn from_listener(listener: TcpListener, core: Arc<Core>, signer: Signer, opts: ServerOptions) -> Self {
+        Self {
             listener,
             shared: Arc::new(Shared {
                 core,
@@ -203,7 +208,7 @@ impl Server {
                 conns: ConnStats::default(),
                 aborted: AtomicBool::new(false),
             }),
-        })
+        }
     }
 
     /// The address it listens on.
