@@ -63,6 +63,12 @@ pub(crate) struct ServeArgs {
     /// `--listen` on port 0 (nobody can come back to that address).
     #[arg(long, value_name = "FILE")]
     pub(crate) state: Option<PathBuf>,
+    /// This server's identity, by which clients of several servers place names
+    /// (1 to 64 ASCII letters, digits, '.', '_', '-'). Default: the one kept in
+    /// --state, made at the first start (random for a server on port 0, or
+    /// without a state file). Changing it is a change of the server list.
+    #[arg(long, value_name = "ID")]
+    pub(crate) server_id: Option<String>,
     /// ed25519 witness key: 64 hex digits in a file, created (mode 0600) if missing.
     /// Without it, a fresh key is made for this run only.
     #[arg(long, value_name = "FILE")]
@@ -144,6 +150,9 @@ fn check_args(args: &ServeArgs) -> Result<()> {
             bail!("{flag} must be at least 1ms");
         }
         check_duration(flag, d, MAX_DURATION)?;
+    }
+    if let Some(id) = &args.server_id {
+        tenure_server::wire::check_server_id(id).map_err(|m| anyhow::anyhow!("--server-id: {m}"))?;
     }
     if args.auth_token_file.is_some()
         && args.tls_cert.is_none()
@@ -247,16 +256,17 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
     let state = state_file(args.state.as_deref(), args.listen.port(), |k| std::env::var_os(k)).map_err(usage)?;
     // Written before the table exists, so before anything is granted.
-    let longest = match &state {
+    let (longest, kept_id) = match &state {
         Some(state) => state.start(args.max_lease).map_err(|e| usage(e.into()))?,
-        None => args.max_lease,
+        None => (args.max_lease, tenure_server::server::random_server_id()),
     };
+    let server_id = args.server_id.clone().unwrap_or_else(|| kept_id.clone());
     let mut core_opts = CoreOptions::after(args.max_lease, longest);
     core_opts.max_live = args.max_leases;
     core_opts.retain = args.retain;
     let core = Arc::new(Core::new(clock, core_opts));
     if let Some(state) = state.filter(|_| longest > args.max_lease) {
-        tokio::spawn(lower_state_after_quarantine(state, core.clone(), args.max_lease));
+        tokio::spawn(lower_state_after_quarantine(state, core.clone(), args.max_lease, kept_id));
     }
     let opts = ServerOptions {
         auth_token,
@@ -267,6 +277,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         max_pre_hello: args.max_pre_hello,
         spin: args.spin,
         tls: tls.clone(),
+        server_id: server_id.clone(),
         connection_threads: args
             .connection_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)),
@@ -288,6 +299,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         if let Some(h) = &http {
             writeln!(out, "tenure serve: status page on {scheme}://{}/", h.local_addr()?)?;
         }
+        writeln!(out, "tenure serve: server identity {server_id}")?;
         writeln!(out, "tenure serve: witness public key {public_key}")?;
         let earlier = if longest > args.max_lease {
             format!(" (an earlier run granted leases up to {})", tenure_core::human_duration(longest))
@@ -368,7 +380,7 @@ fn state_file(
 /// which covered the recorded one, is over: every grant made under it has
 /// ended. A failure leaves the higher bound, which is safe (a restart waits
 /// longer), so it is only logged.
-async fn lower_state_after_quarantine(state: StateFile, core: Arc<Core>, max_lease: Duration) {
+async fn lower_state_after_quarantine(state: StateFile, core: Arc<Core>, max_lease: Duration, server_id: String) {
     loop {
         let left = core.quarantine_left();
         if left.is_zero() {
@@ -376,7 +388,7 @@ async fn lower_state_after_quarantine(state: StateFile, core: Arc<Core>, max_lea
         }
         tokio::time::sleep(left).await;
     }
-    match tokio::task::spawn_blocking(move || state.lower(max_lease)).await {
+    match tokio::task::spawn_blocking(move || state.lower(max_lease, &server_id)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "could not lower the recorded longest lease (a restart will wait longer)")

@@ -198,6 +198,8 @@ impl Inner {
 
 /// A connection and its two tasks.
 pub(crate) struct Conn {
+    /// It told its server the store's server list (see `TenureStore::placed_conn`).
+    pub(crate) placed: AtomicBool,
     inner: Arc<Inner>,
     reader: JoinHandle<()>,
     writer: JoinHandle<()>,
@@ -245,7 +247,7 @@ impl Conn {
         });
         let reader = tokio::spawn(read_loop(inner.clone(), reader, Spin::new(spin)));
         let writer = tokio::spawn(write_loop(inner.clone(), writer));
-        Self { inner, reader, writer }
+        Self { placed: AtomicBool::new(false), inner, reader, writer }
     }
 
     pub(crate) fn is_dead(&self) -> bool {

@@ -1,5 +1,5 @@
-//! The server's one piece of state on disk: the longest lease it may have
-//! granted, kept across restarts.
+//! The server's state on disk: the longest lease it may have granted, and its
+//! identity, kept across restarts.
 //!
 //! The restart rule (see the crate docs) makes a starting server grant nothing
 //! until every grant of its previous incarnation has ended, and keeps its
@@ -13,11 +13,17 @@
 //! flags ([`StateFile::lower`]): by then every grant made under the old bound
 //! has ended.
 //!
-//! The file is two lines of text:
+//! It also keeps the server's identity (random, made at the first start): a
+//! client of several servers places names by the identities they say, so one
+//! must stay the same across restarts, or names would move between servers
+//! under their holders. `tenure serve --server-id` gives one instead.
+//!
+//! The file is a few lines of text:
 //!
 //! ```text
 //! tenure serve state 1
 //! max_lease_ms 60000
+//! server_id 5f0c2a9e81d34b7c9a0e6f1d2c3b4a59
 //! ```
 //!
 //! A file that says anything else stops the start with an error naming it. The
@@ -57,6 +63,16 @@ impl std::fmt::Display for StateError {
 
 impl std::error::Error for StateError {}
 
+/// What a state file holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct State {
+    /// The longest lease the server may have granted.
+    pub longest: Duration,
+    /// The server's identity, if one was made (a file without one gets one at
+    /// the next start).
+    pub server_id: Option<String>,
+}
+
 /// Where a server keeps the longest lease it may have granted.
 #[derive(Clone, Debug)]
 pub struct StateFile {
@@ -78,8 +94,8 @@ impl StateFile {
         StateError { path: self.path.clone(), why: why.to_string() }
     }
 
-    /// The recorded bound: `None` if there is no file (a first start).
-    pub fn read(&self) -> Result<Option<Duration>, StateError> {
+    /// The recorded state: `None` if there is no file (a first start).
+    pub fn read(&self) -> Result<Option<State>, StateError> {
         let bytes = match tenure_core::limits::read_small_file(&self.path, MAX_STATE_FILE) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -87,8 +103,10 @@ impl StateFile {
         };
         let garbage = |what: &str| {
             self.error(format!(
-                "{what}; it should read {HEADER:?} and a line `max_lease_ms N`. Write there the longest \
-                 --max-lease this server ran with, or remove the file once that long has passed since it stopped"
+                "{what}; it should read {HEADER:?}, a line `max_lease_ms N` and one `server_id ID`. Write there \
+                 the longest --max-lease this server ran with, or remove the file once that long has passed since \
+                 it stopped (a new file gives the server a new identity: treat that as a change of the server \
+                 list, or give the old one with --server-id)"
             ))
         };
         let text = std::str::from_utf8(&bytes).map_err(|_| garbage("not UTF-8 text"))?;
@@ -96,37 +114,54 @@ impl StateFile {
         if lines.next() != Some(HEADER) {
             return Err(garbage("its first line is not a tenure serve state header"));
         }
-        let value = match (lines.next().and_then(|l| l.strip_prefix("max_lease_ms ")), lines.next()) {
-            (Some(v), None) => v.trim(),
-            _ => return Err(garbage("it does not hold exactly one `max_lease_ms` line")),
-        };
-        let max = millis(MAX_TTL);
-        match value.parse::<u64>() {
-            Ok(ms) if (MIN_TTL_MS..=max).contains(&ms) => Ok(Some(Duration::from_millis(ms))),
-            _ => Err(garbage(&format!("max_lease_ms {value:?} is not a number of ms within {MIN_TTL_MS} to {max}"))),
+        let (mut longest, mut server_id) = (None, None);
+        for line in lines {
+            let (key, value) = line.split_once(' ').map_or((line, ""), |(k, v)| (k, v.trim()));
+            match key {
+                "max_lease_ms" if longest.is_none() => {
+                    let max = millis(MAX_TTL);
+                    longest = Some(value.parse::<u64>().ok().filter(|ms| (MIN_TTL_MS..=max).contains(ms)).ok_or_else(
+                        || {
+                            garbage(&format!(
+                                "max_lease_ms {value:?} is not a number of ms within {MIN_TTL_MS} to {max}"
+                            ))
+                        },
+                    )?);
+                }
+                "server_id" if server_id.is_none() => {
+                    crate::wire::check_server_id(value).map_err(|m| garbage(&format!("server_id: {m}")))?;
+                    server_id = Some(value.to_string());
+                }
+                _ => return Err(garbage(&format!("the line {:?} is not one it can hold, or a repeated one", line))),
+            }
         }
+        let longest = longest.ok_or_else(|| garbage("it has no `max_lease_ms` line"))?;
+        Ok(Some(State { longest: Duration::from_millis(longest), server_id }))
     }
 
     /// At start, before anything is granted: the longest lease a grant of an
-    /// earlier incarnation or of this one (with `max_lease`) may have, written
-    /// down before it is returned.
-    pub fn start(&self, max_lease: Duration) -> Result<Duration, StateError> {
-        let bound = self.read()?.map_or(max_lease, |recorded| recorded.max(max_lease));
-        self.write(bound)?;
-        Ok(bound)
+    /// earlier incarnation or of this one (with `max_lease`) may have, and the
+    /// server's identity (made now if the file has none), written down before
+    /// they are returned.
+    pub fn start(&self, max_lease: Duration) -> Result<(Duration, String), StateError> {
+        let recorded = self.read()?;
+        let longest = recorded.as_ref().map_or(max_lease, |r| r.longest.max(max_lease));
+        let id = recorded.and_then(|r| r.server_id).unwrap_or_else(crate::server::random_server_id);
+        self.write(&State { longest, server_id: Some(id.clone()) })?;
+        Ok((longest, id))
     }
 
     /// Once a whole quarantine of the bound [`StateFile::start`] returned has
     /// passed with this run's `max_lease`: every grant under the old bound has
-    /// ended, so the bound is this run's.
-    pub fn lower(&self, max_lease: Duration) -> Result<(), StateError> {
-        self.write(max_lease)
+    /// ended, so the bound is this run's (the identity stays).
+    pub fn lower(&self, max_lease: Duration, server_id: &str) -> Result<(), StateError> {
+        self.write(&State { longest: max_lease, server_id: Some(server_id.to_string()) })
     }
 
     /// Writes `bound` durably: a temporary file beside it, synced, renamed
     /// over it, and the directory synced, so that a crash leaves the old file
     /// or the new one, never a torn one or none.
-    fn write(&self, bound: Duration) -> Result<(), StateError> {
+    fn write(&self, state: &State) -> Result<(), StateError> {
         let dir = match self.path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
@@ -137,7 +172,10 @@ impl StateFile {
         let tmp = PathBuf::from(tmp);
         let written = (|| {
             let mut f = std::fs::File::create(&tmp)?;
-            writeln!(f, "{HEADER}\nmax_lease_ms {}", millis(bound))?;
+            writeln!(f, "{HEADER}\nmax_lease_ms {}", millis(state.longest))?;
+            if let Some(id) = &state.server_id {
+                writeln!(f, "server_id {id}")?;
+            }
             f.sync_all()?;
             std::fs::rename(&tmp, &self.path)?;
             std::fs::File::open(dir)?.sync_all()
@@ -162,12 +200,17 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let state = StateFile::new(dir.path().join("sub/serve.state"));
         assert_eq!(state.read().expect("no file yet"), None);
-        assert_eq!(state.start(secs(30)).expect("start"), secs(30));
-        assert_eq!(state.start(secs(5)).expect("restart lower"), secs(30), "a lower flag keeps the old bound");
-        assert_eq!(state.read().expect("read"), Some(secs(30)));
-        assert_eq!(state.start(secs(60)).expect("restart higher"), secs(60));
-        state.lower(secs(5)).expect("lower");
-        assert_eq!(state.read().expect("read"), Some(secs(5)));
+        let (longest, id) = state.start(secs(30)).expect("start");
+        assert_eq!(longest, secs(30));
+        assert_eq!(state.start(secs(5)).expect("restart lower"), (secs(30), id.clone()), "the old bound stays");
+        assert_eq!(state.read().expect("read"), Some(State { longest: secs(30), server_id: Some(id.clone()) }));
+        assert_eq!(state.start(secs(60)).expect("restart higher"), (secs(60), id.clone()));
+        state.lower(secs(5), &id).expect("lower");
+        assert_eq!(state.read().expect("read"), Some(State { longest: secs(5), server_id: Some(id.clone()) }));
+        // A file from before identities were kept gets one, kept from then on.
+        std::fs::write(state.path(), "tenure serve state 1\nmax_lease_ms 7000\n").expect("write");
+        let (longest, made) = state.start(secs(1)).expect("start");
+        assert_eq!((longest, state.start(secs(1)).expect("again").1), (secs(7), made));
     }
 
     #[test]
@@ -184,6 +227,9 @@ mod tests {
             b"tenure serve state 1\nmax_lease_ms 0\n",
             b"tenure serve state 1\nmax_lease_ms 99999999999999999999999\n",
             b"tenure serve state 1\nmax_lease_ms 5000\nmax_lease_ms 6000\n",
+            b"tenure serve state 1\nmax_lease_ms 5000\nserver_id a b\n",
+            b"tenure serve state 1\nserver_id ab\n",
+            b"tenure serve state 1\nmax_lease_ms 5000\ncolour blue\n",
             b"tenure serve state 2\nmax_lease_ms 5000\n",
         ] {
             std::fs::write(&path, bad).expect("write");

@@ -78,6 +78,16 @@ pub struct ServerOptions {
     /// Speak TLS only, with this certificate and key; `None`: plaintext. The
     /// handshake must end within the hello's deadline (see [`crate::tls`]).
     pub tls: Option<ServerTls>,
+    /// This server's identity ([`crate::wire::check_server_id`]): clients of
+    /// several servers place names by it, never by the address they wrote, so
+    /// it must stay the same across restarts (`tenure serve` keeps it in its
+    /// state file) and differ from every other server's. The default is random.
+    pub server_id: String,
+}
+
+/// A random server identity: 32 hex digits.
+pub fn random_server_id() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
 }
 
 /// The server's default [`ServerOptions::spin`].
@@ -96,6 +106,7 @@ impl Default for ServerOptions {
             connection_threads: 0,
             spin: DEFAULT_SPIN,
             tls: None,
+            server_id: random_server_id(),
         }
     }
 }
