@@ -582,9 +582,20 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
                     return;
                 }
             };
-            framed = true;
             let frame = buf.split_to(n).freeze();
             let Some((id, time, body)) = wire::split_response(&frame) else { continue };
+            // A lease server's first frame answers the hello (or is its last
+            // word, id 0): one that answers nothing asked is a peer of another
+            // kind whose first bytes happened to read as a length (a MySQL
+            // greeting, say), which would otherwise keep the caller until the
+            // timeout.
+            if !framed && id != 0 && !inner.state.lock().pending.contains_key(&id) {
+                inner.not_a_server.store(true, Ordering::Release);
+                let why = format!("its first frame answers no request (id {id})");
+                inner.close(format!("the peer's first bytes are no tenure answer ({why}): not a tenure lease server"));
+                return;
+            }
+            framed = true;
             let body = frame.slice_ref(body);
             frames.push((id, time, body));
         }

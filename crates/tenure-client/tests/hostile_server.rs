@@ -550,3 +550,39 @@ fn a_megabyte_error_message_is_quoted_in_a_few_lines() {
     let text = e.to_string();
     assert!(text.len() < 2_000 && text.ends_with("xxx…"), "an error of {} bytes: {}", text.len(), &text[..200]);
 }
+
+/// A peer of another kind that says nothing to the hello and keeps the
+/// connection open: it sends `banner` on connecting (nothing: a silent
+/// listener; an SSH banner; a MySQL-like greeting, whose first bytes read as a
+/// plausible frame), then reads and never answers. The client names it as no
+/// lease server within about a second (the hello's own deadline), not after
+/// its 10 s timeout.
+#[tokio::test]
+async fn a_peer_silent_after_the_hello_is_named_as_not_a_lease_server_within_a_second() {
+    let mysql: &'static [u8] = b"\x4a\x00\x00\x00\x0a8.0.36\x00\x08\x00\x00\x00abcdefgh\x00\xff\xf7\x21\x02\x00\xff\xdf\x15\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00ijklmnopqrst\x00mysql_native_password\x00";
+    for banner in [&b""[..], b"SSH-2.0-OpenSSH_9.6\r\n", mysql] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let task = tokio::spawn(async move {
+            let mut open = Vec::new();
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else { return };
+                let _ = s.write_all(banner).await;
+                let mut hello = [0u8; 4096];
+                let _ = s.read(&mut hello).await;
+                open.push(s);
+            }
+        });
+        let asked = std::time::Instant::now();
+        let r = tokio::time::timeout(
+            Duration::from_secs(5),
+            store(addr, 10_000).inspect(&LeaseName::new("x").expect("name")),
+        )
+        .await
+        .expect("named within 5 s, not after the 10 s timeout");
+        let text = r.expect_err("no lease server there").to_string();
+        assert!(text.contains(&addr.to_string()) && text.contains("not a tenure lease server"), "{text}");
+        assert!(asked.elapsed() < Duration::from_secs(5), "{:?}: {text}", asked.elapsed());
+        task.abort();
+    }
+}

@@ -63,6 +63,13 @@ const MAX_LISTED: usize = 1 << 24;
 /// Connections tried for one hello when the server closes them before it answers.
 const HELLO_ATTEMPTS: usize = 3;
 
+/// Longest wait for the answer to a hello (or the store's `timeout`, if
+/// shorter). A lease server answers it at once, without looking at its table;
+/// a peer still silent by then is a server of another kind (waiting for its
+/// own protocol's first words), or none at all, and the user should hear so
+/// now, not after the whole timeout.
+const HELLO_WAIT: Duration = Duration::from_secs(1);
+
 /// The largest `auth_token_file` read (a token is far smaller).
 const MAX_TOKEN_FILE: u64 = 64 * 1024;
 
@@ -76,7 +83,9 @@ pub struct ClientOptions {
     /// Shared secret presented in the hello (param `auth_token`, or the contents
     /// of the file named by `auth_token_file`, or `TENURE_AUTH_TOKEN`).
     pub auth_token: Option<Vec<u8>>,
-    /// Longest wait for an answer (param `timeout_ms`; default 10 s).
+    /// Longest wait for an answer (param `timeout_ms`; default 10 s); the
+    /// answer to a new connection's hello is waited for at most 1 s of it (a
+    /// peer silent that long is named as no lease server).
     pub timeout: Duration,
     /// Connections per server, used in turn (param `connections`; default 1).
     pub connections: usize,
@@ -459,7 +468,18 @@ impl TenureStore {
                 Err(_) => return Err(Error::store(&self.url, op, "timed out")),
             };
             let conn = Arc::new(Conn::start(socket, self.opts.timeout, self.opts.spin, self.clock.clone()));
-            match conn.call_raw(&hello).await {
+            let hello_wait = HELLO_WAIT.min(self.opts.timeout);
+            let Ok(answer) = tokio::time::timeout(hello_wait, conn.call_raw(&hello)).await else {
+                // Transient all the same: a lease server too busy to answer in
+                // time would answer the next attempt.
+                let why = format!(
+                    "no answer to the hello within {}: not a tenure lease server (a server of another kind, or a \
+                     silent listener), or one too busy to answer",
+                    tenure_core::human_duration(hello_wait)
+                );
+                return Err(Error::store(&self.url, op, why));
+            };
+            match answer {
                 Ok((_, body)) => match wire::decode::<Response>(&body) {
                     Ok(answer) => break (conn, answer),
                     // A frame, by chance, but no answer of ours.
