@@ -335,7 +335,8 @@ impl TenureStore {
         for (i, (e, c)) in self.endpoints.iter().zip(connected).enumerate() {
             if let Err(err) = c {
                 return Err(match err {
-                    Error::Store { .. } => Error::store(&self.url, op, format!("{}: {err}", e.addr)),
+                    // Its operation ("connecting to ADDR") and cause, under this one.
+                    Error::Store { op: inner, source, .. } => Error::store(&self.url, op, format!("{inner}: {source}")),
                     other => other,
                 });
             }
