@@ -205,3 +205,48 @@ fn a_garbage_state_file_stops_the_start_naming_it() {
     assert!(err.contains(&format!("state file {}", state.display())), "{err}");
     assert_eq!(std::fs::read_to_string(&state).expect("read"), "max_lease: sixty seconds\n", "left as it was");
 }
+
+/// A server restarted on its state file keeps its identity, so a client of
+/// several servers places names as before and goes on using it; a new state
+/// file is a new identity, which that client refuses (its names may have
+/// moved), and `--server-id` gives one outright.
+#[tokio::test]
+async fn a_restarted_server_keeps_its_identity_and_a_changed_one_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (state, other_state) = (dir.path().join("a.state"), dir.path().join("b.state"));
+    let arg = |p: &std::path::Path| p.to_str().expect("a UTF-8 path").to_string();
+    let started = Instant::now();
+    let a = serve(&["--listen", "127.0.0.1:0", "--max-lease", "1s", "--state", &arg(&state)]);
+    let b = serve(&["--listen", "127.0.0.1:0", "--max-lease", "1s", "--server-id", "locks-b"]);
+    assert_eq!(b.id, "locks-b");
+    let url = format!("tenure://{},{}", a.addr, b.addr);
+    let store = tenure_server::TenureStore::new(&url, &OpenOptions::default()).expect("store");
+    let me = Arc::new(Holder::current());
+    let on_a = (0..).map(|i| format!("kept/{i}")).find(|n| tenure_server::client::place(&[&a.id, &b.id], n) == 0);
+    let on_a = on_a.expect("a name on a");
+    let ask = AcquireRequest { ttl: Duration::from_secs(1), ..req(&on_a, &me) };
+    first_grant(&store, &ask, started + Duration::from_secs(2)).await;
+    assert_eq!(store.server_for(&on_a), Some(0));
+    let (addr, id) = (a.addr.clone(), a.id.clone());
+    drop(a);
+
+    let restarted = Instant::now();
+    let a = serve(&["--listen", &addr, "--max-lease", "1s", "--state", &arg(&state)]);
+    assert_eq!(a.id, id, "the identity is kept in the state file");
+    let g = first_grant(&store, &ask, restarted + Duration::from_secs(2)).await;
+    assert!(g.token > 0);
+    drop(a);
+
+    let _a = serve(&["--listen", &addr, "--max-lease", "1s", "--state", &arg(&other_state)]);
+    // The first call may still find the old connection, closed under it.
+    let name = LeaseName::new(on_a.as_str()).expect("name");
+    for attempt in 0.. {
+        let err = store.inspect(&name).await.expect_err("another server");
+        if err.to_string().contains(&format!("and was {id}")) {
+            assert!(!err.is_transient(), "a changed identity is no passing failure: {err}");
+            break;
+        }
+        assert!(attempt < 50 && err.is_transient(), "{err}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
