@@ -3,7 +3,8 @@
 //! The server keeps every lease in RAM, signs a witness for every grant, and
 //! grants nothing for `--max-lease` + 1 s after it starts, or longer if an
 //! earlier run on its port had a longer `--max-lease` (the restart rule, see
-//! the `tenure_server` docs; the bound is kept in `--state`, see [`state_file`]). It prints one line per listener on stdout, e.g.
+//! the `tenure_server` docs; the bound, and the server's identity, are kept in
+//! `--state`, see [`state_file`]). It prints one line per listener on stdout, e.g.
 //! `tenure serve: listening on tenure://127.0.0.1:7777` (`…?tls=true` with
 //! `--tls-cert` and `--tls-key`), then serves until SIGINT or SIGTERM, when it
 //! stops gracefully.

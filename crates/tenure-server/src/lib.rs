@@ -100,6 +100,17 @@
 //! flags). Tokens look like timestamps in µs (about 1.8 × 10^15 in 2027): they fit
 //! in an `f64` exactly and tell roughly when a grant was made.
 //!
+//! # Identity
+//!
+//! Each server has an identity ([`ServerOptions::server_id`]; `tenure serve`
+//! keeps a random one in its state file, or takes `--server-id`), which it
+//! says when asked (protocol 5). Clients of several servers place names by
+//! these identities, never by the addresses they wrote, and tell each
+//! connection that acquires the whole list: the server then refuses an
+//! acquisition or a wait for a name the list places on another server (a
+//! few hashes a name). See `tenure_client::client` for how a client learns
+//! the identities, and the README on changing the server list.
+//!
 //! # Witnesses
 //!
 //! Every grant, renewal, reservation and upgrade carries an ed25519-signed
