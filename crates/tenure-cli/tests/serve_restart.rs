@@ -169,7 +169,8 @@ async fn a_restart_with_a_lower_max_lease_waits_out_the_leases_granted_before_it
     first_grant(&*store, &ask("lower/warmup", LONG, &me), started + LONG + Duration::from_secs(1)).await;
     // The holder's deadline, on its clock, is at least this (its request went out after it).
     let sent = Instant::now();
-    let opts = tenure::LeaseOptions::exclusive().with_ttl(LONG);
+    // Failures to reach the server while it restarts do not end the lease.
+    let opts = tenure::LeaseOptions::exclusive().with_ttl(LONG).with_max_failures(10);
     let held = tenure::Client::new(store.clone()).try_acquire("lower/held", &opts).await.expect("granted");
     let old_token = held.token();
     let addr = first.addr.clone();
