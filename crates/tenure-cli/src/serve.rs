@@ -1,8 +1,10 @@
 //! `tenure serve`: the lease server.
 //!
 //! The server keeps every lease in RAM, signs a witness for every grant, and
-//! grants nothing for `--max-lease` + 1 s after it starts (the restart rule, see
-//! the `tenure_server` docs). It prints one line per listener on stdout, e.g.
+//! grants nothing for `--max-lease` + 1 s after it starts, or longer if an
+//! earlier run on its port had a longer `--max-lease` (the restart rule, see
+//! the `tenure_server` docs; the bound, and the server's identity, are kept in
+//! `--state`, see [`state_file`]). It prints one line per listener on stdout, e.g.
 //! `tenure serve: listening on tenure://127.0.0.1:7777` (`…?tls=true` with
 //! `--tls-cert` and `--tls-key`), then serves until SIGINT or SIGTERM, when it
 //! stops gracefully.
@@ -25,6 +27,7 @@ use clap::Args;
 use tenure::SystemClock;
 use tenure::limits::{MAX_DURATION, MAX_TTL, check_duration};
 use tenure_server::http::HttpOptions;
+use tenure_server::state::StateFile;
 use tenure_server::{Core, CoreOptions, Server, ServerOptions, ServerTls, Signer};
 
 use crate::durations::duration;
@@ -53,6 +56,20 @@ pub(crate) struct ServeArgs {
     /// Longest lease granted; also how long a (re)started server grants nothing.
     #[arg(long, value_parser = duration, default_value = "60s")]
     pub(crate) max_lease: Duration,
+    /// File where the server keeps the longest lease it may have granted, written
+    /// before its first grant, so that a restart with a lower --max-lease still
+    /// waits out every grant from before it. Default: `serve-PORT.state` in
+    /// `$STATE_DIRECTORY` (systemd's StateDirectory=), else in
+    /// `$XDG_STATE_HOME/tenure`, else in `~/.local/state/tenure`; none with
+    /// `--listen` on port 0 (nobody can come back to that address).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) state: Option<PathBuf>,
+    /// This server's identity, by which clients of several servers place names
+    /// (1 to 64 ASCII letters, digits, '.', '_', '-'). Default: the one kept in
+    /// --state, made at the first start (random for a server on port 0, or
+    /// without a state file). Changing it is a change of the server list.
+    #[arg(long, value_name = "ID")]
+    pub(crate) server_id: Option<String>,
     /// ed25519 witness key: 64 hex digits in a file, created (mode 0600) if missing.
     /// Without it, a fresh key is made for this run only.
     #[arg(long, value_name = "FILE")]
@@ -134,6 +151,9 @@ fn check_args(args: &ServeArgs) -> Result<()> {
             bail!("{flag} must be at least 1ms");
         }
         check_duration(flag, d, MAX_DURATION)?;
+    }
+    if let Some(id) = &args.server_id {
+        tenure_server::wire::check_server_id(id).map_err(|m| anyhow::anyhow!("--server-id: {m}"))?;
     }
     if args.auth_token_file.is_some()
         && args.tls_cert.is_none()
@@ -231,10 +251,24 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         .filter(|t| !t.is_empty()),
         None => None,
     };
-    let mut core_opts = CoreOptions::new(args.max_lease);
+    // Bound first: the port names the default state file, and the port is
+    // this server's alone while it runs, so no other server writes that file.
+    let listener =
+        tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
+    let state = state_file(args.state.as_deref(), args.listen.port(), |k| std::env::var_os(k)).map_err(usage)?;
+    // Written before the table exists, so before anything is granted.
+    let (longest, kept_id) = match &state {
+        Some(state) => state.start(args.max_lease).map_err(|e| usage(e.into()))?,
+        None => (args.max_lease, tenure_server::server::random_server_id()),
+    };
+    let server_id = args.server_id.clone().unwrap_or_else(|| kept_id.clone());
+    let mut core_opts = CoreOptions::after(args.max_lease, longest);
     core_opts.max_live = args.max_leases;
     core_opts.retain = args.retain;
     let core = Arc::new(Core::new(clock, core_opts));
+    if let Some(state) = state.filter(|_| longest > args.max_lease) {
+        tokio::spawn(lower_state_after_quarantine(state, core.clone(), args.max_lease, kept_id));
+    }
     let opts = ServerOptions {
         auth_token,
         idle_timeout: args.idle_timeout,
@@ -244,15 +278,14 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         max_pre_hello: args.max_pre_hello,
         spin: args.spin,
         tls: tls.clone(),
+        server_id: server_id.clone(),
         connection_threads: args
             .connection_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)),
         ..ServerOptions::default()
     };
     let public_key = signer.public_key_hex();
-    let server = Server::bind(args.listen, core.clone(), signer, opts)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
+    let server = Server::from_listener(listener, core.clone(), signer, opts);
     let http = match args.http {
         Some(addr) => {
             Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr} (--http)"))?)
@@ -267,10 +300,16 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         if let Some(h) = &http {
             writeln!(out, "tenure serve: status page on {scheme}://{}/", h.local_addr()?)?;
         }
+        writeln!(out, "tenure serve: server identity {server_id}")?;
         writeln!(out, "tenure serve: witness public key {public_key}")?;
+        let earlier = if longest > args.max_lease {
+            format!(" (an earlier run granted leases up to {})", tenure_core::human_duration(longest))
+        } else {
+            String::new()
+        };
         writeln!(
             out,
-            "tenure serve: restart quarantine, no grants for {}",
+            "tenure serve: restart quarantine, no grants for {}{earlier}",
             tenure_core::human_duration(core.quarantine_left())
         )?;
         out.flush()
@@ -306,6 +345,57 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         () = async { signals.await; std::future::pending::<()>().await } => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The state file: `--state`, or `serve-PORT.state` in the first of
+/// `$STATE_DIRECTORY`, `$XDG_STATE_HOME/tenure`, `$HOME/.local/state/tenure`
+/// that is set (`env` reads the environment). None for port 0: a server there
+/// gets a new address each run, which no client can come back to.
+fn state_file(
+    flag: Option<&Path>,
+    port: u16,
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<Option<StateFile>> {
+    if let Some(path) = flag {
+        return Ok(Some(StateFile::new(path)));
+    }
+    if port == 0 {
+        return Ok(None);
+    }
+    // Only absolute directories, as the XDG rules say: a relative one would
+    // move with the working directory, and a restart would not find the file.
+    let dir = |k: &str| env(k).map(PathBuf::from).filter(|p| p.is_absolute());
+    let dir = dir("STATE_DIRECTORY")
+        .or_else(|| dir("XDG_STATE_HOME").map(|d| d.join("tenure")))
+        .or_else(|| dir("HOME").map(|d| d.join(".local/state/tenure")));
+    match dir {
+        Some(dir) => Ok(Some(StateFile::new(dir.join(format!("serve-{port}.state"))))),
+        None => bail!(
+            "no --state, and none of STATE_DIRECTORY, XDG_STATE_HOME and HOME is set to an absolute directory \
+             for the default: give --state FILE (where the server keeps the longest lease it may have granted)"
+        ),
+    }
+}
+
+/// Lowers the recorded bound to this run's `max_lease` once the quarantine,
+/// which covered the recorded one, is over: every grant made under it has
+/// ended. A failure leaves the higher bound, which is safe (a restart waits
+/// longer), so it is only logged.
+async fn lower_state_after_quarantine(state: StateFile, core: Arc<Core>, max_lease: Duration, server_id: String) {
+    loop {
+        let left = core.quarantine_left();
+        if left.is_zero() {
+            break;
+        }
+        tokio::time::sleep(left).await;
+    }
+    match tokio::task::spawn_blocking(move || state.lower(max_lease, &server_id)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "could not lower the recorded longest lease (a restart will wait longer)")
+        }
+        Err(e) => tracing::warn!(error = %e, "lowering the recorded longest lease failed"),
+    }
 }
 
 async fn wait_for_signal() {
@@ -358,5 +448,36 @@ fn load_or_create_key(path: &Path) -> Result<Signer> {
             Ok(Signer::from_hex_seed(&seed)?)
         }
         Err(e) => Err(e).with_context(|| format!("reading key file {}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path_for(port: u16, vars: &[(&str, &str)]) -> Result<Option<PathBuf>> {
+        let env = |k: &str| vars.iter().find(|(name, _)| *name == k).map(|(_, v)| v.into());
+        Ok(state_file(None, port, env)?.map(|s| s.path().to_path_buf()))
+    }
+
+    #[test]
+    fn the_default_state_file_is_per_port_in_the_first_state_directory_set() {
+        let all = [("STATE_DIRECTORY", "/var/lib/tenure"), ("XDG_STATE_HOME", "/x"), ("HOME", "/home/u")];
+        assert_eq!(path_for(7777, &all).expect("a default"), Some("/var/lib/tenure/serve-7777.state".into()));
+        assert_eq!(path_for(7777, &all[1..]).expect("a default"), Some("/x/tenure/serve-7777.state".into()));
+        assert_eq!(
+            path_for(7777, &all[2..]).expect("a default"),
+            Some("/home/u/.local/state/tenure/serve-7777.state".into())
+        );
+        assert_eq!(
+            path_for(7777, &[("XDG_STATE_HOME", "rel"), ("HOME", "/h")]).expect("a default"),
+            Some("/h/.local/state/tenure/serve-7777.state".into())
+        );
+        assert_eq!(path_for(0, &all).expect("a default"), None, "port 0: no address to come back to");
+        let err = path_for(7777, &[]).expect_err("nowhere for the default").to_string();
+        assert!(err.contains("--state FILE"), "{err}");
+        let given =
+            state_file(Some(Path::new("/s/f")), 0, |_| None).expect("a default").map(|s| s.path().to_path_buf());
+        assert_eq!(given, Some("/s/f".into()));
     }
 }

@@ -198,6 +198,8 @@ impl Inner {
 
 /// A connection and its two tasks.
 pub(crate) struct Conn {
+    /// It told its server the store's server list (see `TenureStore::placed_conn`).
+    pub(crate) placed: AtomicBool,
     inner: Arc<Inner>,
     reader: JoinHandle<()>,
     writer: JoinHandle<()>,
@@ -245,7 +247,7 @@ impl Conn {
         });
         let reader = tokio::spawn(read_loop(inner.clone(), reader, Spin::new(spin)));
         let writer = tokio::spawn(write_loop(inner.clone(), writer));
-        Self { inner, reader, writer }
+        Self { placed: AtomicBool::new(false), inner, reader, writer }
     }
 
     pub(crate) fn is_dead(&self) -> bool {
@@ -580,9 +582,20 @@ async fn read_loop(inner: Arc<Inner>, mut reader: Reader, mut spin: Spin) {
                     return;
                 }
             };
-            framed = true;
             let frame = buf.split_to(n).freeze();
             let Some((id, time, body)) = wire::split_response(&frame) else { continue };
+            // A lease server's first frame answers the hello (or is its last
+            // word, id 0): one that answers nothing asked is a peer of another
+            // kind whose first bytes happened to read as a length (a MySQL
+            // greeting, say), which would otherwise keep the caller until the
+            // timeout.
+            if !framed && id != 0 && !inner.state.lock().pending.contains_key(&id) {
+                inner.not_a_server.store(true, Ordering::Release);
+                let why = format!("its first frame answers no request (id {id})");
+                inner.close(format!("the peer's first bytes are no tenure answer ({why}): not a tenure lease server"));
+                return;
+            }
+            framed = true;
             let body = frame.slice_ref(body);
             frames.push((id, time, body));
         }

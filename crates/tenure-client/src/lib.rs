@@ -1,14 +1,15 @@
 //! The `tenure://` client and the lease server's wire protocol.
 //!
 //! [`TenureStore`] implements [`tenure_core::LeaseStore`] over one or more
-//! `tenure serve` servers (sharded by lease name with rendezvous hashing), so
+//! `tenure serve` servers (sharded by lease name with rendezvous hashing over
+//! the servers' identities, see [`client`]), so
 //! everything in tenure (keep-alive, `tenure lock`, the conformance suite) works
 //! on it unchanged. The protocol's messages and codec ([`wire`]), its witnesses
 //! ([`witness`]: format and verification) and rendezvous scores are defined
 //! here, once; the server (`tenure-server`) depends on this crate, so a
 //! client-only user builds neither the server nor its HTTP stack.
 //!
-//! # Wire protocol (version 4)
+//! # Wire protocol (version 5)
 //!
 //! TCP, or TLS over TCP ([`tls`]: `tenure serve --tls-cert --tls-key`, and
 //! `tenure://host:port?tls=true` on the client's side); every frame is
@@ -20,7 +21,7 @@
 //! connection, and answers come back by `id`, in any order.
 //!
 //! 1. The first request must be `Hello { magic: "TNRW", version, auth }`, where
-//!    this build speaks versions 2 to 4. The server answers with the client's
+//!    this build speaks versions 2 to 5. The server answers with the client's
 //!    version (a version 2 client is served as before), its ed25519 public key, its `max_lease`,
 //!    how long its quarantine still lasts, and when it started. A wrong magic or
 //!    version, or a missing or wrong shared secret (`auth`, when the server has
@@ -34,8 +35,13 @@
 //!    version inspected) and `Ping`; from version 3, `Wait { ask, wait_ms }` and
 //!    `Unwait { id }` (the server's crate docs say how a queue serves them);
 //!    from version 4, `Waiters(name)`, the length of a lease's queue (what
-//!    `tenure status` shows). A client asks a server only what its version
-//!    knows: an older server's answers stay the same.
+//!    `tenure status` shows); from version 5, `Identify` (the server's
+//!    identity) and `Servers(ids)` (the identities of the client's whole list:
+//!    the server then refuses to grant a name the list places on another
+//!    server). A client asks a server only what its version knows: an older
+//!    server's answers stay the same. A client of several servers needs
+//!    version 5 of each (it places names by identity), and asks each new
+//!    connection `Identify` after the hello.
 //!
 #![forbid(unsafe_code)]
 
@@ -51,7 +57,7 @@ use std::sync::Arc;
 
 use tenure_core::{LeaseStore, OpenOptions, Result, StoreUrl};
 
-pub use client::{ClientOptions, ServerInfo, TenureStore, Upgrade, is_reservation, rendezvous_score};
+pub use client::{ClientOptions, ServerInfo, TenureStore, Upgrade, is_reservation, place, rendezvous_score};
 pub use tls::{ClientTls, TlsError};
 pub use witness::{Witness, WitnessError, verify};
 

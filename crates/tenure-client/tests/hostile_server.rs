@@ -550,3 +550,97 @@ fn a_megabyte_error_message_is_quoted_in_a_few_lines() {
     let text = e.to_string();
     assert!(text.len() < 2_000 && text.ends_with("xxx…"), "an error of {} bytes: {}", text.len(), &text[..200]);
 }
+
+/// A peer of another kind that says nothing to the hello and keeps the
+/// connection open: it sends `banner` on connecting (nothing: a silent
+/// listener; an SSH banner; a MySQL-like greeting, whose first bytes read as a
+/// plausible frame), then reads and never answers. The client names it as no
+/// lease server within about a second (the hello's own deadline), not after
+/// its 10 s timeout.
+#[tokio::test]
+async fn a_peer_silent_after_the_hello_is_named_as_not_a_lease_server_within_a_second() {
+    let mysql: &'static [u8] = b"\x4a\x00\x00\x00\x0a8.0.36\x00\x08\x00\x00\x00abcdefgh\x00\xff\xf7\x21\x02\x00\xff\xdf\x15\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00ijklmnopqrst\x00mysql_native_password\x00";
+    for banner in [&b""[..], b"SSH-2.0-OpenSSH_9.6\r\n", mysql] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let task = tokio::spawn(async move {
+            let mut open = Vec::new();
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else { return };
+                let _ = s.write_all(banner).await;
+                let mut hello = [0u8; 4096];
+                let _ = s.read(&mut hello).await;
+                open.push(s);
+            }
+        });
+        let asked = std::time::Instant::now();
+        let r = tokio::time::timeout(
+            Duration::from_secs(5),
+            store(addr, 10_000).inspect(&LeaseName::new("x").expect("name")),
+        )
+        .await
+        .expect("named within 5 s, not after the 10 s timeout");
+        let text = r.expect_err("no lease server there").to_string();
+        assert!(text.contains(&addr.to_string()) && text.contains("not a tenure lease server"), "{text}");
+        assert!(asked.elapsed() < Duration::from_secs(5), "{:?}: {text}", asked.elapsed());
+        task.abort();
+    }
+}
+
+/// A server that speaks `version` and answers each request with `answer`.
+async fn speaking(
+    version: u16,
+    answer: impl Fn(&Request<'_>) -> Option<Response> + Send + 'static,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut buf = Vec::new();
+        let (id, _) = read_request(&mut s, &mut buf).await.expect("hello");
+        let hello = match hello_answer() {
+            Response::Hello { public_key, max_lease_ms, quarantine_left_ms, started_us, .. } => {
+                Response::Hello { version, public_key, max_lease_ms, quarantine_left_ms, started_us }
+            }
+            other => other,
+        };
+        s.write_all(&frame(id, &hello)).await.expect("write hello");
+        while let Some((id, body)) = read_request(&mut s, &mut buf).await {
+            let Some(resp) = wire::decode::<Request<'_>>(&body).ok().and_then(|r| answer(&r)) else { continue };
+            if s.write_all(&frame(id, &resp)).await.is_err() {
+                return;
+            }
+        }
+    });
+    (addr, task)
+}
+
+/// A list of several servers places names by the servers' identities: one
+/// speaking protocol 4, which has none, is refused clearly (naming it and the
+/// version), and one whose identity is no identity is refused as hostile;
+/// nothing is placed on a guess either way.
+#[tokio::test]
+async fn a_list_of_several_servers_needs_each_ones_identity() {
+    let identified = |id: &'static str| {
+        move |r: &Request<'_>| match r {
+            Request::Identify => Some(Response::Identity(id.into())),
+            _ => Some(Response::Error { code: wire::ErrorCode::Invalid, message: "placed nothing".into() }),
+        }
+    };
+    for odd_one in [false, true] {
+        let (good, t1) = speaking(PROTOCOL_VERSION, identified("server-a")).await;
+        let (other, t2) = match odd_one {
+            false => speaking(4, |_| None).await,
+            true => speaking(PROTOCOL_VERSION, identified("two words")).await,
+        };
+        let says = if odd_one { "is not a server identity" } else { "protocol 4" };
+        let s = TenureStore::new(&format!("tenure://{good},{other}?timeout_ms=2000"), &OpenOptions::default())
+            .expect("store");
+        let r = tokio::time::timeout(Duration::from_secs(5), s.try_acquire(&req("x"))).await.expect("in time");
+        let text = r.expect_err("nothing placed").to_string();
+        assert!(text.contains(&other.to_string()) && text.contains(says), "{text}");
+        assert_eq!(s.server_for("x"), None, "no placement learned: {text}");
+        t1.abort();
+        t2.abort();
+    }
+}

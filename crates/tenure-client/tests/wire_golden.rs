@@ -96,6 +96,8 @@ fn requests() -> Vec<(Request<'static>, &'static str)> {
         ),
         (Request::Unwait { id: 9 }, "06000000 09000000 0a09"),
         (Request::Waiters("a/b"), "09000000 09000000 0b03612f62"),
+        (Request::Identify, "05000000 09000000 0c"),
+        (Request::Servers(vec!["ab", "c"]), "0b000000 09000000 0d020261620163"),
     ]
 }
 
@@ -192,6 +194,7 @@ fn responses() -> Vec<(Response, &'static str)> {
             "13000000 09000000 0100000000000000 08080469646c65",
         ),
         (Response::Waiters(300), "0f000000 09000000 0100000000000000 09ac02"),
+        (Response::Identity("ab".into()), "10000000 09000000 0100000000000000 0a026162"),
     ]
 }
 
@@ -211,6 +214,8 @@ fn request_index(req: &Request<'_>) -> u8 {
         Request::Wait { .. } => 9,
         Request::Unwait { .. } => 10,
         Request::Waiters(_) => 11,
+        Request::Identify => 12,
+        Request::Servers(_) => 13,
     }
 }
 
@@ -235,13 +240,14 @@ fn response_index(resp: &Response) -> (u8, Option<u8>) {
         Response::Pong => (7, None),
         Response::Error { .. } => (8, None),
         Response::Waiters(_) => (9, None),
+        Response::Identity(_) => (10, None),
     }
 }
 
 #[test]
 fn every_request_frame_has_its_pinned_bytes_and_decodes_to_what_was_sent() {
     let indices: Vec<u8> = requests().iter().map(|(r, _)| request_index(r)).collect();
-    assert_eq!(indices, (0..=11).collect::<Vec<u8>>(), "one pinned case per variant, in order");
+    assert_eq!(indices, (0..=13).collect::<Vec<u8>>(), "one pinned case per variant, in order");
     for (req, want) in requests() {
         let mut frame = Vec::new();
         wire::encode_request(&mut frame, 9, &req);
@@ -259,7 +265,7 @@ fn every_request_frame_has_its_pinned_bytes_and_decodes_to_what_was_sent() {
 fn every_response_frame_has_its_pinned_bytes_and_decodes_to_what_was_sent() {
     let indices: Vec<(u8, Option<u8>)> = responses().iter().map(|(r, _)| response_index(r)).collect();
     let every: Vec<(u8, Option<u8>)> =
-        [(0, None)].into_iter().chain((0..=3).map(|a| (1, Some(a)))).chain((2..=9).map(|i| (i, None))).collect();
+        [(0, None)].into_iter().chain((0..=3).map(|a| (1, Some(a)))).chain((2..=10).map(|i| (i, None))).collect();
     assert_eq!(indices, every, "one pinned case per variant (and acquisition reply), in order");
     for (resp, want) in responses() {
         let mut frame = Vec::new();

@@ -68,29 +68,48 @@
 //! Invalid requests (bad name, TTL beyond `max_lease`, …) get an
 //! `Error { code: Invalid }` answer and the connection stays open.
 //!
-//! # Restart rule: tokens stay monotonic with no state on disk
+//! # Restart rule: no grant outlives a restart, tokens stay monotonic
 //!
-//! The server stores nothing. Fencing tokens still grow strictly across restarts
-//! and crashes, by two rules together:
+//! The server keeps no lease on disk. Its one piece of state there is a bound
+//! ([`state::StateFile`], `tenure serve --state`): the longest lease it may have
+//! granted, `longest`, the greater of the recorded value and this run's
+//! `--max-lease`, written durably before it grants anything. Exclusion and
+//! fencing tokens then hold across restarts and crashes by two rules together:
 //! - **tabula rasa** (seed 000): a starting server grants nothing for its
-//!   quarantine, `max_lease + 1 s`. Every grant of the previous incarnation had a
-//!   TTL of at most `max_lease` from a decision made before the crash, so all of
-//!   them have ended (by their holders' own monotonic clocks too) before the new
-//!   incarnation grants anything. Renewals of old grants are refused (the server
-//!   has no record of them), so their holders learn they lost them.
+//!   quarantine, `longest + 1 s` ([`CoreOptions::after`]). Every grant of the
+//!   previous incarnation had a TTL of at most its `--max-lease` ≤ `longest`,
+//!   from a decision made before the crash, so all of them have ended (by their
+//!   holders' own monotonic clocks too) before the new incarnation grants
+//!   anything, whatever flags it restarted with. Renewals of old grants are
+//!   answered as lost (the server has no record of them, or their duration is
+//!   above this run's `--max-lease`), so their holders learn at once that they
+//!   lost them. The recorded bound is lowered to a lower `--max-lease` only once
+//!   such a whole quarantine has passed under it.
 //! - **time in the token**: a grant's token is `max(previous token, server time
 //!   in µs) + 1`, where server time is the wall clock read once at start plus
 //!   the monotonic time since. The server refuses grants that would put a token
 //!   more than `max_lease / 2` ahead of its clock (more than one grant per µs on
 //!   one name, sustained), so every token of an incarnation that crashed at wall
-//!   time `T` is below `T + max_lease/2`, and every token of the next one is at
-//!   least its clock at its first grant, `≥ T + max_lease`.
+//!   time `T` is below `T + longest/2`, and every token of the next one is at
+//!   least its clock at its first grant, `≥ T + longest + 1 s`.
 //!
-//! Assumption: the wall clock at restart is not behind the wall clock at the crash
-//! by more than `max_lease / 2` (an NTP step back of minutes would break it; a
-//! clock that is wildly wrong, before 2020, is refused at start). Tokens look like
-//! timestamps in µs (about 1.8 × 10^15 in 2027): they fit in an `f64` exactly and
-//! tell roughly when a grant was made.
+//! Assumptions: the wall clock at restart is not behind the wall clock at the
+//! crash by more than `longest / 2` (an NTP step back of minutes would break it;
+//! a clock that is wildly wrong, before 2020, is refused at start), and the state
+//! file survives (a server started without it, elsewhere, knows only its own
+//! flags). Tokens look like timestamps in µs (about 1.8 × 10^15 in 2027): they fit
+//! in an `f64` exactly and tell roughly when a grant was made.
+//!
+//! # Identity
+//!
+//! Each server has an identity ([`ServerOptions::server_id`]; `tenure serve`
+//! keeps a random one in its state file, or takes `--server-id`), which it
+//! says when asked (protocol 5). Clients of several servers place names by
+//! these identities, never by the addresses they wrote, and tell each
+//! connection that acquires the whole list: the server then refuses an
+//! acquisition or a wait for a name the list places on another server (a
+//! few hashes a name). See `tenure_client::client` for how a client learns
+//! the identities, and the README on changing the server list.
 //!
 //! # Witnesses
 //!
@@ -118,6 +137,7 @@ pub mod core;
 pub mod http;
 mod pool;
 pub mod server;
+pub mod state;
 pub mod tls;
 pub mod witness;
 

@@ -14,6 +14,9 @@ pub(crate) struct Serve {
     /// The address of its HTTP side (`--http`), if it has one.
     #[allow(dead_code, reason = "not every test binary looks at the HTTP side")]
     pub(crate) http: Option<String>,
+    /// The identity it said it has.
+    #[allow(dead_code, reason = "not every test binary looks at it")]
+    pub(crate) id: String,
 }
 
 impl Drop for Serve {
@@ -39,18 +42,33 @@ pub(crate) fn http_get(addr: &str, path: &str) -> (u16, String) {
     (code, body.to_string())
 }
 
+/// A state directory for the servers of this test process, emptied at its first use.
+pub(crate) fn state_home() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("tenure-serve-state-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    })
+    .clone()
+}
+
 /// Starts `tenure serve <args>` and waits until it listens.
 pub(crate) fn serve(args: &[&str]) -> Serve {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
         .arg("serve")
         .args(args)
+        // The default state file (a restart at a fixed port keeps one) goes to a
+        // directory of this test process, not the user's.
+        .env("XDG_STATE_HOME", state_home())
+        .env_remove("STATE_DIRECTORY")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start tenure serve");
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
-    let (mut url, mut http) = (None, None);
+    let (mut url, mut http, mut id) = (None, None, None);
     // The banner ends with the public key; the status page comes before it.
     loop {
         let line = lines.next().expect("tenure serve exited before listening").expect("read stdout");
@@ -59,6 +77,8 @@ pub(crate) fn serve(args: &[&str]) -> Serve {
         } else if let Some(h) = line.strip_prefix("tenure serve: status page on ") {
             let h = h.strip_prefix("http://").or_else(|| h.strip_prefix("https://")).expect("an HTTP URL");
             http = Some(h.trim_end_matches('/').to_string());
+        } else if let Some(i) = line.strip_prefix("tenure serve: server identity ") {
+            id = Some(i.to_string());
         } else if line.starts_with("tenure serve: witness public key") {
             break;
         }
@@ -68,5 +88,5 @@ pub(crate) fn serve(args: &[&str]) -> Serve {
     let url = url.expect("tenure serve names its address");
     let addr = url.strip_prefix("tenure://").expect("a tenure:// URL");
     let addr = addr.split_once('?').map_or(addr, |(a, _)| a).to_string();
-    Serve { child, addr, url, http }
+    Serve { child, addr, url, http, id: id.expect("tenure serve names its identity") }
 }

@@ -1,14 +1,28 @@
 //! The `tenure://` store: [`TenureStore`], a client of one or more lease servers.
 //!
 //! With several servers (`tenure://h1:p1,h2:p2,h3:p3`), each lease name lives on
-//! one of them, chosen by rendezvous hashing: the server with the highest
-//! `splitmix64(fnv1a64(endpoint || 0xff || name))` wins, where `endpoint` is the
-//! `host:port` text as written in the URL. Every client listing the same servers
-//! (in any order) picks the same one, and adding or removing a server moves only
-//! the names that hash to it (seed 000: change the sharding by letting leases
-//! expire, no state to migrate). Batches are split per server and sent at once;
-//! an all-or-nothing acquisition that spans servers releases what it got from the
-//! others when one server says busy.
+//! one of them, chosen by rendezvous hashing over the servers' *identities*
+//! ([`place`]): the server with the highest
+//! `splitmix64(fnv1a64(identity || 0xff || name))` wins. An identity is what the
+//! server says it is ([`wire::Request::Identify`], protocol 5), kept across its
+//! restarts, never the address as written: `localhost:7777` and
+//! `127.0.0.1:7777` are one server, and every client listing the same servers,
+//! in any spelling and any order, picks the same one. A list that names one
+//! server twice is refused, naming both addresses. Adding or removing a server
+//! moves only the names that hash to it (seed 000: change the sharding by
+//! letting leases expire, no state to migrate; see the README on changing the
+//! list).
+//!
+//! The identities are learned from every server of the list before the first
+//! name is placed, and checked again on every new connection: while one server
+//! has never answered, no name is placed (a name cannot be placed on a guess:
+//! the silent server may be the one that owns it), and a server whose identity
+//! changed (restarted without its state, say) gets no request. Each connection
+//! that acquires tells its server the list ([`wire::Request::Servers`]), and the
+//! server refuses a name the list places elsewhere. A store of one server needs
+//! no identity and sends none of this. Batches are split per server and sent at
+//! once; an all-or-nothing acquisition that spans servers releases what it got
+//! from the others when one server says busy.
 //!
 //! Each grant's `local_deadline` is measured on the store's clock from the moment
 //! the request was *sent*, and its `witness` is the server's signed witness.
@@ -36,7 +50,7 @@ use crate::wire::{
     self, AskWire, BreakNoteWire, ErrorCode, MAGIC, MAX_LIST_PAGE, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, RefWire,
     ReleaseWire, RenewWire, Request, Response,
 };
-pub use rendezvous::rendezvous_score;
+pub use rendezvous::{place, rendezvous_score};
 use tenure_core::limits::{MAX_DURATION, millis};
 use two_phase::reservation_id;
 pub use two_phase::{Upgrade, is_reservation};
@@ -48,6 +62,13 @@ const MAX_LISTED: usize = 1 << 24;
 
 /// Connections tried for one hello when the server closes them before it answers.
 const HELLO_ATTEMPTS: usize = 3;
+
+/// Longest wait for the answer to a hello (or the store's `timeout`, if
+/// shorter). A lease server answers it at once, without looking at its table;
+/// a peer still silent by then is a server of another kind (waiting for its
+/// own protocol's first words), or none at all, and the user should hear so
+/// now, not after the whole timeout.
+const HELLO_WAIT: Duration = Duration::from_secs(1);
 
 /// The largest `auth_token_file` read (a token is far smaller).
 const MAX_TOKEN_FILE: u64 = 64 * 1024;
@@ -62,7 +83,9 @@ pub struct ClientOptions {
     /// Shared secret presented in the hello (param `auth_token`, or the contents
     /// of the file named by `auth_token_file`, or `TENURE_AUTH_TOKEN`).
     pub auth_token: Option<Vec<u8>>,
-    /// Longest wait for an answer (param `timeout_ms`; default 10 s).
+    /// Longest wait for an answer (param `timeout_ms`; default 10 s); the
+    /// answer to a new connection's hello is waited for at most 1 s of it (a
+    /// peer silent that long is named as no lease server).
     pub timeout: Duration,
     /// Connections per server, used in turn (param `connections`; default 1).
     pub connections: usize,
@@ -117,6 +140,8 @@ pub struct ServerInfo {
 
 struct Endpoint {
     addr: String,
+    /// The identity the server said (a store of several servers asks).
+    id: parking_lot::Mutex<Option<Arc<str>>>,
     slots: Vec<parking_lot::Mutex<Option<Arc<Conn>>>>,
     connecting: Vec<tokio::sync::Mutex<()>>,
     next: AtomicUsize,
@@ -129,6 +154,11 @@ pub struct TenureStore {
     clock: Arc<dyn Clock>,
     endpoints: Vec<Endpoint>,
     opts: ClientOptions,
+    /// The servers' identities, in list order, once every one has said it (a
+    /// store of several servers).
+    placement: std::sync::OnceLock<Box<[Arc<str>]>>,
+    /// Held while the identities are learned, so that it happens once.
+    learning: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for TenureStore {
@@ -238,6 +268,7 @@ impl TenureStore {
             }
             endpoints.push(Endpoint {
                 addr,
+                id: parking_lot::Mutex::new(None),
                 slots: (0..copts.connections).map(|_| parking_lot::Mutex::new(None)).collect(),
                 connecting: (0..copts.connections).map(|_| tokio::sync::Mutex::new(())).collect(),
                 next: AtomicUsize::new(0),
@@ -245,7 +276,14 @@ impl TenureStore {
             });
         }
         let hosts = url.hosts().iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
-        Ok(Self { url: format!("tenure://{hosts}"), clock: opts.clock.clone(), endpoints, opts: copts })
+        Ok(Self {
+            url: format!("tenure://{hosts}"),
+            clock: opts.clock.clone(),
+            endpoints,
+            opts: copts,
+            placement: std::sync::OnceLock::new(),
+            learning: tokio::sync::Mutex::new(()),
+        })
     }
 
     /// The servers, as written in the URL.
@@ -253,19 +291,127 @@ impl TenureStore {
         self.endpoints.iter().map(|e| e.addr.as_str()).collect()
     }
 
-    /// Index (in [`TenureStore::servers`]) of the server that owns `name`.
-    pub fn server_for(&self, name: &str) -> usize {
+    /// Index (in [`TenureStore::servers`]) of the server that owns `name`, by
+    /// the servers' identities: `None` while a store of several servers has not
+    /// learned them (its first request does, or [`TenureStore::locate`]).
+    pub fn server_for(&self, name: &str) -> Option<usize> {
         if self.endpoints.len() == 1 {
-            return 0;
+            return Some(0);
         }
-        let mut best = (0u64, 0usize);
-        for (i, e) in self.endpoints.iter().enumerate() {
-            let score = rendezvous_score(&e.addr, name);
-            if i == 0 || score > best.0 {
-                best = (score, i);
+        self.placement.get().map(|ids| place(ids, name))
+    }
+
+    /// [`TenureStore::server_for`], learning the servers' identities first if
+    /// need be (connecting to every server of the list).
+    pub async fn locate(&self, name: &str) -> Result<usize> {
+        Ok(self.placement().await?.map_or(0, |ids| place(ids, name)))
+    }
+
+    /// The identity server `index` said, if it was asked (a store of several
+    /// servers asks each one when it connects).
+    pub fn server_id(&self, index: usize) -> Option<String> {
+        self.endpoints.get(index)?.id.lock().as_deref().map(str::to_string)
+    }
+
+    /// The servers' identities in list order (`None` for a store of one
+    /// server, which places nothing), learned from every server of the list
+    /// before the first name is placed. A server that cannot be reached then
+    /// makes this an error: the name could be its, and is not placed on a
+    /// guess. Two addresses of one server are refused, naming both.
+    async fn placement(&self) -> Result<Option<&[Arc<str>]>> {
+        if self.endpoints.len() == 1 {
+            return Ok(None);
+        }
+        if let Some(ids) = self.placement.get() {
+            return Ok(Some(ids));
+        }
+        let _learning = self.learning.lock().await;
+        if let Some(ids) = self.placement.get() {
+            return Ok(Some(ids));
+        }
+        let connected = join_all(self.endpoints.iter().map(|e| self.conn(e))).await;
+        let op = "placing names (every server of the list must say its identity first; none is placed on a guess)";
+        let mut ids: Vec<Arc<str>> = Vec::with_capacity(self.endpoints.len());
+        for (i, (e, c)) in self.endpoints.iter().zip(connected).enumerate() {
+            if let Err(err) = c {
+                return Err(match err {
+                    // Its operation ("connecting to ADDR") and cause, under this one.
+                    Error::Store { op: inner, source, .. } => Error::store(&self.url, op, format!("{inner}: {source}")),
+                    other => other,
+                });
+            }
+            let id =
+                e.id.lock().clone().ok_or_else(|| Error::store(&self.url, op, format!("{}: no identity", e.addr)))?;
+            if let Some(j) = ids.iter().position(|other| *other == id) {
+                return Err(Error::InvalidStore {
+                    url: self.url.clone(),
+                    reason: format!(
+                        "{} and {} are one server (identity {id}): list each server once",
+                        self.endpoints[j].addr, self.endpoints[i].addr
+                    ),
+                });
+            }
+            ids.push(id);
+        }
+        Ok(Some(self.placement.get_or_init(|| ids.into())))
+    }
+
+    /// A connection to `server` for acquisitions: in a store of several
+    /// servers, one that has told its server the list's identities, so that
+    /// the server checks each name asked for is placed on it.
+    async fn placed_conn(&self, server: usize) -> Result<Arc<Conn>> {
+        let e = &self.endpoints[server];
+        let conn = self.conn(e).await?;
+        if let Some(ids) = self.placement.get()
+            && !conn.placed.load(Ordering::Acquire)
+        {
+            let op = "telling the server the server list";
+            let list = Request::Servers(ids.iter().map(|id| &**id).collect());
+            let (_, body) = conn.call_raw(&list).await.map_err(|m| Error::store(&self.url, op, m))?;
+            match self.decode_in(op, &body)? {
+                ResponseIn::Done => conn.placed.store(true, Ordering::Release),
+                other => return Err(self.unexpected(op, &other)),
             }
         }
-        best.1
+        Ok(conn)
+    }
+
+    /// Asks the server on a new connection `conn` (which said hello with
+    /// `version`) for its identity, and checks it is the one it said before: a
+    /// server whose identity changed may own other names now.
+    async fn identify(&self, e: &Endpoint, conn: &Conn, version: u16, op: &str) -> Result<()> {
+        if version < wire::IDENTITY_VERSION {
+            return Err(Error::unsupported(
+                &self.url,
+                format!(
+                    "{op}: the server speaks protocol {version}, which does not say the server's identity, and a \
+                     list of several servers places names by identity (protocol {}): upgrade the servers first",
+                    wire::IDENTITY_VERSION
+                ),
+            ));
+        }
+        let (_, body) = conn.call_raw(&Request::Identify).await.map_err(|m| Error::store(&self.url, op, m))?;
+        let id = match self.decode_in(op, &body)? {
+            ResponseIn::Identity(id) => id,
+            other => return Err(self.unexpected(op, &other)),
+        };
+        wire::check_server_id(&id).map_err(|m| self.hostile(op, m))?;
+        let mut known = e.id.lock();
+        match known.as_deref() {
+            Some(before) if *before != *id => Err(Error::unsupported(
+                &self.url,
+                format!(
+                    "{op}: the server there is now {id}, and was {before}: names may have moved between servers, \
+                     so this store places none on it; open the store anew once every lease of the old list has \
+                     expired (see the README on changing the server list)"
+                ),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                *known = Some(id.into());
+                Ok(())
+            }
+        }
     }
 
     /// What server `index` said in its hello (connecting if needed).
@@ -323,7 +469,18 @@ impl TenureStore {
                 Err(_) => return Err(Error::store(&self.url, op, "timed out")),
             };
             let conn = Arc::new(Conn::start(socket, self.opts.timeout, self.opts.spin, self.clock.clone()));
-            match conn.call_raw(&hello).await {
+            let hello_wait = HELLO_WAIT.min(self.opts.timeout);
+            let Ok(answer) = tokio::time::timeout(hello_wait, conn.call_raw(&hello)).await else {
+                // Transient all the same: a lease server too busy to answer in
+                // time would answer the next attempt.
+                let why = format!(
+                    "no answer to the hello within {}: not a tenure lease server (a server of another kind, or a \
+                     silent listener), or one too busy to answer",
+                    tenure_core::human_duration(hello_wait)
+                );
+                return Err(Error::store(&self.url, op, why));
+            };
+            match answer {
                 Ok((_, body)) => match wire::decode::<Response>(&body) {
                     Ok(answer) => break (conn, answer),
                     // A frame, by chance, but no answer of ours.
@@ -362,6 +519,9 @@ impl TenureStore {
                 }
                 wire::check_max_lease(max_lease_ms).map_err(|m| self.hostile(&op, m))?;
                 let max_lease = Duration::from_millis(max_lease_ms);
+                if self.endpoints.len() > 1 {
+                    self.identify(e, &conn, version, &op).await?;
+                }
                 *e.info.lock() = Some(ServerInfo { public_key, max_lease, started_us, protocol: version });
             }
             Response::Error { code, message } => return Err(self.server_error(&op, code, message)),
@@ -412,9 +572,14 @@ impl TenureStore {
     /// after deciding to close) is sent once more, on a new connection.
     async fn call_raw(&self, server: usize, op: &str, req: &Request<'_>) -> Result<bytes::Bytes> {
         let e = &self.endpoints[server];
-        let conn = self.conn(e).await?;
+        // Acquisitions go where the server checks their names' placement.
+        let connect = async || match req {
+            Request::Acquire { .. } => self.placed_conn(server).await,
+            _ => self.conn(e).await,
+        };
+        let conn = connect().await?;
         let answer = match conn.call_raw(req).await {
-            Err(_) if conn.closed_idle() => self.conn(e).await?.call_raw(req).await,
+            Err(_) if conn.closed_idle() => connect().await?.call_raw(req).await,
             answer => answer,
         };
         answer.map(|(_, body)| body).map_err(|m| Error::store(&self.url, op, m))
@@ -490,11 +655,16 @@ impl TenureStore {
         self.call(server, "releasing", &Request::Release(items)).await
     }
 
-    /// Groups request indices by server, keeping request order inside each group.
-    fn by_server<'n>(&self, names: impl Iterator<Item = &'n str>) -> Vec<(usize, Vec<usize>)> {
+    /// Groups request indices by server (by `placement`, see
+    /// [`TenureStore::placement`]), keeping request order inside each group.
+    fn by_server<'n>(
+        &self,
+        placement: Option<&[Arc<str>]>,
+        names: impl Iterator<Item = &'n str>,
+    ) -> Vec<(usize, Vec<usize>)> {
         let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
         for (i, name) in names.enumerate() {
-            let s = self.server_for(name);
+            let s = placement.map_or(0, |ids| place(ids, name));
             match groups.iter_mut().find(|(g, _)| *g == s) {
                 Some((_, v)) => v.push(i),
                 None => groups.push((s, vec![i])),
@@ -520,7 +690,10 @@ impl TenureStore {
     /// Waits for `req` in its server's queue for up to `wait`; `None` if the
     /// server keeps no queue (protocol 2).
     async fn wait_on(&self, req: &AcquireRequest, wait: Duration) -> Option<Result<Attempt>> {
-        let server = self.server_for(req.name.as_str());
+        let server = match self.locate(req.name.as_str()).await {
+            Ok(server) => server,
+            Err(e) => return Some(Err(e)),
+        };
         if let Err(e) = self.check_ttls(server, std::iter::once(req.ttl)).await {
             return Some(Err(e));
         }
@@ -532,17 +705,16 @@ impl TenureStore {
         let wait_ms = millis(wait).min(wire::MAX_WAIT_MS);
         let wait = Request::Wait { ask, wait_ms };
         let sent = self.clock.mono();
-        let e = &self.endpoints[server];
         // The server answers a wait by its end; one that does not (a bug, a
         // hostile server that answers everything else) gets the connection's
         // timeout more, then the wait is withdrawn and fails: never a caller
         // waiting for ever.
         let answer_by = Duration::from_millis(wait_ms).saturating_add(self.opts.timeout);
         let answer = async {
-            let conn = self.conn(e).await?;
+            let conn = self.placed_conn(server).await?;
             let answer = match conn.call_waiting(&wait).await {
                 Err(_) if conn.closed_idle() => {
-                    let conn = self.conn(e).await?;
+                    let conn = self.placed_conn(server).await?;
                     conn.call_waiting(&wait).await.map(|a| (a, conn))
                 }
                 answer => answer.map(|a| (a, conn)),
@@ -712,7 +884,7 @@ impl TenureStore {
     }
 
     async fn acquire_all(&self, reqs: &[AcquireRequest], tentative: bool) -> Result<AllAttempt> {
-        let groups = self.by_server(reqs.iter().map(|r| r.name.as_str()));
+        let groups = self.by_server(self.placement().await?, reqs.iter().map(|r| r.name.as_str()));
         let outcomes = join_all(groups.iter().map(|(s, idx)| {
             let part: Vec<&AcquireRequest> = idx.iter().map(|&i| &reqs[i]).collect();
             async move { self.acquire_on(*s, &part, tentative).await }
@@ -851,7 +1023,7 @@ impl LeaseStore for TenureStore {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Attempt> {
-        let server = self.server_for(req.name.as_str());
+        let server = self.locate(req.name.as_str()).await?;
         match self.acquire_on(server, &[req], false).await? {
             Ok(mut grants) => {
                 grants.pop().map(Attempt::Granted).ok_or_else(|| Error::store(&self.url, "acquiring", "no grant"))
@@ -869,7 +1041,10 @@ impl LeaseStore for TenureStore {
 
     async fn release(&self, grant: &Grant, req: &ReleaseRequest) -> Result<Released> {
         // `release_all` of one grant, without its grouping and joining.
-        let server = self.server_for(grant.name.as_str());
+        let server = match self.locate(grant.name.as_str()).await {
+            Ok(server) => server,
+            Err(e) => return Err(Error::store(&self.url, "releasing", e.to_string())),
+        };
         match self.release_on(server, &[0], std::slice::from_ref(grant), req).await {
             Ok(Response::Released(flags)) if flags.len() == 1 => {
                 Ok(if flags[0] { Released::Released } else { Released::NotHeld })
@@ -880,7 +1055,7 @@ impl LeaseStore for TenureStore {
     }
 
     async fn inspect(&self, name: &LeaseName) -> Result<LeaseState> {
-        let server = self.server_for(name.as_str());
+        let server = self.locate(name.as_str()).await?;
         match self.call(server, "inspecting", &Request::Inspect(name.as_str())).await? {
             Response::State(s) if let Err(m) = wire::check_state(&s) => Err(self.hostile("inspecting", m)),
             Response::State(s) => Ok(LeaseState {
@@ -899,7 +1074,7 @@ impl LeaseStore for TenureStore {
     }
 
     async fn waiting(&self, name: &LeaseName) -> Result<Option<usize>> {
-        let server = self.server_for(name.as_str());
+        let server = self.locate(name.as_str()).await?;
         let e = &self.endpoints[server];
         self.conn(e).await?;
         // A server before protocol 4 cannot say.
@@ -932,7 +1107,7 @@ impl LeaseStore for TenureStore {
             ));
         };
         let req = Request::Break { name, version, only_token, note: note.map(BreakNoteWire::of) };
-        match self.call(self.server_for(name), "breaking", &req).await {
+        match self.call(self.locate(name).await?, "breaking", &req).await {
             Ok(Response::Done) => Ok(()),
             Ok(other) => Err(self.unexpected("breaking", &other)),
             Err(Error::Changed { .. }) => Err(Error::Changed { store: self.url.clone(), name: name.to_string() }),
@@ -945,7 +1120,11 @@ impl LeaseStore for TenureStore {
     }
 
     async fn renew_all(&self, grants: &[Grant]) -> Vec<Result<Grant>> {
-        let groups = self.by_server(grants.iter().map(|g| g.name.as_str()));
+        let placement = match self.placement().await {
+            Ok(p) => p,
+            Err(e) => return grants.iter().map(|_| Err(Error::store(&self.url, "renewing", e.to_string()))).collect(),
+        };
+        let groups = self.by_server(placement, grants.iter().map(|g| g.name.as_str()));
         // One server (one grant, usually): no join machinery.
         let answers = if let [(srv, idx)] = groups.as_slice() {
             vec![self.renew_on(*srv, idx, grants).await]
@@ -1002,6 +1181,21 @@ impl LeaseStore for TenureStore {
                     let msg = unexpected_answer(&other);
                     idx.iter().for_each(|&i| out[i] = Some(Err(Error::store(&self.url, "renewing", msg.clone()))));
                 }
+                // A renewal the server refuses as invalid (an older server's
+                // answer to a duration above its --max-lease, after a restart
+                // with a lower one) is refused again however often it is sent:
+                // the grant will not be renewed, so it is lost now, not after
+                // a passing outage's retries.
+                Err(Error::InvalidOptions { reason }) => {
+                    for &i in idx {
+                        out[i] = Some(Err(Error::Lost {
+                            store: self.url.clone(),
+                            name: grants[i].name.to_string(),
+                            token: grants[i].token,
+                            reason: LossReason::Stolen { detail: format!("the server refuses to renew it: {reason}") },
+                        }));
+                    }
+                }
                 Err(e) => {
                     let msg = e.to_string();
                     idx.iter().for_each(|&i| out[i] = Some(Err(Error::store(&self.url, "renewing", msg.clone()))));
@@ -1012,7 +1206,11 @@ impl LeaseStore for TenureStore {
     }
 
     async fn release_all(&self, grants: &[Grant], req: &ReleaseRequest) -> Vec<Result<Released>> {
-        let groups = self.by_server(grants.iter().map(|g| g.name.as_str()));
+        let placement = match self.placement().await {
+            Ok(p) => p,
+            Err(e) => return grants.iter().map(|_| Err(Error::store(&self.url, "releasing", e.to_string()))).collect(),
+        };
+        let groups = self.by_server(placement, grants.iter().map(|g| g.name.as_str()));
         let answers = if let [(srv, idx)] = groups.as_slice() {
             vec![self.release_on(*srv, idx, grants, req).await]
         } else {

@@ -36,7 +36,7 @@ impl TenureStore {
     /// Turns reservations into grants. If one was broken, releases everything
     /// (grants and reservations) and says which.
     pub async fn upgrade_all(&self, reservations: &[Grant]) -> Result<Upgrade> {
-        let groups = self.by_server(reservations.iter().map(|g| g.name.as_str()));
+        let groups = self.by_server(self.placement().await?, reservations.iter().map(|g| g.name.as_str()));
         let outcomes = join_all(groups.iter().map(|(s, idx)| async move {
             let refs: Vec<RefWire<'_>> = idx.iter().map(|&i| grant_ref(&reservations[i])).collect();
             let sent = self.clock.mono();

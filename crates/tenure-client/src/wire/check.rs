@@ -53,7 +53,21 @@ pub fn check_request(req: &Request<'_>, max_lease_ms: u64) -> Result<(), String>
     let ttl = |what: &Field<'_>, v: u64| within(what, v, MIN_TTL_MS, max_lease_ms, " ms (the server's --max-lease)");
     let meta = |what: &Field<'_>, m: Option<&str>| m.map_or(Ok(()), |m| len(what, m, MAX_META));
     match req {
-        Request::Hello { .. } | Request::Ping | Request::Inspect(_) | Request::Unwait { .. } | Request::Waiters(_) => {}
+        Request::Hello { .. }
+        | Request::Ping
+        | Request::Inspect(_)
+        | Request::Unwait { .. }
+        | Request::Waiters(_)
+        | Request::Identify => {}
+        Request::Servers(ids) => {
+            within(&"servers", ids.len() as u64, 1, super::MAX_SERVERS as u64, " (servers in a list)")?;
+            for (i, id) in ids.iter().enumerate() {
+                super::check_server_id(id).map_err(|m| format!("servers[{i}]: {m}"))?;
+                if ids[..i].contains(id) {
+                    return Err(format!("servers[{i}]: {id:?} is listed twice"));
+                }
+            }
+        }
         Request::Acquire { asks, .. } => {
             for (i, a) in asks.iter().enumerate() {
                 ttl(&Field("asks", i, "ttl_ms"), a.ttl_ms)?;
@@ -74,7 +88,12 @@ pub fn check_request(req: &Request<'_>, max_lease_ms: u64) -> Result<(), String>
         }
         Request::Renew(items) => {
             for (i, it) in items.iter().enumerate() {
-                ttl(&Field("items", i, "ttl_ms"), it.ttl_ms)?;
+                // Up to the protocol's limit: a renewal beyond the server's
+                // --max-lease is of a grant from before a restart with a lower
+                // one, and answered as lost, item by item (a refusal of the
+                // whole request would look like a passing failure).
+                let what = Field("items", i, "ttl_ms");
+                within(&what, it.ttl_ms, MIN_TTL_MS, millis(MAX_TTL), " ms (the protocol's longest lease)")?;
                 len(&Field("items", i, "name"), it.grant.name, MAX_NAME_LEN)?;
                 token(&Field("items", i, "token"), it.grant.token)?;
                 len(&Field("items", i, "nonce"), it.grant.nonce, MAX_HOLDER_FIELD)?;

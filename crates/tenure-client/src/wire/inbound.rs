@@ -36,6 +36,7 @@ pub(crate) enum ResponseIn<'a> {
         message: String,
     },
     Waiters(u32),
+    Identity(#[serde(deserialize_with = "super::quoted")] String),
 }
 
 /// [`super::AcquireReply`].

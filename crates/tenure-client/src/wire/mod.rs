@@ -14,7 +14,15 @@
 //! declaration order, so **variants and fields are only ever appended**). A
 //! response carries its request's `id`; responses may come in any order.
 //!
-//! Version 3 (this one) added [`Request::Wait`]: waiting in the server's queue
+//! Version 5 (this one) added server identities: [`Request::Identify`], which a
+//! server answers with its identity ([`Response::Identity`]), and
+//! [`Request::Servers`], with which a client of several servers tells one of
+//! them the identities of them all; the server then refuses an acquisition of
+//! a name that the list does not place on it. A client of several servers
+//! needs every one of them at version 5 (names are placed by identity); one of
+//! a single server speaks to older ones as before.
+//! Version 4 added [`Request::Waiters`].
+//! Version 3 added [`Request::Wait`]: waiting in the server's queue
 //! for a lease, the grant pushed when it frees. Nothing else changed, so a
 //! version 3 server speaks version 2 to a version 2 client (its hello answers
 //! with the lower version), and a version 3 client polls a version 2 server.
@@ -43,8 +51,28 @@ mod check;
 pub use check::check_request;
 pub(crate) use check::{check_grant, check_max_lease, check_predecessor, check_quarantine, check_state, check_view};
 
-/// The protocol version this build speaks (4: [`Request::Waiters`]).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// The protocol version this build speaks (5: server identities).
+pub const PROTOCOL_VERSION: u16 = 5;
+/// The first version with server identities ([`Request::Identify`],
+/// [`Request::Servers`]).
+pub const IDENTITY_VERSION: u16 = 5;
+/// Longest server identity, in bytes.
+pub const MAX_SERVER_ID: usize = 64;
+/// Most servers in one [`Request::Servers`] list.
+pub const MAX_SERVERS: usize = 256;
+
+/// `Err` saying why `id` is no server identity: 1 to [`MAX_SERVER_ID`] bytes of
+/// ASCII letters, digits, `.`, `_` and `-` (it shows in errors and logs as is).
+pub fn check_server_id(id: &str) -> Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if id.is_empty() || id.len() > MAX_SERVER_ID || !id.chars().all(ok) {
+        return Err(format!(
+            "{:?} is not a server identity (1 to {MAX_SERVER_ID} ASCII letters, digits, '.', '_' or '-')",
+            crate::clipped(id)
+        ));
+    }
+    Ok(())
+}
 /// The oldest version it still speaks: a version 2 peer has no [`Request::Wait`].
 pub const MIN_PROTOCOL_VERSION: u16 = 2;
 /// Longest wait one [`Request::Wait`] may ask for (a day); a client that waits
@@ -213,6 +241,13 @@ pub enum Request<'a> {
     /// How many wait in the queue of a lease (version 4). Answered by
     /// [`Response::Waiters`].
     Waiters(&'a str),
+    /// The server's identity (version 5). Answered by [`Response::Identity`].
+    Identify,
+    /// The identities of every server of the client's list, this one's among
+    /// them (version 5): from now on, the server refuses on this connection an
+    /// acquisition or a wait for a name that the list places on another server
+    /// (see `client::place`). Answered by [`Response::Done`].
+    Servers(#[serde(borrow, deserialize_with = "at_most::<_, _, MAX_SERVERS>")] Vec<&'a str>),
 }
 
 /// [`BreakNote`] on the wire, borrowed (version 2).
@@ -416,6 +451,9 @@ pub enum Response {
     },
     /// Answer to [`Request::Waiters`]: how many wait in the lease's queue.
     Waiters(u32),
+    /// Answer to [`Request::Identify`]: the server's identity (decoded: at most
+    /// [`MAX_QUOTED`] bytes; a client checks it with [`check_server_id`]).
+    Identity(#[serde(deserialize_with = "quoted")] String),
 }
 
 /// The outcome of an acquisition.

@@ -82,6 +82,16 @@ impl CoreOptions {
     pub fn new(max_lease: Duration) -> Self {
         Self { max_lease, quarantine: max_lease + Duration::from_secs(1), max_live: 1_000_000, retain: 100_000 }
     }
+
+    /// Defaults for `max_lease` on a server whose earlier incarnations may have
+    /// granted leases as long as `longest` (their `--max-lease`, kept in its
+    /// [`crate::state::StateFile`]): the quarantine is `max(longest, max_lease) + 1s`,
+    /// so that it outlasts every one of their grants, however this run's
+    /// `max_lease` compares, and their tokens (at most `longest / 2` ahead of
+    /// their clock) stay below this run's first.
+    pub fn after(max_lease: Duration, longest: Duration) -> Self {
+        Self { quarantine: max_lease.max(longest) + Duration::from_secs(1), ..Self::new(max_lease) }
+    }
 }
 
 /// Why the table refused a request (besides a lease being busy).
@@ -649,6 +659,17 @@ impl Core {
         nonce: &str,
         ttl_ms: u64,
     ) -> Result<Result<Granted, String>, Refusal> {
+        // A duration this server does not grant is a grant it did not make:
+        // one from before a restart with a lower `max_lease`. Its holder must
+        // learn at once that it is lost, not retry a request that cannot pass.
+        let max = millis(self.opts.max_lease);
+        if ttl_ms > max && ttl_ms >= MIN_TTL_MS {
+            bump(&self.shard(self.hash(name)).lock().stats.renewals_lost);
+            return Ok(Err(format!(
+                "the grant's duration of {ttl_ms} ms is above the server's --max-lease of {max} ms (it restarted \
+                 with a lower one): the server did not grant it in this run and cannot renew it"
+            )));
+        }
         self.check_ttl(ttl_ms)?;
         let h = self.hash(name);
         let mut guard = self.shard(h).lock();

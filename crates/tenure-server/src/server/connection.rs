@@ -230,6 +230,10 @@ pub(super) struct Connection {
     pub(super) withdrawn: HashMap<u32, Queued>,
     /// Waits that ended (answered, or cancelled), not yet looked at.
     pushed: Vec<Result<Answer, tokio::task::JoinError>>,
+    /// The client's server list ([`Request::Servers`]), if it sent one, and
+    /// this server's place in it: acquisitions of names it places elsewhere
+    /// are refused.
+    pub(super) servers: Option<(Box<[Box<str>]>, usize)>,
 }
 
 impl Connection {
@@ -261,6 +265,7 @@ impl Connection {
             sent_grants: VecDeque::new(),
             withdrawn: HashMap::new(),
             pushed: Vec::new(),
+            servers: None,
         }
     }
 

@@ -12,8 +12,8 @@ use tenure_core::{Holder, LeaseName};
 use super::connection::{Connection, MAX_SENT_GRANTS, Queued, SentGrant};
 use crate::core::{Acquired, Ask, Granted, Parking, Refusal};
 use crate::wire::{
-    self, AcquireReply, BreakNoteWire, ErrorCode, HolderViewWire, HolderWire, MAX_BATCH, MAX_LIST_BYTES, MAX_LIST_PAGE,
-    PredecessorWire, Request, Response, StateWire,
+    self, AcquireReply, BreakNoteWire, ErrorCode, HolderViewWire, HolderWire, IDENTITY_VERSION, MAX_BATCH,
+    MAX_LIST_BYTES, MAX_LIST_PAGE, PredecessorWire, Request, Response, StateWire,
 };
 
 /// A handled request whose witnesses may still need signing.
@@ -161,6 +161,22 @@ impl Drop for Unsent {
 }
 
 impl Connection {
+    /// `Err` naming the first of `names` that the client's server list, if it
+    /// sent one, places on another server: the client placed it by something
+    /// other than the servers' identities (two spellings of one list, a bug),
+    /// and granting it here could grant it twice. A few hashes a name.
+    pub(super) fn placed_here<'n>(&self, mut names: impl Iterator<Item = &'n str>) -> Result<(), String> {
+        let Some((ids, me)) = &self.servers else { return Ok(()) };
+        match names.find_map(|n| Some((n, crate::client::place(ids, n))).filter(|(_, at)| at != me)) {
+            None => Ok(()),
+            Some((name, at)) => Err(format!(
+                "lease {name:?} belongs on server {} by the client's server list, not on this one ({}): the client \
+                 placed it wrongly",
+                ids[at], ids[*me]
+            )),
+        }
+    }
+
     /// Starts a [`Request::Wait`]: answered at once if the lease is free (or
     /// the request is refused), otherwise queued, its answer pushed when it
     /// comes (see [`Connection::waits`]).
@@ -189,6 +205,9 @@ impl Connection {
         if self.waits.len() >= wire::MAX_WAITS_PER_CONNECTION {
             let m = format!("a connection may wait for at most {} leases at once", wire::MAX_WAITS_PER_CONNECTION);
             return Some(error(id, ErrorCode::Overloaded, m, false));
+        }
+        if let Err(m) = self.placed_here(std::iter::once(ask.name)) {
+            return Some(error(id, ErrorCode::Invalid, m, false));
         }
         let holder = match self.holder(&ask.holder) {
             Ok(h) => h,
@@ -238,6 +257,7 @@ impl Connection {
             Request::Hello { .. } => return Err((ErrorCode::Protocol, "hello sent twice".into())),
             Request::Acquire { tentative, asks } => {
                 batch(asks.len())?;
+                self.placed_here(asks.iter().map(|a| a.name)).map_err(|m| (ErrorCode::Invalid, m))?;
                 let holders = asks
                     .iter()
                     .map(|a| self.holder(&a.holder))
@@ -306,6 +326,21 @@ impl Connection {
                     out.push(released);
                 }
                 Response::Released(out)
+            }
+            Request::Identify | Request::Servers(_) if self.version < IDENTITY_VERSION => {
+                return Err((ErrorCode::Protocol, format!("server identities need protocol {IDENTITY_VERSION}")));
+            }
+            Request::Identify => Response::Identity(shared.opts.server_id.clone()),
+            Request::Servers(ids) => {
+                let me = &*shared.opts.server_id;
+                let Some(at) = ids.iter().position(|id| *id == me) else {
+                    return Err((
+                        ErrorCode::Invalid,
+                        format!("this server ({me}) is not in the client's server list: the client has it wrong"),
+                    ));
+                };
+                self.servers = Some((ids.iter().map(|&id| id.into()).collect(), at));
+                Response::Done
             }
             Request::Waiters(name) => {
                 let name = LeaseName::new(name).map_err(|e| (ErrorCode::Invalid, e.to_string()))?;

@@ -28,7 +28,12 @@ pub(super) fn op(req: &Request<'_>) -> Option<usize> {
         Request::Break { .. } => 6,
         Request::Ping => 7,
         // A wait's time is how long its lease stayed held, not the server's.
-        Request::Hello { .. } | Request::Wait { .. } | Request::Unwait { .. } | Request::Waiters(_) => return None,
+        Request::Hello { .. }
+        | Request::Wait { .. }
+        | Request::Unwait { .. }
+        | Request::Waiters(_)
+        | Request::Identify
+        | Request::Servers(_) => return None,
     })
 }
 

@@ -78,6 +78,16 @@ pub struct ServerOptions {
     /// Speak TLS only, with this certificate and key; `None`: plaintext. The
     /// handshake must end within the hello's deadline (see [`crate::tls`]).
     pub tls: Option<ServerTls>,
+    /// This server's identity ([`crate::wire::check_server_id`]): clients of
+    /// several servers place names by it, never by the address they wrote, so
+    /// it must stay the same across restarts (`tenure serve` keeps it in its
+    /// state file) and differ from every other server's. The default is random.
+    pub server_id: String,
+}
+
+/// A random server identity: 32 hex digits.
+pub fn random_server_id() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
 }
 
 /// The server's default [`ServerOptions::spin`].
@@ -96,6 +106,7 @@ impl Default for ServerOptions {
             connection_threads: 0,
             spin: DEFAULT_SPIN,
             tls: None,
+            server_id: random_server_id(),
         }
     }
 }
@@ -191,8 +202,13 @@ pub struct Server {
 impl Server {
     /// Binds `addr` (port 0 picks one).
     pub async fn bind(addr: SocketAddr, core: Arc<Core>, signer: Signer, opts: ServerOptions) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(addr).await?;
-        Ok(Self {
+        Ok(Self::from_listener(TcpListener::bind(addr).await?, core, signer, opts))
+    }
+
+    /// Serves on a bound `listener` (whose port decides, say, where state is kept
+    /// before the table is made).
+    pub fn from_listener(listener: TcpListener, core: Arc<Core>, signer: Signer, opts: ServerOptions) -> Self {
+        Self {
             listener,
             shared: Arc::new(Shared {
                 core,
@@ -203,7 +219,7 @@ impl Server {
                 conns: ConnStats::default(),
                 aborted: AtomicBool::new(false),
             }),
-        })
+        }
     }
 
     /// The address it listens on.
