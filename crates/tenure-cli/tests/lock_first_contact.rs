@@ -49,7 +49,8 @@ fn under_timeout_a_server_that_comes_up_late_runs_the_command() {
         .expect("start tenure lock");
     std::thread::sleep(Duration::from_millis(1_500));
     let listen = format!("127.0.0.1:{port}");
-    let server = serve(&["--listen", &listen, "--max-lease", "1s"]);
+    let state = dir.path().join("serve.state");
+    let server = serve(&["--listen", &listen, "--max-lease", "1s", "--state", state.to_str().expect("utf-8")]);
     assert_eq!(server.addr, listen);
     let out = common::wait_output(waiter, LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

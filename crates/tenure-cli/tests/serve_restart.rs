@@ -73,7 +73,10 @@ async fn kill_9_and_restart_keeps_tokens_above_every_earlier_one() {
     drop(first); // SIGKILL
 
     let restarted = Instant::now();
-    let _second = serve(&["--listen", &addr, "--max-lease", "2s"]);
+    // A state file of its own: the default one would be under $HOME.
+    let state = tempfile::tempdir().expect("tempdir");
+    let state = state.path().join("serve.state");
+    let _second = serve(&["--listen", &addr, "--max-lease", "2s", "--state", state.to_str().expect("utf-8")]);
     let top = before.iter().copied().max().expect("tokens");
     let g = first_grant(&store, &req("crash/0", &Arc::new(Holder::current())), restarted + QUARANTINE).await;
     assert!(g.token > top, "token {} after the restart must exceed every earlier token ({top})", g.token);
