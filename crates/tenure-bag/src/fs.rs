@@ -67,7 +67,11 @@
 //!   [`Error::Corrupt`] naming the file;
 //! - odd **snapshots** are skipped and reported, and their buckets read instead.
 //!
-//! The log's directory itself is the user's choice and may be a symlink.
+//! The log's directory itself is the user's choice and may be a symlink. It is
+//! **never created unless asked** ([`FsStorage::with_create`], `?create=true`,
+//! `tenure bag … --create`): a missing one is most likely a mount that is not
+//! there or a typo, and a log made in its place would be read by nobody. The
+//! first write or close then fails naming it; readers see an empty log.
 //!
 //! # Deadlines
 //!
@@ -128,6 +132,8 @@ pub struct FsStorage {
     fsync: bool,
     inline: bool,
     offload: Offload,
+    /// Whether a missing log directory may be created.
+    create: bool,
     /// Bucket width, for group directory names (known once the config is read).
     width_ms: Arc<OnceLock<u64>>,
 }
@@ -150,13 +156,21 @@ impl FsStorage {
         let root: PathBuf = root.into();
         let url: Arc<str> = format!("file://{}", root.display()).into();
         let offload = Offload::new(url.clone(), DEFAULT_TIMEOUT);
-        Self { url, root: root.into(), fsync, inline: false, offload, width_ms: Arc::default() }
+        Self { url, root: root.into(), fsync, inline: false, offload, create: false, width_ms: Arc::default() }
     }
 
     /// Gives each file-system operation `timeout` before it is reported as
     /// failed and its thread abandoned.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.offload = Offload::new(self.url.clone(), timeout);
+        self
+    }
+
+    /// Lets the first write or close create the log's directory (and its
+    /// parents) if it does not exist. Off by default (see the module's "Entries
+    /// tenure did not write"); directories below it are always made as needed.
+    pub fn with_create(mut self, create: bool) -> Self {
+        self.create = create;
         self
     }
 
@@ -216,9 +230,13 @@ impl FsStorage {
         Ok(self.root.join(self.bucket_rel(bucket)?))
     }
 
-    /// The log's directory; `None` if it does not exist and `create` is not set.
+    /// The log's directory; `None` if it does not exist and `create` is not
+    /// set, an error naming it if `create` is set but the log may not create it.
     fn root_dir(&self, create: bool) -> Result<Option<Dir>> {
-        Dir::open_root(&self.root, create).map_err(|e| self.err("opening the log", &self.root, e))
+        match Dir::open_root(&self.root, create && self.create) {
+            Ok(None) if create => Err(tenure_core::store::file::missing_root(&self.url, &self.root)),
+            opened => opened.map_err(|e| self.err("opening the log", &self.root, e)),
+        }
     }
 
     /// `rel` below the log's directory, never following a link: `None` if absent,

@@ -38,6 +38,10 @@ pub struct BagOptions {
     /// it really enforces create-if-absent. Without it two closers could both
     /// publish a manifest and writers would be told wrong verdicts.
     pub trust_store: bool,
+    /// A log in a directory may create the directory if it does not exist (as
+    /// `?create=true` does). Off by default: a missing directory is most likely
+    /// a mount that is not there or a typo. Object stores ignore it.
+    pub create: bool,
 }
 
 impl Default for BagOptions {
@@ -48,6 +52,7 @@ impl Default for BagOptions {
             read_only_hint: false,
             params: BTreeMap::new(),
             trust_store: false,
+            create: false,
         }
     }
 }
@@ -124,7 +129,9 @@ impl Log {
         let url = &url.with_params(&opts.params);
         opts.settings.check().map_err(|reason| Error::InvalidOptions { reason })?;
         if url.scheme() == "file" {
-            let fs = crate::fs::from_dir_url(&DirUrl::from_url(url)?);
+            let mut dir = DirUrl::from_url(url)?;
+            dir.create |= opts.create;
+            let fs = crate::fs::from_dir_url(&dir);
             return Ok(Self::on_fs(fs, opts));
         }
         let backend = tenure_object::backend_from_url(url)?;

@@ -118,12 +118,13 @@ pub fn open(url: &str) -> Result<FsStorage> {
 /// Like [`open`], with settings given apart from the URL (`--store-opt
 /// timeout=30s`), which take the same keys as the query and override it:
 /// `fsync=true|false`, `timeout=DURATION` (10 ms to 10 years, default 10 s),
-/// `io=pool|inline`.
+/// `io=pool|inline`, `create=true|false` (default false: a directory that does
+/// not exist is an error at the first write, not created).
 pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FsStorage> {
     Ok(from_dir_url(&tenure_core::store::file::DirUrl::parse(url, params)?))
 }
 
 /// The storage a parsed directory URL describes.
 pub fn from_dir_url(d: &tenure_core::store::file::DirUrl) -> FsStorage {
-    FsStorage::new(d.path.clone(), d.fsync).with_timeout(d.timeout).with_inline_io(d.inline)
+    FsStorage::new(d.path.clone(), d.fsync).with_timeout(d.timeout).with_inline_io(d.inline).with_create(d.create)
 }
