@@ -26,7 +26,7 @@ impl Dir {
         Self { _tmp: tmp, path }
     }
     fn storage(&self) -> FsStorage {
-        FsStorage::new(&self.path, false)
+        FsStorage::new(&self.path, false).with_create(true)
     }
 }
 
@@ -205,4 +205,29 @@ async fn the_read_only_hint_is_only_a_hint() {
     use std::os::unix::fs::PermissionsExt;
     let dir = d.storage().bucket_dir(T0).expect("dir");
     let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o755));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_log_directory_is_refused_naming_it_and_made_only_when_asked() {
+    let d = Dir::new();
+    let clock = ManualClock::starting_at(T0);
+    let strict = Log::on_fs(FsStorage::new(&d.path, false), options(clock.shared()));
+    let writer = strict.writer("w").expect("writer");
+    match writer.append(Batch::one(T0, "x")).await {
+        Err(tenure_core::Error::InvalidStore { reason, .. }) => {
+            assert!(
+                reason.contains(&format!("mkdir -p {}", d.path.display())) && reason.contains("--create"),
+                "{reason}"
+            )
+        }
+        other => panic!("an append to a missing log must be refused, got {other:?}"),
+    }
+    assert!(strict.close(T0).await.is_err(), "a close must be refused too");
+    assert!(!d.path.exists(), "nothing may be created");
+
+    // Asked to, the first write makes it; an existing one needs no asking.
+    let made = Log::on_fs(FsStorage::new(&d.path, false).with_create(true), options(clock.shared()));
+    let w = made.writer("w").expect("writer");
+    assert!(w.append(Batch::one(T0, "x")).await.expect("append").accepted);
+    assert!(writer.append(Batch::one(T0 + 1, "y")).await.expect("append").accepted);
 }

@@ -70,11 +70,11 @@ impl Bag {
     fn log(&self, read_only_hint: bool) -> Log {
         let mut opts = options(self.clock.shared());
         opts.read_only_hint = read_only_hint;
-        Log::on_fs(FsStorage::new(&self.dir, false).with_timeout(Duration::from_secs(10)), opts)
+        Log::on_fs(FsStorage::new(&self.dir, false).with_create(true).with_timeout(Duration::from_secs(10)), opts)
     }
 
     fn bucket(&self, bucket: u64) -> PathBuf {
-        FsStorage::new(&self.dir, false).bucket_dir(bucket).expect("bucket dir")
+        FsStorage::new(&self.dir, false).with_create(true).bucket_dir(bucket).expect("bucket dir")
     }
 
     /// Plants every kind of odd entry under `name(kind)` in `dir`; returns the names.

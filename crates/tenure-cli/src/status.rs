@@ -104,11 +104,8 @@ async fn collect(store: &dyn LeaseStore, name: Option<&str>) -> Result<Vec<Found
     // A few inspections at a time, in the listing's order: enough to hide a
     // network store's latency, few enough that any number of leases costs a
     // fixed number of open files (or connections).
-    let mut found: Vec<Found> = futures::stream::iter(names)
-        .map(|n| inspect(store, n))
-        .buffered(INSPECTIONS)
-        .collect()
-        .await;
+    let mut found: Vec<Found> =
+        futures::stream::iter(names).map(|n| inspect(store, n)).buffered(INSPECTIONS).collect().await;
     // Asked about one lease alone, its error is the answer (and the exit code).
     if let [Found::Failed(n, _)] = found.as_slice()
         && Some(n.as_str()) == name

@@ -594,10 +594,15 @@ pub fn missing_root(url: &str, path: &Path) -> Error {
     let shown = path.display().to_string();
     let plain = shown.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+,:@%=".contains(&b));
     let quoted = if plain { shown.clone() } else { format!("'{}'", shown.replace('\'', "'\\''")) };
+    // A symlink to nothing: say where it points.
+    let why = match std::fs::read_link(path) {
+        Ok(to) => format!("it is a symbolic link to {}, which does not exist", to.display()),
+        Err(_) => "a file system that is not mounted, or a typo?".to_string(),
+    };
     Error::InvalidStore {
         url: url.into(),
         reason: format!(
-            "the directory {shown} does not exist (a file system that is not mounted, or a typo?); tenure \
+            "the directory {shown} does not exist ({why}); tenure \
              creates it only when asked, so that a missing mount never grants leases that exclude nobody: \
              create it with `mkdir -p {quoted}`, or pass --create (`?create=true` in a URL)"
         ),
@@ -648,7 +653,13 @@ impl DirUrl {
         if url.path().as_os_str().is_empty() {
             return Err(url.invalid("the directory is empty"));
         }
-        let mut d = DirUrl { path: url.path().to_path_buf(), fsync: true, inline: false, timeout: DEFAULT_TIMEOUT, create: false };
+        let mut d = DirUrl {
+            path: url.path().to_path_buf(),
+            fsync: true,
+            inline: false,
+            timeout: DEFAULT_TIMEOUT,
+            create: false,
+        };
         for (key, value) in url.options() {
             match (key.as_str(), value.as_str()) {
                 ("fsync", "true" | "1") => d.fsync = true,
@@ -672,7 +683,9 @@ impl DirUrl {
                     )));
                 }
                 _ => {
-                    return Err(url.unknown(key, "fsync=true|false, io=pool|inline, timeout=DURATION, create=true|false"));
+                    return Err(
+                        url.unknown(key, "fsync=true|false, io=pool|inline, timeout=DURATION, create=true|false")
+                    );
                 }
             }
         }
