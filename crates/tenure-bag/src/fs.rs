@@ -10,6 +10,8 @@
 //!     host1-4242-9f2c.0.data                     one single-writer data file per writer
 //!     prelock                                    "a close has begun"
 //!     manifest                                   the close's result: files and sizes
+//! <log>/g000000431337/sweep.<lo>.<hi>            a sweep's intent (see crate::protocol)
+//! <log>/g000000431337/sweep.<lo>.<hi>.done       its result: the buckets it closed empty
 //! <log>/snapshots/000000000490896.snap           compacted chunks
 //! ```
 //!
@@ -36,6 +38,10 @@
 //! - *Manifest*: written to a fresh `manifest.tmp-<random>` (`O_EXCL`), fsynced,
 //!   then `link(2)`ed to `manifest`: the server makes exactly one link succeed,
 //!   and readers can only ever see a complete manifest.
+//! - *Sweep*: the intent is made like a prelock (`O_CREAT|O_EXCL`, `EEXIST`
+//!   included), the result published like a manifest (a fresh file, then
+//!   `link(2)`, first one wins); the buckets are listed with `readdir` of the
+//!   group directory, opened after the intent exists.
 //! - *Read*: `open(2)` + `read(2)` of `manifest` and of the first `size` bytes of
 //!   each listed file; those bytes never change (files are append-only, single
 //!   writer, never truncated or rewritten).

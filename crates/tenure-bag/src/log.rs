@@ -254,11 +254,11 @@ impl Log {
         let ctx = self.ctx().await?;
         let Some(last) = ctx.cfg.last_closable(ctx.clock.wall_ms()) else { return Ok(CloseRound::default()) };
         let start = (*cursor).max(ctx.cfg.first_bucket_ms);
-        let (round, next) = with_storage!(self, |s| {
+        let end = ctx.cfg.end_of(last);
+        let round = with_storage!(self, |s| {
             let mut round = CloseRound::default();
-            let mut bucket = start;
-            while bucket <= last {
-                match protocol::close(s, &ctx, bucket).await {
+            let swept = protocol::close_range(s, &ctx, start, end, |bucket, closed| {
+                match closed {
                     Ok(closed) => {
                         round.closed += 1;
                         round.published += u64::from(closed.published);
@@ -276,10 +276,14 @@ impl Log {
                     // from `start` (closing is idempotent).
                     Err(e) => return Err(e),
                 }
-                bucket = ctx.cfg.end_of(bucket);
-            }
-            Ok::<_, Error>((round, bucket))
+                Ok(())
+            })
+            .await?;
+            round.closed += swept.emptied;
+            round.sweeps += swept.sweeps;
+            Ok::<_, Error>(round)
         })?;
+        let next = end;
         *cursor = next;
         Ok(round)
     }
@@ -342,6 +346,10 @@ pub struct CloseRound {
     pub closed: u64,
     /// Manifests this round published.
     pub published: u64,
+    /// Sweeps this round published: each closed every missing bucket of a
+    /// group of buckets at once (see [`crate::protocol`], "Sweeps").
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sweeps: u64,
     /// Entries tenure did not write that this round's closes did not list.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<Skipped>,
@@ -349,6 +357,10 @@ pub struct CloseRound {
     /// corrupt, or something tenure did not write is in the way).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unclosable: Vec<Unclosable>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A bucket a round could not close.

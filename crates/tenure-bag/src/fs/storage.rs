@@ -6,7 +6,7 @@ use bytes::Bytes;
 use tenure_core::Result;
 
 use super::FsStorage;
-use crate::layout::{LogConfig, Manifest};
+use crate::layout::{LogConfig, Manifest, Sweep};
 use crate::protocol::{Listed, Loaded, Slot, Storage, Wrote};
 
 impl FsStorage {
@@ -95,6 +95,23 @@ impl Storage for FsStorage {
 
     async fn list_buckets(&self, from: u64, to: u64) -> Result<Listed<u64>> {
         self.run("listing buckets", move |s| s.list_buckets_blocking(from, to)).await
+    }
+
+    async fn group_end(&self, bucket: u64) -> Result<Option<u64>> {
+        self.run("sweeping", move |s| s.group_end_blocking(bucket).map(Some)).await
+    }
+
+    async fn sweeps(&self, from: u64, to: u64) -> Result<Vec<Sweep>> {
+        self.run("listing sweeps", move |s| s.sweeps_blocking(from, to)).await
+    }
+
+    async fn ensure_sweep(&self, lo: u64, hi: u64) -> Result<()> {
+        self.run(format!("sweeping buckets {lo} to {hi}"), move |s| s.ensure_sweep_blocking(lo, hi)).await
+    }
+
+    async fn publish_sweep(&self, sweep: &Sweep) -> Result<bool> {
+        let sweep = sweep.clone();
+        self.run("publishing a sweep", move |s| s.publish_sweep_blocking(&sweep)).await
     }
 
     async fn list_snapshots(&self) -> Result<Listed<u64>> {
