@@ -408,6 +408,7 @@ async fn create_is_a_url_setting_and_opening_options_choice_off_by_default() {
     assert!(matches!(err, Error::InvalidStore { .. }), "{err:?}");
     assert!(!root.exists());
     let made = crate::Client::new(crate::open(&url, &crate::OpenOptions::default().create()).expect("open"));
-    made.try_acquire("k", &opts).await.expect("acquired once asked to create");
+    let lease = made.try_acquire("k", &opts).await.expect("acquired once asked to create");
+    lease.release().await.expect("release");
     assert!(root.is_dir());
 }
