@@ -126,7 +126,8 @@ const MANIFEST: &str = "manifest";
 const SNAPSHOTS: &str = "snapshots";
 /// The suffix of data files.
 pub(crate) const DATA_SUFFIX: &str = ".data";
-const GROUP_BUCKETS: u64 = 4096;
+/// Buckets per group directory: the protocol's sweep groups.
+const GROUP_BUCKETS: u64 = crate::protocol::SWEEP_GROUP;
 /// Data file generations a writer tries in one bucket before giving up.
 const MAX_GENERATION: u32 = 1_000_000;
 

@@ -72,8 +72,8 @@
 //!   published, all readers and writers see the same answer, for ever.
 //!
 //! An idle close thus costs the intent and the result of one sweep per group of
-//! buckets (4096), however many buckets it closes. Object stores keep no sweeps
-//! (every bucket is closed on its own, as before).
+//! buckets ([`SWEEP_GROUP`]), however many buckets it closes, on a file system
+//! and on an object store alike.
 //!
 //! # The clock-skew bound of the fast path
 //!
@@ -170,6 +170,10 @@ impl<T> Default for Listed<T> {
     }
 }
 
+/// Buckets per group: a sweep covers at most one group (and, on a file
+/// system, lives in the group's directory).
+pub(crate) const SWEEP_GROUP: u64 = 4096;
+
 /// What the protocol needs from storage. Every operation has a deadline: file
 /// systems run theirs on an abandonable thread, object stores have request
 /// timeouts.
@@ -214,11 +218,12 @@ pub(crate) trait Storage: Send + Sync + 'static {
     fn load_snapshot(&self, chunk: u64) -> impl Future<Output = Result<Loaded<Bytes>>> + Send;
     /// Publishes a snapshot create-if-absent; `false` if one existed.
     fn publish_snapshot(&self, chunk: u64, bytes: Bytes) -> impl Future<Output = Result<bool>> + Send;
-    /// The end of the span of buckets one sweep may cover that starts with
-    /// `bucket`; `None` where the storage keeps no sweeps (every bucket is then
-    /// closed on its own).
-    fn group_end(&self, _bucket: u64) -> impl Future<Output = Result<Option<u64>>> + Send {
-        async { Ok(None) }
+    /// The end of the group of buckets (`width_ms` wide) that `bucket` is in:
+    /// one sweep never covers more than one group. `None` where the storage
+    /// keeps no sweeps (every bucket is then closed on its own).
+    fn group_end(&self, bucket: u64, width_ms: u64) -> impl Future<Output = Result<Option<u64>>> + Send {
+        let span = width_ms.saturating_mul(SWEEP_GROUP);
+        async move { Ok(Some((bucket / span.max(1)).saturating_add(1).saturating_mul(span))) }
     }
     /// Sweeps meeting `[from, to)`, with their results if published.
     fn sweeps(&self, _from: u64, _to: u64) -> impl Future<Output = Result<Vec<Sweep>>> + Send {
@@ -539,7 +544,7 @@ pub(crate) async fn close_range<S: Storage>(
     let mut done = RangeClosed::default();
     let mut lo = from;
     while lo < to {
-        let Some(group_end) = s.group_end(lo).await? else {
+        let Some(group_end) = s.group_end(lo, ctx.cfg.width_ms).await? else {
             // No sweeps here: each bucket on its own.
             while lo < to {
                 each(lo, close(s, ctx, lo).await)?;

@@ -97,10 +97,6 @@ impl Storage for FsStorage {
         self.run("listing buckets", move |s| s.list_buckets_blocking(from, to)).await
     }
 
-    async fn group_end(&self, bucket: u64) -> Result<Option<u64>> {
-        self.run("sweeping", move |s| s.group_end_blocking(bucket).map(Some)).await
-    }
-
     async fn sweeps(&self, from: u64, to: u64) -> Result<Vec<Sweep>> {
         self.run("listing sweeps", move |s| s.sweeps_blocking(from, to)).await
     }

@@ -194,12 +194,6 @@ impl FsStorage {
         Ok(format!("g{:012}", bucket / self.width()? / GROUP_BUCKETS))
     }
 
-    /// The end of `bucket`'s group: sweeps stay within one.
-    pub(super) fn group_end_blocking(&self, bucket: u64) -> Result<u64> {
-        let span = self.width()?.saturating_mul(GROUP_BUCKETS);
-        Ok((bucket / span).saturating_add(1).saturating_mul(span))
-    }
-
     /// Sweeps meeting `[from, to)`, with their results if published. Any entry
     /// by an intent's name counts as the intent (as with prelocks); an odd
     /// entry by a result's name is an error naming it: the sweep can then
