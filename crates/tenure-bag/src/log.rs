@@ -288,6 +288,21 @@ impl Log {
         Ok(round)
     }
 
+    /// Closes every bucket of `[from, to)` (all past their grace), whether it
+    /// exists or not: the missing ones by sweeps, a few entries per group of
+    /// buckets (see [`protocol`]). The first failure ends it.
+    pub(crate) async fn close_span(&self, from: u64, to: u64) -> Result<()> {
+        let ctx = self.ctx().await?;
+        if let Some(late) =
+            (from < to).then(|| ctx.cfg.bucket_of(to - 1)).filter(|&b| !ctx.cfg.closable(b, ctx.clock.wall_ms()))
+        {
+            return Err(Error::InvalidOptions {
+                reason: format!("bucket {late} may only be closed {} ms after its end (its grace)", ctx.cfg.grace_ms),
+            });
+        }
+        with_storage!(self, |s| protocol::close_range(s, &ctx, from, to, |_, closed| closed.map(drop)).await).map(drop)
+    }
+
     /// Where a closer starts: `lookback` before the newest closable bucket (all of
     /// the log if `None`), never before the first bucket.
     pub async fn close_start(&self, lookback: Option<Duration>) -> Result<u64> {
