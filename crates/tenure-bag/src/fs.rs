@@ -10,6 +10,8 @@
 //!     host1-4242-9f2c.0.data                     one single-writer data file per writer
 //!     prelock                                    "a close has begun"
 //!     manifest                                   the close's result: files and sizes
+//! <log>/g000000431337/sweep.<lo>.<hi>            a sweep's intent (see crate::protocol)
+//! <log>/g000000431337/sweep.<lo>.<hi>.done       its result: the buckets it closed empty
 //! <log>/snapshots/000000000490896.snap           compacted chunks
 //! ```
 //!
@@ -36,6 +38,10 @@
 //! - *Manifest*: written to a fresh `manifest.tmp-<random>` (`O_EXCL`), fsynced,
 //!   then `link(2)`ed to `manifest`: the server makes exactly one link succeed,
 //!   and readers can only ever see a complete manifest.
+//! - *Sweep*: the intent is made like a prelock (`O_CREAT|O_EXCL`, `EEXIST`
+//!   included), the result published like a manifest (a fresh file, then
+//!   `link(2)`, first one wins); the buckets are listed with `readdir` of the
+//!   group directory, opened after the intent exists.
 //! - *Read*: `open(2)` + `read(2)` of `manifest` and of the first `size` bytes of
 //!   each listed file; those bytes never change (files are append-only, single
 //!   writer, never truncated or rewritten).
@@ -67,7 +73,11 @@
 //!   [`Error::Corrupt`] naming the file;
 //! - odd **snapshots** are skipped and reported, and their buckets read instead.
 //!
-//! The log's directory itself is the user's choice and may be a symlink.
+//! The log's directory itself is the user's choice and may be a symlink. It is
+//! **never created unless asked** ([`FsStorage::with_create`], `?create=true`,
+//! `tenure bag … --create`): a missing one is most likely a mount that is not
+//! there or a typo, and a log made in its place would be read by nobody. The
+//! first write or close then fails naming it; readers see an empty log.
 //!
 //! # Deadlines
 //!
@@ -116,7 +126,8 @@ const MANIFEST: &str = "manifest";
 const SNAPSHOTS: &str = "snapshots";
 /// The suffix of data files.
 pub(crate) const DATA_SUFFIX: &str = ".data";
-const GROUP_BUCKETS: u64 = 4096;
+/// Buckets per group directory: the protocol's sweep groups.
+const GROUP_BUCKETS: u64 = crate::protocol::SWEEP_GROUP;
 /// Data file generations a writer tries in one bucket before giving up.
 const MAX_GENERATION: u32 = 1_000_000;
 
@@ -128,6 +139,8 @@ pub struct FsStorage {
     fsync: bool,
     inline: bool,
     offload: Offload,
+    /// Whether a missing log directory may be created.
+    create: bool,
     /// Bucket width, for group directory names (known once the config is read).
     width_ms: Arc<OnceLock<u64>>,
 }
@@ -150,13 +163,21 @@ impl FsStorage {
         let root: PathBuf = root.into();
         let url: Arc<str> = format!("file://{}", root.display()).into();
         let offload = Offload::new(url.clone(), DEFAULT_TIMEOUT);
-        Self { url, root: root.into(), fsync, inline: false, offload, width_ms: Arc::default() }
+        Self { url, root: root.into(), fsync, inline: false, offload, create: false, width_ms: Arc::default() }
     }
 
     /// Gives each file-system operation `timeout` before it is reported as
     /// failed and its thread abandoned.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.offload = Offload::new(self.url.clone(), timeout);
+        self
+    }
+
+    /// Lets the first write or close create the log's directory (and its
+    /// parents) if it does not exist. Off by default (see the module's "Entries
+    /// tenure did not write"); directories below it are always made as needed.
+    pub fn with_create(mut self, create: bool) -> Self {
+        self.create = create;
         self
     }
 
@@ -216,9 +237,13 @@ impl FsStorage {
         Ok(self.root.join(self.bucket_rel(bucket)?))
     }
 
-    /// The log's directory; `None` if it does not exist and `create` is not set.
+    /// The log's directory; `None` if it does not exist and `create` is not
+    /// set, an error naming it if `create` is set but the log may not create it.
     fn root_dir(&self, create: bool) -> Result<Option<Dir>> {
-        Dir::open_root(&self.root, create).map_err(|e| self.err("opening the log", &self.root, e))
+        match Dir::open_root(&self.root, create && self.create) {
+            Ok(None) if create => Err(tenure_core::store::file::missing_root(&self.url, &self.root)),
+            opened => opened.map_err(|e| self.err("opening the log", &self.root, e)),
+        }
     }
 
     /// `rel` below the log's directory, never following a link: `None` if absent,

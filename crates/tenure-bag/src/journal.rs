@@ -21,7 +21,8 @@
 //!      of empty buckets);
 //!    - every bucket of the last TTL (this grant's) before the watermark is
 //!      closed whether it exists or not, so that a write still on its way to a
-//!      bucket nobody has created yet is refused when it gets there.
+//!      bucket nobody has created yet is refused when it gets there (the
+//!      missing ones by a sweep per group of buckets, see [`crate::protocol`]).
 //!
 //!    What remains undecided is a predecessor's write that stalled for more than
 //!    a TTL *before creating* a bucket nobody else wrote to (a write hung on a
@@ -130,12 +131,9 @@ impl Journal {
                 }
             }
         }
-        let mut bucket = recent;
-        while bucket <= last {
-            log.close(bucket).await?;
-            bucket = cfg.end_of(bucket);
-        }
-        Ok(())
+        // Missing buckets by sweeps: a few entries per group of buckets, not
+        // three per empty bucket of the TTL.
+        log.close_span(recent, cfg.end_of(last)).await
     }
 }
 

@@ -393,3 +393,83 @@ mod tests {
         assert!(m.covers("a.0.data", 10) && !m.covers("a.0.data", 11) && !m.covers("c.0.data", 0));
     }
 }
+
+/// Largest sweep result read: a sweep covers at most one group of buckets, so a
+/// few thousand ranges at most.
+pub const MAX_SWEEP_BYTES: usize = 1 << 20;
+
+/// A range close ("sweep", see [`crate::protocol`]): buckets `[lo, hi)` closed
+/// at once, and which of them it found empty (no bucket stored at its
+/// listing). `empty` is `None` until the sweep's result is published.
+///
+/// ```text
+/// tenure-bag-sweep 1
+/// range 1767225600000 1767225604096
+/// empty 1767225600000 1767225600513        buckets [a, b) closed empty
+/// end 5e0c9a11                             CRC32C of every line above
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    /// First bucket covered.
+    pub lo: u64,
+    /// End (exclusive) of the buckets covered.
+    pub hi: u64,
+    /// The runs `[a, b)` of buckets found empty; `None` while unpublished.
+    pub empty: Option<Vec<(u64, u64)>>,
+}
+
+impl Sweep {
+    /// Whether the sweep covers `bucket`.
+    pub fn covers(&self, bucket: u64) -> bool {
+        (self.lo..self.hi).contains(&bucket)
+    }
+
+    /// Whether its published result closed `bucket` empty.
+    pub fn emptied(&self, bucket: u64) -> bool {
+        self.empty.as_ref().is_some_and(|runs| runs.iter().any(|&(a, b)| (a..b).contains(&bucket)))
+    }
+
+    /// The published form (only of a resolved sweep).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut body = format!("tenure-bag-sweep 1\nrange {} {}\n", self.lo, self.hi);
+        for (a, b) in self.empty.iter().flatten() {
+            body.push_str(&format!("empty {a} {b}\n"));
+        }
+        let crc = crc32c::crc32c(body.as_bytes());
+        body.push_str(&format!("end {crc:08x}\n"));
+        body.into_bytes()
+    }
+
+    /// Parses a published sweep of `[lo, hi)`, checking its checksum and that
+    /// every run lies in the range, in order.
+    pub fn parse(bytes: &[u8], lo: u64, hi: u64) -> Result<Self, String> {
+        let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())?;
+        let end_at = text.rfind("end ").ok_or("no end line")?;
+        let (body, end) = text.split_at(end_at);
+        let crc = u32::from_str_radix(end.trim_start_matches("end ").trim_end(), 16).map_err(|_| "a bad end line")?;
+        if crc != crc32c::crc32c(body.as_bytes()) {
+            return Err("its checksum does not match".into());
+        }
+        let mut lines = body.lines();
+        if lines.next() != Some("tenure-bag-sweep 1") {
+            return Err("not a sweep (tenure-bag-sweep 1)".into());
+        }
+        if lines.next() != Some(format!("range {lo} {hi}").as_str()) {
+            return Err(format!("not the sweep of [{lo}, {hi})"));
+        }
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for line in lines {
+            let mut words = line.split(' ');
+            let run = match (words.next(), words.next(), words.next(), words.next()) {
+                (Some("empty"), Some(a), Some(b), None) => (a.parse::<u64>(), b.parse::<u64>()),
+                _ => return Err(format!("a bad line {line:?}")),
+            };
+            let (Ok(a), Ok(b)) = run else { return Err(format!("a bad line {line:?}")) };
+            if !(lo <= a && a < b && b <= hi) || runs.last().is_some_and(|&(_, end)| a < end) {
+                return Err(format!("run [{a}, {b}) is out of range or order"));
+            }
+            runs.push((a, b));
+        }
+        Ok(Sweep { lo, hi, empty: Some(runs) })
+    }
+}

@@ -38,6 +38,10 @@ pub struct BagOptions {
     /// it really enforces create-if-absent. Without it two closers could both
     /// publish a manifest and writers would be told wrong verdicts.
     pub trust_store: bool,
+    /// A log in a directory may create the directory if it does not exist (as
+    /// `?create=true` does). Off by default: a missing directory is most likely
+    /// a mount that is not there or a typo. Object stores ignore it.
+    pub create: bool,
 }
 
 impl Default for BagOptions {
@@ -48,6 +52,7 @@ impl Default for BagOptions {
             read_only_hint: false,
             params: BTreeMap::new(),
             trust_store: false,
+            create: false,
         }
     }
 }
@@ -124,7 +129,9 @@ impl Log {
         let url = &url.with_params(&opts.params);
         opts.settings.check().map_err(|reason| Error::InvalidOptions { reason })?;
         if url.scheme() == "file" {
-            let fs = crate::fs::from_dir_url(&DirUrl::from_url(url)?);
+            let mut dir = DirUrl::from_url(url)?;
+            dir.create |= opts.create;
+            let fs = crate::fs::from_dir_url(&dir);
             return Ok(Self::on_fs(fs, opts));
         }
         let backend = tenure_object::backend_from_url(url)?;
@@ -247,11 +254,11 @@ impl Log {
         let ctx = self.ctx().await?;
         let Some(last) = ctx.cfg.last_closable(ctx.clock.wall_ms()) else { return Ok(CloseRound::default()) };
         let start = (*cursor).max(ctx.cfg.first_bucket_ms);
-        let (round, next) = with_storage!(self, |s| {
+        let end = ctx.cfg.end_of(last);
+        let round = with_storage!(self, |s| {
             let mut round = CloseRound::default();
-            let mut bucket = start;
-            while bucket <= last {
-                match protocol::close(s, &ctx, bucket).await {
+            let swept = protocol::close_range(s, &ctx, start, end, |bucket, closed| {
+                match closed {
                     Ok(closed) => {
                         round.closed += 1;
                         round.published += u64::from(closed.published);
@@ -269,12 +276,31 @@ impl Log {
                     // from `start` (closing is idempotent).
                     Err(e) => return Err(e),
                 }
-                bucket = ctx.cfg.end_of(bucket);
-            }
-            Ok::<_, Error>((round, bucket))
+                Ok(())
+            })
+            .await?;
+            round.closed += swept.emptied;
+            round.sweeps += swept.sweeps;
+            Ok::<_, Error>(round)
         })?;
+        let next = end;
         *cursor = next;
         Ok(round)
+    }
+
+    /// Closes every bucket of `[from, to)` (all past their grace), whether it
+    /// exists or not: the missing ones by sweeps, a few entries per group of
+    /// buckets (see [`protocol`]). The first failure ends it.
+    pub(crate) async fn close_span(&self, from: u64, to: u64) -> Result<()> {
+        let ctx = self.ctx().await?;
+        if let Some(late) =
+            (from < to).then(|| ctx.cfg.bucket_of(to - 1)).filter(|&b| !ctx.cfg.closable(b, ctx.clock.wall_ms()))
+        {
+            return Err(Error::InvalidOptions {
+                reason: format!("bucket {late} may only be closed {} ms after its end (its grace)", ctx.cfg.grace_ms),
+            });
+        }
+        with_storage!(self, |s| protocol::close_range(s, &ctx, from, to, |_, closed| closed.map(drop)).await).map(drop)
     }
 
     /// Where a closer starts: `lookback` before the newest closable bucket (all of
@@ -335,6 +361,10 @@ pub struct CloseRound {
     pub closed: u64,
     /// Manifests this round published.
     pub published: u64,
+    /// Sweeps this round published: each closed every missing bucket of a
+    /// group of buckets at once (see [`crate::protocol`], "Sweeps").
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sweeps: u64,
     /// Entries tenure did not write that this round's closes did not list.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<Skipped>,
@@ -342,6 +372,10 @@ pub struct CloseRound {
     /// corrupt, or something tenure did not write is in the way).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unclosable: Vec<Unclosable>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A bucket a round could not close.

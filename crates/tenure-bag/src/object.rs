@@ -8,6 +8,8 @@
 //! b/0001767225600000/m/<writer>.<first seq, 20 digits>   one object per batch
 //! b/0001767225600000/prelock                      "a close has begun"
 //! b/0001767225600000/manifest                     the close's result: objects and sizes
+//! w/<lo>.<hi>                                     a sweep's intent (see crate::protocol)
+//! w/<lo>.<hi>.done                                its result: the buckets it closed empty
 //! s/000000000490896.snap                          compacted chunks
 //! ```
 //!
@@ -24,6 +26,9 @@
 //! - *Close*: `PUT` prelock create-if-absent, `LIST` the batch objects, `PUT` the
 //!   manifest create-if-absent: the store's conditional write makes the first
 //!   manifest win; losers and late writers `GET` it.
+//! - *Sweep* (buckets nobody wrote to, a group at once): `PUT` the intent
+//!   create-if-absent, `LIST` the buckets under `b/`, `PUT` the result
+//!   create-if-absent; losers and late writers `GET` it.
 //! - *Read*: `GET` the manifest, then each listed object (checked against its
 //!   recorded size); without a manifest, `LIST` + `GET` (provisional).
 //!
@@ -57,9 +62,17 @@ use tenure_core::limits::MAX_TIME_MS;
 
 use crate::frame::MAX_FRAME;
 use crate::layout::{
-    LogConfig, MAX_CONFIG_BYTES, MAX_ITEM_BYTES, MAX_ITEMS, MAX_MANIFEST_BYTES, MAX_SNAPSHOT_BYTES, Manifest,
+    LogConfig, MAX_CONFIG_BYTES, MAX_ITEM_BYTES, MAX_ITEMS, MAX_MANIFEST_BYTES, MAX_SNAPSHOT_BYTES, MAX_SWEEP_BYTES,
+    Manifest, Sweep,
 };
-use crate::protocol::{Listed, Loaded, Skipped, Slot, Storage, Wrote};
+use crate::protocol::{Listed, Loaded, SWEEP_GROUP, Skipped, Slot, Storage, Wrote};
+
+/// The range `<lo>.<hi>` (16 digits each) names.
+fn parse_sweep_name(name: &str) -> Option<(u64, u64)> {
+    let (lo, hi) = name.split_once('.')?;
+    let number = |n: &str| (n.len() == 16 && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.parse().ok())?;
+    Some((number(lo)?, number(hi)?))
+}
 
 /// Most snapshot objects listed (a chunk per hour of 1 s buckets for 100 years
 /// is under a million).
@@ -297,6 +310,60 @@ impl Storage for ObjectStorage {
             }
         }
         Ok(Listed { found: out.into_iter().collect(), skipped: Vec::new() })
+    }
+
+    async fn sweeps(&self, from: u64, to: u64) -> Result<Vec<Sweep>> {
+        let mut out: Vec<Sweep> = Vec::new();
+        let Some(width) = self.load_config().await?.map(|c| c.width_ms) else { return Ok(out) };
+        if from >= to {
+            return Ok(out);
+        }
+        // A sweep covers one group at most: one meeting `from` starts less
+        // than a group before it. Names sort as their numbers (fixed width).
+        let base = self.key("w");
+        let offset = self.key(&format!("w/{:016}", from.saturating_sub(width.saturating_mul(SWEEP_GROUP) + 1)));
+        let mut stream = self.store.list_with_offset(Some(&base), &offset);
+        let strip = format!("{base}/");
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        while let Some(meta) = stream.try_next().await.map_err(|e| self.err(format!("listing {base}"), e))? {
+            let Some(name) = meta.location.as_ref().strip_prefix(&strip) else { continue };
+            let Some((lo, hi)) = parse_sweep_name(name.strip_suffix(".done").unwrap_or(name)) else { continue };
+            if lo >= to {
+                break;
+            }
+            if from < hi && ranges.last() != Some(&(lo, hi)) {
+                ranges.push((lo, hi));
+            }
+        }
+        for (lo, hi) in ranges {
+            let key = self.key(&format!("w/{lo:016}.{hi:016}.done"));
+            let empty = match self.get_capped(&key, MAX_SWEEP_BYTES as u64, "a sweep").await? {
+                Loaded::Found(bytes) => {
+                    Sweep::parse(&bytes, lo, hi).map_err(|d| Error::corrupt(&*self.url, key.to_string(), d))?.empty
+                }
+                Loaded::Absent => None,
+                // Too large to be tenure's: never settled, nothing it covers final.
+                Loaded::Odd(odd) => {
+                    tracing::warn!(
+                        path = odd.path,
+                        reason = odd.reason,
+                        "an object tenure did not write holds a sweep's name"
+                    );
+                    None
+                }
+            };
+            out.push(Sweep { lo, hi, empty });
+        }
+        Ok(out)
+    }
+
+    async fn ensure_sweep(&self, lo: u64, hi: u64) -> Result<()> {
+        self.create(&self.key(&format!("w/{lo:016}.{hi:016}")), Bytes::new()).await.map(drop)
+    }
+
+    async fn publish_sweep(&self, sweep: &Sweep) -> Result<bool> {
+        let key = self.key(&format!("w/{:016}.{:016}.done", sweep.lo, sweep.hi));
+        self.create(&key, Bytes::from(sweep.encode())).await
     }
 
     async fn list_snapshots(&self) -> Result<Listed<u64>> {

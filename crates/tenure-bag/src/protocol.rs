@@ -34,6 +34,47 @@
 //! No step waits for another process, so closing is wait-free: a closer killed at
 //! any point leaves a state the next closer or a late writer finishes.
 //!
+//! # Sweeps: closing missing buckets at once
+//!
+//! Closing a bucket that nobody wrote to would otherwise cost its directory, a
+//! prelock and a manifest: an idle log with 1 ms buckets would gain thousands of
+//! entries a second of idleness. So a closer closes every bucket of a range
+//! `[lo, hi)` (within one group of buckets, all past their grace) that has no
+//! bucket stored with one **sweep**, in two steps mirroring a bucket's close:
+//!
+//! 1. Ensure the sweep's intent exists (create-if-absent, like a prelock).
+//! 2. List the buckets of `[lo, hi)` that exist — after the intent — and publish
+//!    the result create-if-absent, first one wins: the runs of buckets that did
+//!    not exist, now **closed empty for good**. Every bucket that existed is then
+//!    closed on its own (prelock, manifest), as before.
+//!
+//! A bucket is closed empty iff some published sweep covering it says so,
+//! whatever exists there later; if a sweep covering it has no result yet,
+//! nothing about it is final (readers report it provisional). Otherwise its own
+//! manifest decides. A writer that is not on the fast path, after its write,
+//! looks for the sweeps covering its bucket and publishes the result of any
+//! that has none (helping, never waiting); then it is **rejected** if one
+//! emptied the bucket, and goes on with step 3 of the append otherwise.
+//!
+//! Why readers and writers agree, for certain:
+//! - A sweep can only empty a bucket that did not exist at its listing, which
+//!   comes after its intent. Every write into a bucket comes after the bucket
+//!   was made. So a sweep that empties a bucket had its intent before any write
+//!   there: a writer's look after its write finds the intent, and so the sweep's
+//!   result (published by the writer itself if need be) — a late writer to an
+//!   emptied bucket learns REJECTED, for certain.
+//! - A sweep whose intent the writer does not find was made after the writer's
+//!   look, so its listing sees the bucket (made before the write): it cannot
+//!   empty it. A writer on the fast path wrote before any closer could judge
+//!   the bucket closable, so before any intent covering it: same.
+//! - Results are immutable and first-wins, and one emptying sweep settles a
+//!   bucket whatever other sweeps say, so once every sweep covering a bucket is
+//!   published, all readers and writers see the same answer, for ever.
+//!
+//! An idle close thus costs the intent and the result of one sweep per group of
+//! buckets ([`SWEEP_GROUP`]), however many buckets it closes, on a file system
+//! and on an object store alike.
+//!
 //! # The clock-skew bound of the fast path
 //!
 //! `max_skew` (in the log's configuration, default 500 ms) is the largest
@@ -70,7 +111,7 @@ use tenure_core::limits::MAX_TIME_MS;
 use tenure_core::{Clock, Error, Result};
 
 use crate::frame::{self, LeaseStamp, Message};
-use crate::layout::{LogConfig, Manifest};
+use crate::layout::{LogConfig, Manifest, Sweep};
 
 /// Where a writer's frames go in one bucket (file systems: its data file).
 #[derive(Clone, Debug, Default)]
@@ -129,6 +170,10 @@ impl<T> Default for Listed<T> {
     }
 }
 
+/// Buckets per group: a sweep covers at most one group (and, on a file
+/// system, lives in the group's directory).
+pub(crate) const SWEEP_GROUP: u64 = 4096;
+
 /// What the protocol needs from storage. Every operation has a deadline: file
 /// systems run theirs on an abandonable thread, object stores have request
 /// timeouts.
@@ -173,6 +218,25 @@ pub(crate) trait Storage: Send + Sync + 'static {
     fn load_snapshot(&self, chunk: u64) -> impl Future<Output = Result<Loaded<Bytes>>> + Send;
     /// Publishes a snapshot create-if-absent; `false` if one existed.
     fn publish_snapshot(&self, chunk: u64, bytes: Bytes) -> impl Future<Output = Result<bool>> + Send;
+    /// The end of the group of buckets (`width_ms` wide) that `bucket` is in:
+    /// one sweep never covers more than one group. `None` where the storage
+    /// keeps no sweeps (every bucket is then closed on its own).
+    fn group_end(&self, bucket: u64, width_ms: u64) -> impl Future<Output = Result<Option<u64>>> + Send {
+        let span = width_ms.saturating_mul(SWEEP_GROUP);
+        async move { Ok(Some((bucket / span.max(1)).saturating_add(1).saturating_mul(span))) }
+    }
+    /// Sweeps meeting `[from, to)`, with their results if published.
+    fn sweeps(&self, _from: u64, _to: u64) -> impl Future<Output = Result<Vec<Sweep>>> + Send {
+        async { Ok(Vec::new()) }
+    }
+    /// Ensures the intent of sweep `[lo, hi)` exists (create-if-absent).
+    fn ensure_sweep(&self, _lo: u64, _hi: u64) -> impl Future<Output = Result<()>> + Send {
+        async { Err(Error::unsupported(self.url(), "sweeps")) }
+    }
+    /// Publishes a sweep's result create-if-absent; `false` if another won.
+    fn publish_sweep(&self, _sweep: &Sweep) -> impl Future<Output = Result<bool>> + Send {
+        async { Err(Error::unsupported(self.url(), "sweeps")) }
+    }
 }
 
 /// What every protocol step needs besides storage.
@@ -312,6 +376,11 @@ pub(crate) async fn append<S: Storage>(s: &S, ctx: &Ctx, w: &mut WriterState, ba
     if ctx.cfg.clearly_early(bucket, ctx.clock.wall_ms()) {
         return Ok(outcome(Decision::Early));
     }
+    // A sweep that found the bucket empty closed it for good; one that listed
+    // it leaves the verdict to the bucket's own close, which the writer helps.
+    if settled(s, ctx, bucket).await? == Swept::Empty {
+        return Ok(outcome(Decision::NotInManifest));
+    }
     if !s.prelock_exists(bucket).await? {
         return Ok(outcome(Decision::NoCloseBegun));
     }
@@ -377,6 +446,151 @@ pub(crate) async fn close<S: Storage>(s: &S, ctx: &Ctx, bucket: u64) -> Result<C
             "a manifest was published but cannot be read back",
         )),
     }
+}
+
+/// What the sweeps covering one bucket say of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Swept {
+    /// No sweep covers it: its own prelock and manifest decide.
+    No,
+    /// A sweep covers it whose result is not published yet: nothing about the
+    /// bucket is final.
+    Unsettled,
+    /// A published sweep found it empty: closed, with no message, for good.
+    Empty,
+    /// Every sweep covering it is published and listed it: its own close
+    /// decides.
+    Listed,
+}
+
+/// What `sweeps` say of `bucket`. An emptying sweep settles it whatever the
+/// others say (see the module docs, "Sweeps").
+pub(crate) fn swept(sweeps: &[Sweep], bucket: u64) -> Swept {
+    let mut out = Swept::No;
+    for sweep in sweeps.iter().filter(|w| w.covers(bucket)) {
+        if sweep.emptied(bucket) {
+            return Swept::Empty;
+        }
+        out = match (out, &sweep.empty) {
+            (_, None) | (Swept::Unsettled, _) => Swept::Unsettled,
+            _ => Swept::Listed,
+        };
+    }
+    out
+}
+
+/// Publishes the result of sweep `[lo, hi)` unless it is published, and
+/// returns the one published (and whether this call published it). The result
+/// is the listing of buckets made now, after the intent exists.
+async fn settle<S: Storage>(s: &S, ctx: &Ctx, lo: u64, hi: u64) -> Result<(Sweep, bool)> {
+    let published = |all: Vec<Sweep>| all.into_iter().find(|w| (w.lo, w.hi) == (lo, hi) && w.empty.is_some());
+    if let Some(done) = published(s.sweeps(lo, hi).await?) {
+        return Ok((done, false));
+    }
+    let existing = s.list_buckets(lo, hi).await?.found;
+    let mut empty: Vec<(u64, u64)> = Vec::new();
+    let mut bucket = lo;
+    while bucket < hi {
+        let next = ctx.cfg.end_of(bucket);
+        if existing.binary_search(&bucket).is_err() {
+            match empty.last_mut() {
+                Some((_, end)) if *end == bucket => *end = next,
+                _ => empty.push((bucket, next)),
+            }
+        }
+        bucket = next;
+    }
+    let sweep = Sweep { lo, hi, empty: Some(empty) };
+    if s.publish_sweep(&sweep).await? {
+        return Ok((sweep, true));
+    }
+    published(s.sweeps(lo, hi).await?).map(|done| (done, false)).ok_or_else(|| {
+        Error::store(s.url(), format!("sweeping buckets {lo} to {hi}"), "a sweep was published but cannot be read back")
+    })
+}
+
+/// What the sweeps covering `bucket` say of it, once each is published
+/// (publishing those that are not: a writer helps, as it does a close).
+async fn settled<S: Storage>(s: &S, ctx: &Ctx, bucket: u64) -> Result<Swept> {
+    let mut sweeps = s.sweeps(bucket, ctx.cfg.end_of(bucket)).await?;
+    for sweep in &mut sweeps {
+        if sweep.empty.is_none() {
+            *sweep = settle(s, ctx, sweep.lo, sweep.hi).await?.0;
+        }
+    }
+    Ok(swept(&sweeps, bucket))
+}
+
+/// What [`close_range`] did.
+#[derive(Debug, Default)]
+pub(crate) struct RangeClosed {
+    /// Buckets closed empty by sweeps (published now or before).
+    pub(crate) emptied: u64,
+    /// Sweeps this call published.
+    pub(crate) sweeps: u64,
+}
+
+/// Closes every bucket in `[from, to)` (all past their grace): where buckets
+/// are missing, one sweep per group of buckets closes them all; every bucket
+/// that exists is closed on its own, its result handed to `each` (which may
+/// end the range with an error).
+pub(crate) async fn close_range<S: Storage>(
+    s: &S,
+    ctx: &Ctx,
+    from: u64,
+    to: u64,
+    mut each: impl FnMut(u64, Result<Closed>) -> Result<()>,
+) -> Result<RangeClosed> {
+    let mut done = RangeClosed::default();
+    let mut lo = from;
+    while lo < to {
+        let Some(group_end) = s.group_end(lo, ctx.cfg.width_ms).await? else {
+            // No sweeps here: each bucket on its own.
+            while lo < to {
+                each(lo, close(s, ctx, lo).await)?;
+                lo = ctx.cfg.end_of(lo);
+            }
+            break;
+        };
+        let hi = group_end.min(to);
+        // Finish sweeps a closer left half done: until then, nothing they
+        // cover is final.
+        let mut sweeps = s.sweeps(lo, hi).await?;
+        for sweep in &mut sweeps {
+            if sweep.empty.is_none() {
+                let (settled, published) = settle(s, ctx, sweep.lo, sweep.hi).await?;
+                *sweep = settled;
+                done.sweeps += u64::from(published);
+            }
+        }
+        let existing = s.list_buckets(lo, hi).await?.found;
+        let mut missing = false;
+        let mut bucket = lo;
+        while bucket < hi && !missing {
+            missing = existing.binary_search(&bucket).is_err() && swept(&sweeps, bucket) != Swept::Empty;
+            bucket = ctx.cfg.end_of(bucket);
+        }
+        if missing {
+            s.ensure_sweep(lo, hi).await?;
+            let (sweep, published) = settle(s, ctx, lo, hi).await?;
+            done.sweeps += u64::from(published);
+            sweeps.push(sweep);
+        }
+        // Listed after the sweep: a bucket made since is either emptied by it
+        // or listed, and closed here.
+        let existing = if missing { s.list_buckets(lo, hi).await?.found } else { existing };
+        let mut bucket = lo;
+        while bucket < hi {
+            if swept(&sweeps, bucket) == Swept::Empty {
+                done.emptied += 1;
+            } else if existing.binary_search(&bucket).is_ok() {
+                each(bucket, close(s, ctx, bucket).await)?;
+            }
+            bucket = ctx.cfg.end_of(bucket);
+        }
+        lo = hi;
+    }
+    Ok(done)
 }
 
 /// The state of a bucket as read.

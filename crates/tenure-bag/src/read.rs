@@ -24,7 +24,7 @@ use tenure_core::Result;
 use tenure_core::limits::MAX_TIME_MS;
 
 use crate::frame::Message;
-use crate::layout::LogConfig;
+use crate::layout::{LogConfig, Sweep};
 use crate::protocol::{self, BucketState, Loaded, Skipped, Storage};
 use crate::snapshot;
 
@@ -114,6 +114,26 @@ fn first_provisional(cfg: &LogConfig, from: u64, to: u64, covered: &[(u64, u64)]
     None
 }
 
+/// The runs of buckets in `[from, to)` that published sweeps closed empty,
+/// merged and in order.
+fn emptied_runs(sweeps: &[Sweep], from: u64, to: u64) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = sweeps
+        .iter()
+        .flat_map(|w| w.empty.iter().flatten())
+        .map(|&(a, b)| (a.max(from), b.min(to)))
+        .filter(|&(a, b)| a < b)
+        .collect();
+    runs.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+    for (a, b) in runs {
+        match merged.last_mut() {
+            Some((_, end)) if a <= *end => *end = (*end).max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    merged
+}
+
 pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOptions) -> Result<ReadResult> {
     // Nothing is stored past the year 9999 (writers refuse it): a range reaching
     // further ends there.
@@ -172,14 +192,36 @@ pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOp
     // ahead, 1 ms buckets). Snapshots cover disjoint, bucket-aligned ranges.
     let uncovered = (to - from).div_ceil(cfg.width_ms).saturating_sub(snapshot_buckets);
     out.absent = uncovered.saturating_sub(buckets.len() as u64);
+    // Sweeps: runs of buckets closed empty at once. An emptied bucket is final
+    // whether or not it exists (a late writer's data there was rejected); one a
+    // sweep covers but has not settled yet is provisional whatever its own
+    // manifest says.
+    let sweeps = if from < to { s.sweeps(from, to).await? } else { Vec::new() };
+    let emptied = emptied_runs(&sweeps, from, to);
+    let (emptied_buckets, buckets): (Vec<u64>, Vec<u64>) =
+        buckets.into_iter().partition(|&b| protocol::swept(&sweeps, b) == protocol::Swept::Empty);
+    // The emptied buckets that do not exist were counted absent above.
+    let emptied_total: u64 = emptied
+        .iter()
+        .map(|&(a, b)| {
+            let snapshot: u64 = covered.iter().map(|&(lo, hi)| hi.min(b).saturating_sub(lo.max(a))).sum();
+            ((b - a).saturating_sub(snapshot)) / cfg.width_ms
+        })
+        .sum();
+    let emptied_absent = emptied_total.saturating_sub(emptied_buckets.len() as u64);
+    out.absent = out.absent.saturating_sub(emptied_absent);
+    out.closed += emptied_total;
     let mut reads =
         futures::stream::iter(buckets.iter().map(|&b| protocol::read_bucket(s, cfg, b))).buffered(CONCURRENCY);
     let mut i = 0;
     let mut closed_buckets = Vec::new();
     while let Some(read) = reads.next().await {
-        let read = read?;
+        let mut read = read?;
         let bucket = buckets[i];
         i += 1;
+        if read.state == BucketState::Closed && protocol::swept(&sweeps, bucket) == protocol::Swept::Unsettled {
+            read.state = BucketState::Open;
+        }
         match read.state {
             BucketState::Closed => {
                 out.closed += 1;
@@ -206,6 +248,7 @@ pub(crate) async fn read_range<S: Storage>(s: &S, cfg: &LogConfig, opts: &ReadOp
         }
     }
     out.exact = out.open.is_empty() && out.absent == 0;
+    covered.extend(emptied);
     out.first_provisional_ms = first_provisional(cfg, from, to, &covered, &closed_buckets);
     Ok(out)
 }

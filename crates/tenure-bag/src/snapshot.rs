@@ -184,8 +184,24 @@ pub(crate) async fn compact<S: Storage>(s: &S, ctx: &Ctx) -> Result<CompactRepor
         }
         let mut messages = Vec::new();
         let mut bucket = start.max(cfg.first_bucket_ms);
+        // Closed as a range: a sweep closes the missing buckets at once.
+        protocol::close_range(s, ctx, bucket, end, |_, closed| closed.map(drop)).await?;
+        let sweeps = s.sweeps(bucket, end).await?;
         while bucket < end {
-            protocol::close(s, ctx, bucket).await?;
+            match protocol::swept(&sweeps, bucket) {
+                protocol::Swept::Empty => {
+                    bucket = cfg.end_of(bucket);
+                    continue;
+                }
+                protocol::Swept::Unsettled => {
+                    return Err(Error::store(
+                        s.url(),
+                        format!("compacting bucket {bucket}"),
+                        "a sweep covering it is not settled after a close",
+                    ));
+                }
+                protocol::Swept::No | protocol::Swept::Listed => protocol::close(s, ctx, bucket).await.map(drop)?,
+            }
             let read = protocol::read_bucket(s, &cfg, bucket).await?;
             if read.state != BucketState::Closed {
                 return Err(Error::store(

@@ -26,7 +26,7 @@ impl Dir {
         Self { _tmp: tmp, path }
     }
     fn storage(&self) -> FsStorage {
-        FsStorage::new(&self.path, false)
+        FsStorage::new(&self.path, false).with_create(true)
     }
 }
 
@@ -180,7 +180,9 @@ async fn a_damaged_snapshot_is_skipped_and_its_buckets_are_read_instead() {
         let bytes = fs::read(snap).expect("read");
         fs::write(snap, &bytes[..bytes.len() - 3]).expect("truncate");
     }
-    let fallback = log.read(&ReadOptions::default()).await.expect("read");
+    // To now: the chunks compacted reach past the newest bucket with data.
+    let all = ReadOptions { to_ms: Some(clock.wall_ms()), ..ReadOptions::default() };
+    let fallback = log.read(&all).await.expect("read");
     assert_eq!(fallback.bad_snapshots.len(), snaps.len());
     assert_eq!(fallback.messages, good.messages);
 }
@@ -205,4 +207,120 @@ async fn the_read_only_hint_is_only_a_hint() {
     use std::os::unix::fs::PermissionsExt;
     let dir = d.storage().bucket_dir(T0).expect("dir");
     let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o755));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_log_directory_is_refused_naming_it_and_made_only_when_asked() {
+    let d = Dir::new();
+    let clock = ManualClock::starting_at(T0);
+    let strict = Log::on_fs(FsStorage::new(&d.path, false), options(clock.shared()));
+    let writer = strict.writer("w").expect("writer");
+    match writer.append(Batch::one(T0, "x")).await {
+        Err(tenure_core::Error::InvalidStore { reason, .. }) => {
+            assert!(
+                reason.contains(&format!("mkdir -p {}", d.path.display())) && reason.contains("--create"),
+                "{reason}"
+            )
+        }
+        other => panic!("an append to a missing log must be refused, got {other:?}"),
+    }
+    assert!(strict.close(T0).await.is_err(), "a close must be refused too");
+    assert!(!d.path.exists(), "nothing may be created");
+
+    // Asked to, the first write makes it; an existing one needs no asking.
+    let made = Log::on_fs(FsStorage::new(&d.path, false).with_create(true), options(clock.shared()));
+    let w = made.writer("w").expect("writer");
+    assert!(w.append(Batch::one(T0, "x")).await.expect("append").accepted);
+    assert!(writer.append(Batch::one(T0 + 1, "y")).await.expect("append").accepted);
+}
+
+/// A log of 1 ms buckets in `d`.
+fn millisecond_log(d: &Dir, clock: &ManualClock) -> Log {
+    let settings = tenure_bag::LogSettings {
+        width: Duration::from_millis(1),
+        grace: Duration::from_millis(10),
+        max_skew: Duration::from_millis(5),
+        chunk_buckets: 1000,
+    };
+    Log::on_fs(d.storage(), options(clock.shared()).with_settings(settings))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_twenty_idle_seconds_of_1ms_buckets_adds_a_bounded_number_of_entries() {
+    let d = Dir::new();
+    let clock = ManualClock::starting_at(T0);
+    let log = millisecond_log(&d, &clock);
+    assert!(log.writer("w").expect("writer").append(Batch::one(T0, "only")).await.expect("append").accepted);
+    clock.advance(Duration::from_secs(20));
+    let mut cursor = log.close_start(None).await.expect("start");
+    let round = log.close_due(&mut cursor).await.expect("round");
+    assert!(round.closed >= 20_000, "{round:?}");
+    // Per group of 4096 buckets: the group, a sweep's intent and its result;
+    // and the one bucket with data: its directory, data file, prelock, manifest.
+    let entries = tree(&d.path).len();
+    assert!(entries < 40, "{entries} entries after an idle close of {} buckets", round.closed);
+    // Every bucket is final, and the one message is read.
+    let read = log.read(&ReadOptions { to_ms: Some(T0 + 19_000), ..ReadOptions::default() }).await.expect("read");
+    assert!(read.exact && read.open.is_empty() && read.absent == 0, "{read:?}");
+    assert_eq!(read.messages.len(), 1);
+    // A second round adds nothing.
+    let mut again = log.close_start(None).await.expect("start");
+    log.close_due(&mut again).await.expect("round");
+    assert_eq!(tree(&d.path).len(), entries);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_writer_into_a_bucket_a_sweep_closed_empty_is_rejected_and_never_read() {
+    let d = Dir::new();
+    let clock = ManualClock::starting_at(T0);
+    let log = d.log(clock.shared());
+    let w = log.writer("w").expect("writer");
+    assert!(w.append(Batch::one(T0 + 1, "kept")).await.expect("append").accepted);
+    clock.advance(Duration::from_secs(10));
+    let mut cursor = log.close_start(None).await.expect("start");
+    let round = log.close_due(&mut cursor).await.expect("round");
+    assert_eq!(round.sweeps, 1, "{round:?}");
+    let before = log.read(&ReadOptions { to_ms: Some(T0 + 5_000), ..ReadOptions::default() }).await.expect("read");
+    assert!(before.exact, "{before:?}");
+
+    // Into a bucket nobody wrote before the sweep: rejected, for certain, though
+    // the write made the bucket and its data file.
+    let late = log.writer("late").expect("writer");
+    let out = late.append(Batch::one(T0 + 2_000, "late")).await.expect("a verdict");
+    assert_eq!(out.decision, Decision::NotInManifest);
+    assert!(d.storage().bucket_dir(T0 + 2_000).expect("dir").is_dir(), "the late write did land");
+    // Readers, and later closes, still say what they said.
+    let mut cursor = log.close_start(None).await.expect("start");
+    log.close_due(&mut cursor).await.expect("round");
+    let after = log.read(&ReadOptions { to_ms: Some(T0 + 5_000), ..ReadOptions::default() }).await.expect("read");
+    assert_eq!(after.messages, before.messages);
+    assert!(after.exact, "{after:?}");
+    assert_eq!(after.messages.iter().map(|m| &m.payload[..]).collect::<Vec<_>>(), [&b"kept"[..]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_a_closer_left_unfinished_keeps_its_buckets_provisional_and_a_writer_finishes_it() {
+    let d = Dir::new();
+    let clock = ManualClock::starting_at(T0);
+    let log = d.log(clock.shared());
+    let w = log.writer("w").expect("writer");
+    assert!(w.append(Batch::one(T0 + 1, "kept")).await.expect("append").accepted);
+    clock.advance(Duration::from_secs(10));
+    // A closer made the intent of a sweep of [T0, T0 + 4 s) and died.
+    let group = d.storage().bucket_dir(T0).expect("dir").parent().expect("group").to_path_buf();
+    fs::write(group.join(format!("sweep.{T0:016}.{:016}", T0 + 4_000)), b"").expect("intent");
+    let to = ReadOptions { to_ms: Some(T0 + 4_000), ..ReadOptions::default() };
+    let read = log.read(&to).await.expect("read");
+    assert!(!read.exact, "nothing the unfinished sweep covers is final: {read:?}");
+
+    // A late writer finds it, finishes it (its listing shows the writer's own
+    // bucket), and, no close of that bucket having begun, is accepted.
+    let late = log.writer("late").expect("writer");
+    let out = late.append(Batch::one(T0 + 2_000, "late")).await.expect("a verdict");
+    assert_eq!(out.decision, Decision::NoCloseBegun);
+    let mut cursor = log.close_start(None).await.expect("start");
+    log.close_due(&mut cursor).await.expect("round");
+    let read = log.read(&to).await.expect("read");
+    assert!(read.exact, "{read:?}");
+    assert_eq!(read.messages.iter().map(|m| &m.payload[..]).collect::<Vec<_>>(), [&b"kept"[..], &b"late"[..]]);
 }

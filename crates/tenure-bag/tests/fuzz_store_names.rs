@@ -29,8 +29,10 @@ const T0: u64 = 1_767_225_600_000;
 async fn closed_log() -> (tempfile::TempDir, Log, ManualClock) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::starting_at(T0);
-    let log =
-        Log::on_fs(FsStorage::new(tmp.path().join("log"), false), BagOptions::default().with_clock(clock.shared()));
+    let log = Log::on_fs(
+        FsStorage::new(tmp.path().join("log"), false).with_create(true),
+        BagOptions::default().with_clock(clock.shared()),
+    );
     let writer = log.writer("w").expect("writer");
     for i in 0..3u64 {
         let out = writer.append(Batch::one(T0 + i, format!("m{i}"))).await.expect("append");
@@ -79,7 +81,7 @@ async fn a_snapshot_name_alias_does_not_duplicate_messages() {
     let clock = ManualClock::starting_at(T0);
     let settings = tenure_bag::LogSettings { chunk_buckets: 1, ..Default::default() };
     let opts = BagOptions::default().with_clock(clock.shared()).with_settings(settings);
-    let log = Log::on_fs(FsStorage::new(tmp.path().join("log"), false), opts);
+    let log = Log::on_fs(FsStorage::new(tmp.path().join("log"), false).with_create(true), opts);
     compact_one_message(&log, &clock).await;
     // One bucket per chunk: the chunk of T0 is its bucket number.
     let chunk = T0 / 1000;
@@ -278,7 +280,7 @@ proptest! {
             fs::create_dir_all(&root).expect("mkdir");
             fs::write(root.join("bag.conf"), cfg.encode()).expect("config");
             let clock = ManualClock::starting_at(T0);
-            let log = Log::on_fs(FsStorage::new(&root, false), BagOptions::default().with_clock(clock.shared()));
+            let log = Log::on_fs(FsStorage::new(&root, false).with_create(true), BagOptions::default().with_clock(clock.shared()));
             // Values past the log's bounds are refused when the log is opened.
             let loaded = log.config().await;
             match cfg.check() {
@@ -303,7 +305,7 @@ async fn close_start_with_a_huge_parsed_grace_does_not_overflow() {
     let cfg = LogConfig { width_ms: 1000, grace_ms: u64::MAX, max_skew_ms: 500, chunk_buckets: 10, first_bucket_ms: 0 };
     fs::write(root.join("bag.conf"), cfg.encode()).expect("config");
     let log = Log::on_fs(
-        FsStorage::new(&root, false),
+        FsStorage::new(&root, false).with_create(true),
         BagOptions::default().with_clock(ManualClock::starting_at(T0).shared()),
     );
     let start = tokio::spawn(async move { log.close_start(Some(Duration::from_secs(1))).await });

@@ -70,11 +70,11 @@ impl Bag {
     fn log(&self, read_only_hint: bool) -> Log {
         let mut opts = options(self.clock.shared());
         opts.read_only_hint = read_only_hint;
-        Log::on_fs(FsStorage::new(&self.dir, false).with_timeout(Duration::from_secs(10)), opts)
+        Log::on_fs(FsStorage::new(&self.dir, false).with_create(true).with_timeout(Duration::from_secs(10)), opts)
     }
 
     fn bucket(&self, bucket: u64) -> PathBuf {
-        FsStorage::new(&self.dir, false).bucket_dir(bucket).expect("bucket dir")
+        FsStorage::new(&self.dir, false).with_create(true).bucket_dir(bucket).expect("bucket dir")
     }
 
     /// Plants every kind of odd entry under `name(kind)` in `dir`; returns the names.
@@ -222,13 +222,14 @@ async fn odd_groups_buckets_and_snapshot_directories_are_skipped_not_followed_or
         let out = bounded("appending", w.append(Batch::one(bucket + 7, "through"))).await;
         assert!(matches!(&out, Err(Error::Corrupt { location, .. }) if location.ends_with(&format!("{bucket:016}"))));
     }
-    // A metronome round goes past the buckets it cannot close and closes the rest.
+    // A metronome round closes them all: an entry named like a bucket that is
+    // not a directory is no bucket (nobody can write there), so the sweep of
+    // the missing buckets closes it empty, without following it.
     b.clock.advance(Duration::from_secs(10));
     let mut cursor = log.close_start(None).await.expect("start");
     let round = bounded("closing", log.close_due(&mut cursor)).await.expect("round");
-    let unclosable: Vec<u64> = round.unclosable.iter().map(|u| u.bucket_ms).collect();
-    assert_eq!(unclosable, [link_bucket, fifo_bucket]);
-    assert!(round.closed > 10, "{round:?}");
+    assert!(round.unclosable.is_empty(), "{round:?}");
+    assert!(round.closed > 10 && round.sweeps == 1, "{round:?}");
     let err = bounded("compacting", log.compact()).await.expect_err("the snapshots directory is a link");
     assert!(err.to_string().contains("snapshots"), "{err}");
     assert_eq!(tree(&b.outside), outside, "nothing outside the log changed");

@@ -278,3 +278,36 @@ async fn writers_refuse_a_store_that_ignores_create_if_absent_and_readers_still_
     let trusted = Log::on_object_store(&s.url, s.store.clone(), s.prefix.clone(), opts);
     trusted.writer("w").expect("writer").append(Batch::one(T0, "m")).await.expect("trusted: the append goes ahead");
 }
+
+#[tokio::test]
+async fn an_idle_close_of_1ms_buckets_adds_a_bounded_number_of_objects_and_late_writers_are_rejected() {
+    use futures::TryStreamExt;
+    let s = Store::memory();
+    let clock = ManualClock::starting_at(T0);
+    let settings = tenure_bag::LogSettings {
+        width: std::time::Duration::from_millis(1),
+        grace: std::time::Duration::from_millis(10),
+        max_skew: std::time::Duration::from_millis(5),
+        chunk_buckets: 1000,
+    };
+    let log = Log::on_object_store(
+        &s.url,
+        s.store.clone(),
+        s.prefix.clone(),
+        options(clock.shared()).with_settings(settings),
+    );
+    assert!(log.writer("w").expect("writer").append(Batch::one(T0, "only")).await.expect("append").accepted);
+    clock.advance(std::time::Duration::from_secs(20));
+    let mut cursor = log.close_start(None).await.expect("start");
+    let round = log.close_due(&mut cursor).await.expect("round");
+    assert!(round.closed >= 20_000, "{round:?}");
+    let objects: Vec<_> = s.store.list(Some(&s.prefix)).try_collect().await.expect("list");
+    assert!(objects.len() < 30, "{} objects after an idle close of {} buckets", objects.len(), round.closed);
+    // A late writer into a swept bucket is rejected, and never read.
+    let late = log.writer("late").expect("writer");
+    let out = late.append(Batch::one(T0 + 5_000, "late")).await.expect("a verdict");
+    assert_eq!(out.decision, tenure_bag::Decision::NotInManifest);
+    let read = log.read(&ReadOptions { to_ms: Some(T0 + 19_000), ..ReadOptions::default() }).await.expect("read");
+    assert!(read.exact, "{read:?}");
+    assert_eq!(read.messages.len(), 1);
+}

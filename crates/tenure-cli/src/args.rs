@@ -88,8 +88,9 @@ COMMAND's environment:
   TENURE_STORE     the store
 
 Exit status: COMMAND's own (128 + n if signal n ended it), or
-  64   bad arguments, lease name, store URL or option; a nested `tenure lock` on
-       the lease it already runs under (TENURE_LEASE and TENURE_STORE)
+  64   bad arguments, lease name, store URL or option; a store directory that does
+       not exist (--create makes it); a nested `tenure lock` on the lease it
+       already runs under (TENURE_LEASE and TENURE_STORE)
   65   stored data tenure will not overwrite is corrupt (a corrupt lease record
        instead blocks until --corrupt-ttl, then is replaced with a warning)
   69   the store is unreachable, failing, or refused as unsafe (at once on first
@@ -108,7 +109,8 @@ const STATUS_AFTER_HELP: &str = "\
 Exit status:
   0    listed; with NAME: the lease NAME is held (or an unreadable record blocks it)
   1    with NAME: the lease NAME is not held (free, expired, or never taken)
-  64   bad arguments, lease name or store URL, or STORE is a file, not a store
+  64   bad arguments, lease name or store URL; STORE is a file, a directory that does
+       not exist, or one that holds entries but not one lease record (not a store)
   65   NAME's stored data is corrupt beyond reading
   69   the store is unreachable or failing
 

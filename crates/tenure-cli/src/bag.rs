@@ -90,6 +90,12 @@ struct LogArgs {
     /// first write or close. Only for stores you know are safe.
     #[arg(long)]
     trust_store: bool,
+    /// Create the log's directory (and its parents) if it does not exist.
+    /// Without it, writing or closing a directory log that is missing is
+    /// refused (exit 64): a mount that is not there, or a typo, must not get a
+    /// log nobody reads. Object stores ignore it.
+    #[arg(long)]
+    create: bool,
 }
 
 /// How `--from` and `--to` are given (shown after `tenure bag read --help`).
@@ -243,6 +249,7 @@ impl LogArgs {
         opts.params.extend(self.store_opts.iter().cloned());
         opts.read_only_hint = read_only_hint;
         opts.trust_store = self.trust_store;
+        opts.create = self.create;
         // Named without its query, which may hold a secret.
         let url = tenure::StoreUrl::parse(&self.log, &opts.params)?;
         Log::open_url(&url, opts).with_context(|| format!("opening log {url}"))
@@ -406,6 +413,9 @@ fn writer_prefix(explicit: Option<&str>) -> String {
 }
 
 async fn append(a: AppendArgs) -> Result<ExitCode> {
+    if !a.stdin && a.messages.is_empty() {
+        bail!(Fail::usage("nothing to append: give messages (tenure bag append LOG MESSAGE…) or --stdin"));
+    }
     check_time("--at", a.at)?;
     let lag = millis(check_duration("--lag", a.lag.unwrap_or_default(), MAX_DURATION)?);
     check_duration("--ttl", a.ttl, MAX_TTL)?;
@@ -458,9 +468,6 @@ async fn append(a: AppendArgs) -> Result<ExitCode> {
             one(vec![Bytes::from(line?)]).await?;
         }
     } else {
-        if a.messages.is_empty() {
-            bail!("nothing to append: give messages or --stdin");
-        }
         one(a.messages.into_iter().map(Bytes::from).collect()).await?;
     }
     Ok(ExitCode::from(if rejected { REJECTED } else { 0 }))

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use clap::Args;
+use futures::StreamExt;
 use tenure::{Clock, HolderView, LeaseName, LeaseState, LeaseStore, SystemClock, report};
 use tenure_core::human_duration;
 
@@ -70,6 +71,24 @@ enum Found {
     Failed(LeaseName, tenure::Error),
 }
 
+/// Inspections `status` runs at once.
+const INSPECTIONS: usize = 8;
+
+/// One lease's state, and how many wait in line for it.
+async fn inspect(store: &dyn LeaseStore, n: LeaseName) -> Found {
+    match store.inspect(&n).await {
+        Ok(state) => {
+            // Only a taken lease has a line (a free one is taken by the first to
+            // look); the line is extra: a store that cannot show it still shows
+            // the lease.
+            let taken = !state.holders.is_empty() || !state.expired.is_empty();
+            let waiting = if taken { store.waiting(&n).await.unwrap_or_default() } else { None };
+            Found::State(state, waiting)
+        }
+        Err(e) => Found::Failed(n, e),
+    }
+}
+
 /// The leases to show: `name` itself if it exists, and every lease under it.
 async fn collect(store: &dyn LeaseStore, name: Option<&str>) -> Result<Vec<Found>> {
     let prefix = match name {
@@ -82,20 +101,11 @@ async fn collect(store: &dyn LeaseStore, name: Option<&str>) -> Result<Vec<Found
     {
         names.insert(0, LeaseName::new(n)?);
     }
-    let mut found = Vec::with_capacity(names.len());
-    for n in names {
-        match store.inspect(&n).await {
-            Ok(state) => {
-                // Only a taken lease has a line (a free one is taken by the
-                // first to look); the line is extra: a store that cannot show
-                // it still shows the lease.
-                let taken = !state.holders.is_empty() || !state.expired.is_empty();
-                let waiting = if taken { store.waiting(&n).await.unwrap_or_default() } else { None };
-                found.push(Found::State(state, waiting));
-            }
-            Err(e) => found.push(Found::Failed(n, e)),
-        }
-    }
+    // A few inspections at a time, in the listing's order: enough to hide a
+    // network store's latency, few enough that any number of leases costs a
+    // fixed number of open files (or connections).
+    let mut found: Vec<Found> =
+        futures::stream::iter(names).map(|n| inspect(store, n)).buffered(INSPECTIONS).collect().await;
     // Asked about one lease alone, its error is the answer (and the exit code).
     if let [Found::Failed(n, _)] = found.as_slice()
         && Some(n.as_str()) == name
@@ -107,9 +117,15 @@ async fn collect(store: &dyn LeaseStore, name: Option<&str>) -> Result<Vec<Found
 }
 
 pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
+    if args.store.create {
+        bail!(Fail::usage("status never writes: --create is for lock, break and bag"));
+    }
     refuse_non_store(&args.store.url, args.store.op_timeout()).await?;
     let store = args.store.open_read_only().await?;
     let found = collect(&*store, args.name.as_deref()).await?;
+    if args.name.is_none() {
+        refuse_foreign_dir(&args.store.url, args.store.op_timeout(), &found).await?;
+    }
     // Asked about one lease: exit 0 if it is busy (held, or blocked by an
     // unreadable record), 1 if it can be taken (free, expired or absent).
     let asked = args.name.as_deref().and_then(|n| {
@@ -166,7 +182,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
             return Ok(code);
         }
         let line = match found.len() {
-            0 => format!("no leases in {url}{}", not_a_store_note(&args.store.url, args.store.op_timeout()).await),
+            0 => format!("no leases in {url}"),
             n => format!("no held leases in {url} ({n} not held; --all shows them)"),
         };
         ignore_broken_pipe(writeln!(out, "{line}"))?;
@@ -219,17 +235,54 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
 /// `status STORE NAME`'s exit code when NAME is not held.
 const NOT_HELD: u8 = 1;
 
-/// Refuses a directory store that is a regular file (or anything but a
-/// directory): it holds no leases, and the user most likely swapped arguments.
+/// Refuses a directory store that does not exist (a mount that is not there,
+/// or a typo) or is a regular file (or anything but a directory): it holds no
+/// leases, and the user most likely swapped arguments.
 async fn refuse_non_store(url: &str, limit: Duration) -> Result<()> {
     let Some(root) = dir_store(url) else { return Ok(()) };
+    let path = root.root().display().to_string();
     match look(limit, move || root.root().metadata()).await {
         Some(Ok(m)) if !m.is_dir() => bail!(Fail::usage(format!(
             "{url} is not a tenure store: it is a file, and a directory store is a directory \
              (tenure status STORE [NAME])"
         ))),
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => bail!(Fail::usage(format!(
+            "{url} is not a tenure store: the directory {path} does not exist (a file system that is not \
+             mounted, or a typo?)"
+        ))),
         _ => Ok(()),
     }
+}
+
+/// Refuses a directory that holds things but no lease: the wrong directory
+/// (`/usr/share`), whose every odd entry would otherwise be a row of its own.
+/// It is told by its listing: a store's lease directories each hold a record
+/// (`~NNNNNNNNNNNNNNNNNNNN`), so a listing where not one lease has a record,
+/// and every entry shown is one tenure would not have written (a link, a
+/// file where a lease directory belongs), is no store — unless the directory
+/// is empty: a store nobody has used yet. An entry that could not be read for
+/// another reason (permissions, I/O) leaves the question open: rows as usual.
+async fn refuse_foreign_dir(url: &str, limit: Duration, found: &[Found]) -> Result<()> {
+    let Some(root) = dir_store(url) else { return Ok(()) };
+    let foreign = |f: &Found| match f {
+        Found::State(s, _) => s.version.is_none() && s.corrupt.is_none() && s.last_token == 0,
+        Found::Failed(_, e) => matches!(e, tenure::Error::Corrupt { .. }),
+    };
+    if !found.iter().all(foreign) {
+        return Ok(());
+    }
+    let path = root.root().display().to_string();
+    let counted = look(limit, move || std::fs::read_dir(root.root()).map(|entries| entries.take(1000).count())).await;
+    let count = match counted {
+        Some(Ok(0)) | Some(Err(_)) | None => return Ok(()),
+        Some(Ok(1000)) => "1000 or more entries".to_string(),
+        Some(Ok(1)) => "one entry".to_string(),
+        Some(Ok(n)) => format!("{n} entries"),
+    };
+    bail!(Fail::usage(format!(
+        "{path} is not a tenure store: it holds {count} and not one lease record (a lease is a directory \
+         holding ~NNNNNNNNNNNNNNNNNNNN records); the wrong directory?"
+    )))
 }
 
 /// Runs `f`, a look at a directory store outside the store's own operations, on
@@ -246,27 +299,6 @@ async fn look<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send +
 /// The directory store `url` names, if it names one.
 fn dir_store(url: &str) -> Option<tenure::store::file::FileBackend> {
     tenure::store::file::open(url).ok()
-}
-
-/// Why a directory store shows no leases, if it can tell: it does not exist, or
-/// it holds other things and none of them a lease (the wrong directory?).
-async fn not_a_store_note(url: &str, limit: Duration) -> String {
-    let Some(b) = dir_store(url) else { return String::new() };
-    let counted = look(limit, move || std::fs::read_dir(b.root()).map(|entries| entries.take(1000).count())).await;
-    match counted {
-        Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => " (the directory does not exist)".into(),
-        None | Some(Err(_)) => String::new(),
-        Some(Ok(n)) => match n {
-            0 => String::new(),
-            n => {
-                let count = if n == 1000 { "1000 or more entries".to_string() } else { format!("{n} entries") };
-                format!(
-                    ": it is not a tenure store, or not yet one: the directory holds {count} and none is a lease \
-                     (each lease is a directory of ~NNNNNNNNNNNNNNNNNNNN records)"
-                )
-            }
-        },
-    }
 }
 
 fn row(s: &LeaseState, now_ms: u64) -> [String; 7] {
@@ -314,6 +346,7 @@ fn row(s: &LeaseState, now_ms: u64) -> [String; 7] {
 }
 
 pub(crate) async fn break_lease(args: BreakArgs) -> Result<ExitCode> {
+    refuse_non_store(&args.store.url, args.store.op_timeout()).await?;
     let store = args.store.open().await?;
     let name = LeaseName::new(&args.name)?;
     let seen = store.inspect(&name).await?;

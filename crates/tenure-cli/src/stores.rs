@@ -42,6 +42,13 @@ pub(crate) struct StoreArgs {
     /// stores you know are safe: on one that ignores them, leases do not exclude.
     #[arg(long, help_heading = STORE_OPTIONS)]
     pub(crate) trust_store: bool,
+
+    /// Create the store's directory (and its parents) if it does not exist.
+    /// Without it, a directory store that is missing is refused (exit 64): a
+    /// mount that is not there, or a typo, must not get leases of its own that
+    /// exclude nobody. Other stores ignore it.
+    #[arg(long, help_heading = STORE_OPTIONS)]
+    pub(crate) create: bool,
 }
 
 pub(crate) fn key_value(s: &str) -> Result<(String, String), String> {
@@ -54,6 +61,7 @@ impl StoreArgs {
             .with_cas(CasOptions::default().with_max_skew(self.max_skew).with_corrupt_ttl(self.corrupt_ttl));
         opts.params.extend(self.store_opts.iter().cloned());
         opts.trust_store = self.trust_store;
+        opts.create = self.create;
         opts
     }
 

@@ -26,6 +26,7 @@ fn four_seconds_ago() -> String {
 fn append_says_accepted_then_rejected_once_the_bucket_is_closed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("log");
+    std::fs::create_dir(&log).expect("mkdir log");
     let log = log.to_str().expect("utf8");
     // One stamp for both appends: the second must land in the closed bucket
     // however long the commands in between take.
@@ -51,6 +52,7 @@ fn append_says_accepted_then_rejected_once_the_bucket_is_closed() {
 fn the_messages_of_one_append_share_one_stamp_however_narrow_the_buckets() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("log");
+    std::fs::create_dir(&log).expect("mkdir log");
     let messages = vec!["m"; 20_000];
     let mut args = vec!["append", log.to_str().expect("utf8"), "--json", "--bucket-width", "1ms"];
     args.extend(&messages);
@@ -63,6 +65,9 @@ fn the_messages_of_one_append_share_one_stamp_however_narrow_the_buckets() {
 fn the_journal_stamps_above_the_watermark_and_the_audit_passes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (log, leases) = (dir.path().join("log"), dir.path().join("leases"));
+    for d in [&log, &leases] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
     let (log, leases) = (log.to_str().expect("utf8"), leases.to_str().expect("utf8"));
     let mut stamps = Vec::new();
     for msg in ["one", "two", "three"] {
@@ -88,6 +93,7 @@ fn bad_input_is_a_usage_error_not_a_panic() {
     assert_eq!(code, 64);
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("log");
+    std::fs::create_dir(&log).expect("mkdir log");
     let (code, out) = bag(&["append", log.to_str().expect("utf8"), "--json", "--writer", "a/b c", "x"]);
     assert_eq!(code, 0, "a writer prefix is sanitised into a valid id");
     assert!(json_lines(&out)[0]["writer"].as_str().is_some_and(|w| w.starts_with("a_b_c-")), "{out}");
@@ -127,6 +133,8 @@ fn with_the_read_only_hint_an_unprivileged_late_writer_is_told_rejected() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let log = dir.path().join("log");
+    std::fs::create_dir(&log).expect("mkdir log");
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let log = log.to_str().expect("utf8");
     let at = four_seconds_ago();
     let Some((code, out)) = bag_as_nobody(&["append", log, "--json", "--at", &at, "first"]) else { return };

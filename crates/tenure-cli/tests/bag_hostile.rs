@@ -103,6 +103,7 @@ fn plant_odd_data_files(dir: &Path, outside: &Path) -> Vec<String> {
 fn odd_entries_are_reported_by_read_and_never_listed_by_close() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (log, outside) = (tmp.path().join("log"), tmp.path().join("outside"));
+    std::fs::create_dir(&log).expect("mkdir log");
     fs::create_dir(&outside).expect("mkdir");
     fs::write(outside.join("secret.0.data"), b"not the log's").expect("write");
     let logs = log.to_str().expect("utf8");
@@ -158,6 +159,7 @@ fn odd_entries_are_reported_by_read_and_never_listed_by_close() {
 fn a_bucket_that_cannot_be_closed_is_named_and_the_others_are_closed() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let log = tmp.path().join("log");
+    std::fs::create_dir(&log).expect("mkdir log");
     let logs = log.to_str().expect("utf8");
     let (first, second) = (now_ms() - 6_000, now_ms() - 4_000);
     for (at, msg) in [(first, "first"), (second, "second")] {

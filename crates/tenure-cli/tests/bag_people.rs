@@ -53,6 +53,7 @@ fn a_log_with_every_outcome(log: &str) -> Vec<Run> {
 fn human_output_has_words_and_dates_not_debug_names_or_ranges() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("log");
+    std::fs::create_dir(&log).expect("mkdir log");
     let log = log.to_str().expect("utf8");
     let mut runs = a_log_with_every_outcome(log);
     assert!(runs[0].stdout.starts_with("accepted: 2 messages (seq 0 to 1) from writer "), "{}", runs[0].stdout);
@@ -107,6 +108,9 @@ fn check_times(v: &serde_json::Value, found: &mut usize) {
 fn every_json_line_has_schema_version_1_and_both_time_forms() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (log, leases) = (dir.path().join("log"), dir.path().join("leases"));
+    for d in [&log, &leases] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
     let (log, leases) = (log.to_str().expect("utf8"), leases.to_str().expect("utf8"));
     let at = (now_ms() - 4_000).to_string();
     let bucket = {
@@ -149,6 +153,7 @@ fn every_json_line_has_schema_version_1_and_both_time_forms() {
 fn from_takes_times_ago_and_dates_and_refuses_absurd_times() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("log");
+    std::fs::create_dir(&log).expect("mkdir log");
     let log = log.to_str().expect("utf8");
     // Hour-wide buckets: a new log starts hours back, so a 3-hour-old stamp fits.
     let old = now_ms() - 3 * 3_600_000;
@@ -183,6 +188,7 @@ fn from_takes_times_ago_and_dates_and_refuses_absurd_times() {
 fn the_summary_names_the_commands_to_run_while_buckets_are_open() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("a log");
+    std::fs::create_dir(&log).expect("mkdir log");
     let log = log.to_str().expect("utf8");
     assert_eq!(bag(&["append", log, "now"]).code, 0);
     let r = bag(&["read", log]);
@@ -194,6 +200,7 @@ fn the_summary_names_the_commands_to_run_while_buckets_are_open() {
     // The suggested close seals what is due; once every bucket is closed the read is final.
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("log");
+    std::fs::create_dir(&log).expect("mkdir log");
     let log = log.to_str().expect("utf8");
     assert_eq!(bag(&["append", log, "--at", &(now_ms() - 4_000).to_string(), "then"]).code, 0);
     assert_eq!(bag(&["close", log]).code, 0);
@@ -247,6 +254,7 @@ impl Drop for Killed {
 fn read_follow_prints_new_messages_once_and_ends_on_sigterm_with_0() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("log");
+    std::fs::create_dir(&log).expect("mkdir log");
     let log = log.to_str().expect("utf8");
     assert_eq!(bag(&["append", log, "before"]).code, 0);
     let mut follower = Killed(

@@ -59,6 +59,7 @@ fn journal_messages_carry_server_witnesses_that_the_audit_verifies() {
     let server = serve();
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("log");
+    std::fs::create_dir(&log).expect("mkdir log");
     let log = log.to_str().expect("utf8");
     let store = format!("tenure://{}", server.addr);
     // The first acquisition waits out the server's restart quarantine.

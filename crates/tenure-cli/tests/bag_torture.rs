@@ -247,7 +247,9 @@ impl Torture {
 #[test]
 fn torture_on_a_directory_accepted_is_read_rejected_is_not_and_readers_agree() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let t = Torture::new(dir.path().join("log").display().to_string(), FS_PACE, &[]);
+    let log = dir.path().join("log");
+    std::fs::create_dir(&log).expect("mkdir log");
+    let t = Torture::new(log.display().to_string(), FS_PACE, &[]);
     t.run(6);
     t.check(&t.settle_and_read());
 }

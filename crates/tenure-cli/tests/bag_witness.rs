@@ -38,6 +38,7 @@ fn witness(signer: &Signer, token: u64, deadline_ms: u64, server_time_ms: u64) -
 async fn audit_verifies_lease_server_witnesses_and_names_bad_ones() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("log");
+    std::fs::create_dir(&path).expect("mkdir log");
     let log = Log::open(path.to_str().expect("utf8"), BagOptions::default()).expect("log");
     let now = log.clock().wall_ms();
     let signer = Signer::from_seed(&[7; 32]);

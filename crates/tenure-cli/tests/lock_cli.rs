@@ -167,12 +167,12 @@ fn a_store_that_cannot_be_written_exits_69() {
 }
 
 #[test]
-fn a_store_that_is_a_symlink_to_nothing_exits_69_saying_so() {
+fn a_store_that_is_a_symlink_to_nothing_exits_64_saying_so() {
     let store = FileStore::new();
     let link = store.path("dangling");
     std::os::unix::fs::symlink(store.path("missing"), &link).expect("symlink");
     let out = run(&mut lock(&link.display().to_string(), "x", &[], &["true"]), LIMIT);
-    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
     assert_one_line_error(&out);
     assert!(stderr(&out).contains("symbolic link to") && stderr(&out).contains("missing"), "{}", stderr(&out));
 }
@@ -493,7 +493,7 @@ fn common_mistakes_say_what_to_do() {
     let out = run(tenure().current_dir(cwd.path()).args(["lock", "./d?fsync=false", "x", "--", "true"]), LIMIT);
     let suggested = format!("file://{}/d?fsync=false", cwd.path().display());
     assert!(stderr(&out).contains(&suggested), "{}", stderr(&out));
-    let ok = run(&mut lock(&suggested, "x", &[], &["true"]), LIMIT);
+    let ok = run(&mut lock(&suggested, "x", &["--create"], &["true"]), LIMIT);
     assert!(ok.status.success(), "{suggested}: {}", stderr(&ok));
     // Nothing was created under the mistaken name.
     let names: Vec<_> = std::fs::read_dir(cwd.path()).expect("list").map(|e| e.expect("entry").file_name()).collect();

@@ -133,6 +133,7 @@ fn not_in_manifest(c: &Cluster, log: &str) -> (String, String) {
 #[test]
 fn nfs_bag_appends_and_closes_from_two_clients_accepted_is_read_rejected_is_not() {
     let Some(c) = Cluster::up(&[]) else { return };
+    c.made("bag");
     let log = c.mnt().join("bag").display().to_string();
     let work = c.work().display().to_string();
     let chaos = CHAOS.replace("(COMMON)", &format!("({COMMON})"));
@@ -195,6 +196,7 @@ echo "$?"
 #[test]
 fn nfs_bag_appends_in_flight_while_the_server_hangs_and_restarts_lose_nothing_accepted() {
     let Some(c) = Cluster::up(&[]) else { return };
+    c.made("bag");
     let log = c.mnt().join("bag").display().to_string();
     let work = c.work().display().to_string();
     let appender = APPENDER.replace("(COMMON)", &format!("({COMMON})"));

@@ -4,6 +4,7 @@
 mod common;
 
 use std::os::unix::fs::symlink;
+use std::process::Command;
 use std::time::Duration;
 
 use common::{FileStore, lock, run, tenure};
@@ -149,14 +150,14 @@ fn status_on_something_that_is_not_a_store_says_so() {
     assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("is not a tenure store: it is a file"), "{}", text(&out.stderr));
 
-    // A directory of other things: listed as empty, with the reason.
+    // A directory of other things: refused, with the reason.
     for sub in ["src", "docs", "target"] {
         std::fs::create_dir(dir.path().join(sub)).expect("mkdir");
     }
     let out = run(tenure().args(["status", &dir.path().display().to_string()]), LIMIT);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("it is not a tenure store"), "{}", text(&out.stdout));
-    assert!(text(&out.stdout).contains("4 entries"), "{}", text(&out.stdout));
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("is not a tenure store"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("4 entries"), "{}", text(&out.stderr));
 
     // Relative paths are shown as URLs that parse back.
     let out = run(tenure().current_dir(dir.path()).args(["status", "src"]), LIMIT);
@@ -227,4 +228,93 @@ fn status_shows_how_many_wait_in_line() {
     let free = common::status_json(&url, "line");
     assert!(free[0]["holders"].as_array().is_some_and(Vec::is_empty), "{free}");
     assert!(free[0].get("waiters").is_none(), "{free}");
+}
+
+/// Writes `n` released leases `l00000`… into `store` the cheap way: one taken
+/// and released by `tenure lock`, its record copied under each name.
+fn released_leases(store: &FileStore, n: usize) {
+    let url = store.url();
+    let out = run(&mut lock(&url, "seed", &[], &["true"]), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let seed = store.path("leases/seed");
+    let newest = std::fs::read_dir(&seed).expect("list").filter_map(|e| e.ok()).map(|e| e.file_name()).max();
+    let newest = newest.expect("a record");
+    let record = std::fs::read_to_string(seed.join(&newest)).expect("record");
+    std::fs::remove_dir_all(&seed).expect("rm seed");
+    for i in 0..n {
+        let name = format!("l{i:05}");
+        let dir = store.path("leases").join(&name);
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::write(dir.join(&newest), record.replace("\"name\":\"seed\"", &format!("\"name\":\"{name}\"")))
+            .expect("write");
+    }
+}
+
+#[test]
+fn status_lists_ten_thousand_leases_within_256_open_files() {
+    let store = FileStore::new();
+    released_leases(&store, 10_000);
+    // Into a file: the table is larger than a pipe holds.
+    let listed = store.path("listed");
+    let script = format!("ulimit -n 256 && exec '{}' status --all \"$1\" > \"$2\"", common::TENURE);
+    let out = run(Command::new("sh").args(["-c", &script, "sh", &store.url(), listed.to_str().expect("utf-8")]), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = std::fs::read_to_string(&listed).expect("table");
+    let rows: Vec<&str> = table.lines().skip(1).collect();
+    assert_eq!(rows.len(), 10_000, "{}", text(&out.stderr));
+    assert!(rows.iter().all(|r| r.starts_with('l') && r.contains("free")), "{}", &table[..2000.min(table.len())]);
+}
+
+#[test]
+fn status_on_a_directory_of_other_things_says_once_that_it_is_not_a_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let other = dir.path().join("share");
+    // Files, nested directories, and links (each of which a listing would show
+    // as an unreadable lease), as in /usr/share.
+    for i in 0..200 {
+        let sub = other.join(format!("pkg{i}/doc/examples"));
+        std::fs::create_dir_all(&sub).expect("mkdir");
+        std::fs::write(sub.join("README"), b"hello").expect("file");
+        std::fs::write(other.join(format!("file{i}.txt")), b"text").expect("file");
+        symlink(other.join(format!("pkg{i}")), other.join(format!("link{i}"))).expect("symlink");
+    }
+    let before = snapshot(&other);
+    for json in [false, true] {
+        let mut cmd = tenure();
+        cmd.args(["status", &other.display().to_string()]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = run(&mut cmd, LIMIT);
+        assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert_eq!(err.matches("is not a tenure store").count(), 1, "{err}");
+        assert!(err.contains(&other.display().to_string()) && err.contains("600 entries"), "{err}");
+        assert!(out.stdout.is_empty(), "no rows: {}", text(&out.stdout));
+    }
+    assert_eq!(snapshot(&other), before, "status never writes");
+
+    // A directory that does not exist is no store either.
+    let missing = dir.path().join("mnt/locks");
+    let out = run(tenure().args(["status", &missing.display().to_string()]), LIMIT);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("does not exist"), "{}", text(&out.stderr));
+    assert!(!dir.path().join("mnt").exists());
+}
+
+/// Every path under `dir` with its size, for "nothing changed".
+fn snapshot(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64)> {
+    let mut all = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("list").filter_map(|e| e.ok()) {
+            let meta = std::fs::symlink_metadata(e.path()).expect("stat");
+            if meta.is_dir() {
+                stack.push(e.path());
+            }
+            all.push((e.path(), meta.len()));
+        }
+    }
+    all.sort();
+    all
 }

@@ -13,7 +13,7 @@ use tenure_core::{Backend, CasOptions, CasStore, Client, FencedRecord, FileBacke
 #[tokio::main]
 async fn main() -> tenure_core::Result<()> {
     let dir = std::env::temp_dir().join(format!("tenure-example-{}", tenure_core::random_nonce()));
-    let files: Arc<dyn Backend> = Arc::new(FileBackend::new(&dir));
+    let files: Arc<dyn Backend> = Arc::new(FileBackend::new(&dir).with_create(true));
     let counter = FencedRecord::new(files.clone(), "counter")?;
     let opts = LeaseOptions::exclusive().with_ttl(Duration::from_secs(5)).with_timeout(Duration::from_secs(30));
 

@@ -26,6 +26,11 @@ pub struct OpenOptions {
     /// anything, so probes that write are skipped. They protect writers; a reader
     /// of a store that ignores conditional writes is harmless.
     pub read_only: bool,
+    /// A directory store may create its directory if it does not exist (as
+    /// `?create=true` does). Off by default: a missing directory is most likely
+    /// a mount that is not there or a typo, and leases in a directory made in
+    /// its place would exclude nobody. Other stores ignore it.
+    pub create: bool,
 }
 
 impl Default for OpenOptions {
@@ -36,6 +41,7 @@ impl Default for OpenOptions {
             params: BTreeMap::new(),
             trust_store: false,
             read_only: false,
+            create: false,
         }
     }
 }
@@ -54,6 +60,12 @@ impl OpenOptions {
     /// For a caller that only reads (see [`OpenOptions::read_only`]).
     pub fn read_only(mut self) -> Self {
         self.read_only = true;
+        self
+    }
+
+    /// Lets a directory store create its directory (see [`OpenOptions::create`]).
+    pub fn create(mut self) -> Self {
+        self.create = true;
         self
     }
 
@@ -90,7 +102,11 @@ pub fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore
     let url = &url.with_params(&opts.params);
     let backend: Arc<dyn crate::Backend> = match url.scheme() {
         "memory" => store::memory::open_url(url)?,
-        "file" => Arc::new(store::file::FileBackend::from_dir_url(&store::file::DirUrl::from_url(url)?)),
+        "file" => {
+            let mut dir = store::file::DirUrl::from_url(url)?;
+            dir.create |= opts.create && !opts.read_only;
+            Arc::new(store::file::FileBackend::from_dir_url(&dir))
+        }
         _ => return Err(url.invalid("unknown scheme (this library opens file://, memory:// and plain paths)")),
     };
     Ok(Arc::new(CasStore::new(backend, opts.clock.clone(), opts.cas.clone())))

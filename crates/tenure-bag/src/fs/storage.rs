@@ -6,7 +6,7 @@ use bytes::Bytes;
 use tenure_core::Result;
 
 use super::FsStorage;
-use crate::layout::{LogConfig, Manifest};
+use crate::layout::{LogConfig, Manifest, Sweep};
 use crate::protocol::{Listed, Loaded, Slot, Storage, Wrote};
 
 impl FsStorage {
@@ -97,6 +97,19 @@ impl Storage for FsStorage {
         self.run("listing buckets", move |s| s.list_buckets_blocking(from, to)).await
     }
 
+    async fn sweeps(&self, from: u64, to: u64) -> Result<Vec<Sweep>> {
+        self.run("listing sweeps", move |s| s.sweeps_blocking(from, to)).await
+    }
+
+    async fn ensure_sweep(&self, lo: u64, hi: u64) -> Result<()> {
+        self.run(format!("sweeping buckets {lo} to {hi}"), move |s| s.ensure_sweep_blocking(lo, hi)).await
+    }
+
+    async fn publish_sweep(&self, sweep: &Sweep) -> Result<bool> {
+        let sweep = sweep.clone();
+        self.run("publishing a sweep", move |s| s.publish_sweep_blocking(&sweep)).await
+    }
+
     async fn list_snapshots(&self) -> Result<Listed<u64>> {
         self.run("listing snapshots", |s| s.list_snapshots_blocking()).await
     }
@@ -118,12 +131,13 @@ pub fn open(url: &str) -> Result<FsStorage> {
 /// Like [`open`], with settings given apart from the URL (`--store-opt
 /// timeout=30s`), which take the same keys as the query and override it:
 /// `fsync=true|false`, `timeout=DURATION` (10 ms to 10 years, default 10 s),
-/// `io=pool|inline`.
+/// `io=pool|inline`, `create=true|false` (default false: a directory that does
+/// not exist is an error at the first write, not created).
 pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FsStorage> {
     Ok(from_dir_url(&tenure_core::store::file::DirUrl::parse(url, params)?))
 }
 
 /// The storage a parsed directory URL describes.
 pub fn from_dir_url(d: &tenure_core::store::file::DirUrl) -> FsStorage {
-    FsStorage::new(d.path.clone(), d.fsync).with_timeout(d.timeout).with_inline_io(d.inline)
+    FsStorage::new(d.path.clone(), d.fsync).with_timeout(d.timeout).with_inline_io(d.inline).with_create(d.create)
 }

@@ -140,6 +140,8 @@ impl BenchStoreFlags {
         if self.trust_store {
             args.push("--trust-store".into());
         }
+        // A benchmark's directories are scratch: made if missing.
+        args.push("--create".into());
         #[derive(clap::Parser)]
         struct Wrap {
             #[command(flatten)]

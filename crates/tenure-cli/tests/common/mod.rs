@@ -32,12 +32,19 @@ pub struct FileStore {
 
 impl FileStore {
     pub fn new() -> Self {
-        Self { dir: tempfile::tempdir().expect("temp dir") }
+        Self::made(tempfile::tempdir().expect("temp dir"))
     }
 
     /// A file store in a fresh directory under `parent`.
     pub fn new_in(parent: impl AsRef<Path>) -> Self {
-        Self { dir: tempfile::tempdir_in(parent).expect("temp dir") }
+        Self::made(tempfile::tempdir_in(parent).expect("temp dir"))
+    }
+
+    /// The store's directory made in `dir`, as a user makes it: tenure never
+    /// creates a store's directory unless asked (`--create`).
+    fn made(dir: tempfile::TempDir) -> Self {
+        std::fs::create_dir(dir.path().join("leases")).expect("mkdir leases");
+        Self { dir }
     }
 
     /// The store URL (a plain path).

@@ -95,9 +95,20 @@ impl Cluster {
         self.dir().join("work")
     }
 
-    /// A directory store on the export, as `file://` URL (same in both guests).
+    /// A directory store on the export, as `file://` URL (same in both guests),
+    /// made as a user makes one (tenure never creates a store's directory
+    /// unless asked), writable by the guests whatever their user maps to.
     pub fn store(&self, name: &str) -> String {
+        self.made(name);
         format!("file://{}", self.mnt().join(name).display())
+    }
+
+    /// Makes the directory `name` on the export, writable by every guest user.
+    pub fn made(&self, name: &str) {
+        let path = self.export().join(name);
+        std::fs::create_dir_all(&path).expect("mkdir on the export");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     }
 
     fn nfs(&self) -> Command {

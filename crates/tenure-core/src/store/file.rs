@@ -49,6 +49,16 @@
 //!
 //! The store's root itself is the user's choice and may be a symlink.
 //!
+//! # A root that does not exist
+//!
+//! The root is **never created unless asked** ([`FileBackend::with_create`],
+//! `?create=true`, `tenure lock --create`): a root that is missing is most
+//! likely an NFS mount that is not there or a typo, and a private directory
+//! made in its place would grant leases that exclude nobody. A write then fails
+//! with [`Error::InvalidStore`] naming the directory and how to create it;
+//! reads see no leases. Lease directories below an existing root are made as
+//! needed.
+//!
 //! # Garbage collection without ABA
 //!
 //! After each write the writer lists the directory once and deletes versions more
@@ -134,6 +144,9 @@ pub struct FileBackend {
     fsync: bool,
     inline: bool,
     offload: Offload,
+    /// Whether a missing root may be created (see the module's "A root that
+    /// does not exist").
+    create: bool,
     /// Why the root's mount cannot report changes by other machines, if it
     /// cannot (looked up once; see [`watch`]).
     network: Arc<std::sync::OnceLock<Option<String>>>,
@@ -173,7 +186,8 @@ impl Scan {
 }
 
 impl FileBackend {
-    /// A store in directory `root` (created on first write), with fsync on.
+    /// A store in directory `root`, which must exist (see
+    /// [`FileBackend::with_create`]), with fsync on.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         let root: PathBuf = root.into();
         // Messages show the URL: a relative root as `file://d` would not parse
@@ -191,6 +205,7 @@ impl FileBackend {
             fsync: true,
             inline: false,
             offload,
+            create: false,
             network: Arc::default(),
             inotify: Arc::default(),
             held: Arc::default(),
@@ -202,6 +217,15 @@ impl FileBackend {
     /// stall the caller.
     pub fn with_inline_io(mut self, inline: bool) -> Self {
         self.inline = inline;
+        self
+    }
+
+    /// Lets the first write create the root directory (and its parents) if it
+    /// does not exist. Off by default: a missing root is most likely a mount
+    /// that is not there or a typo, and leases in a directory made in its place
+    /// would exclude nobody.
+    pub fn with_create(mut self, create: bool) -> Self {
+        self.create = create;
         self
     }
 
@@ -243,8 +267,9 @@ impl FileBackend {
     /// The key's directory, opened without following links; `None` if absent.
     fn key_dir(&self, key: &str, create: bool) -> Result<Option<Dir>> {
         check_key(key)?;
-        let root = match Dir::open_root(&self.root, create) {
+        let root = match Dir::open_root(&self.root, create && self.create) {
             Ok(Some(root)) => root,
+            Ok(None) if create => return Err(missing_root(&self.url, &self.root)),
             Ok(None) => return Ok(None),
             Err(e) => return Err(self.err("opening the store", &self.root, e)),
         };
@@ -422,20 +447,37 @@ impl FileBackend {
             Ok(None) => return Ok(Vec::new()),
             Err(e) => return Err(self.err("listing leases", &self.root, e)),
         };
-        let start = if prefix.is_empty() {
-            root
-        } else {
+        if !prefix.is_empty() {
             check_key(prefix)?;
-            match root.open_dir(prefix, false, false) {
-                Ok(Opened::Dir(d)) => d,
-                Ok(Opened::Absent | Opened::Foreign { .. }) => return Ok(Vec::new()),
-                Err(e) if is_gone(&e) => return Ok(Vec::new()),
-                Err(e) => return Err(self.err("listing leases", &self.root.join(prefix), e)),
-            }
-        };
+        }
+        // Depth first, keeping names on the stack rather than open directories:
+        // a directory is opened (from the root, never following a link) only
+        // when its turn comes, so a listing holds a handful of descriptors
+        // however many leases there are.
         let mut keys = Vec::new();
-        let mut stack = vec![(start, prefix.to_string(), 0usize)];
-        while let Some((dir, key, depth)) = stack.pop() {
+        let mut stack = vec![(prefix.to_string(), 0usize)];
+        while let Some((key, depth)) = stack.pop() {
+            let opened;
+            let dir = if key.is_empty() {
+                &root
+            } else {
+                match root.open_dir(&key, false, false) {
+                    Ok(Opened::Dir(d)) => {
+                        opened = d;
+                        &opened
+                    }
+                    // Swapped for a link or a file since its parent's listing:
+                    // shown, so that inspecting it reports what it is. The
+                    // prefix itself is not a lease directory: nothing under it.
+                    Ok(Opened::Foreign { .. }) if depth > 0 => {
+                        keys.push(key);
+                        continue;
+                    }
+                    Ok(Opened::Absent | Opened::Foreign { .. }) => continue,
+                    Err(e) if is_gone(&e) => continue,
+                    Err(e) => return Err(self.err("listing leases", &self.root.join(&key), e)),
+                }
+            };
             let mut versions = false;
             let mut children = Vec::new();
             let listed = dir.each(|name, kind| {
@@ -463,13 +505,7 @@ impl FileBackend {
                     kind => kind,
                 };
                 match kind {
-                    Kind::Dir => match dir.open_dir(&name, false, false) {
-                        Ok(Opened::Dir(d)) => stack.push((d, child, depth + 1)),
-                        Ok(Opened::Foreign { .. }) => keys.push(child),
-                        Ok(Opened::Absent) => {}
-                        Err(e) if is_gone(&e) => {}
-                        Err(e) => return Err(self.err("listing leases", &dir.path().join(&name), e)),
-                    },
+                    Kind::Dir => stack.push((child, depth + 1)),
                     Kind::Symlink => keys.push(child),
                     _ => {}
                 }
@@ -543,14 +579,41 @@ pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FileBac
 impl FileBackend {
     /// The backend a parsed directory URL describes.
     pub fn from_dir_url(d: &DirUrl) -> Self {
-        FileBackend::new(d.path.clone()).with_fsync(d.fsync).with_inline_io(d.inline).with_timeout(d.timeout)
+        FileBackend::new(d.path.clone())
+            .with_fsync(d.fsync)
+            .with_inline_io(d.inline)
+            .with_timeout(d.timeout)
+            .with_create(d.create)
+    }
+}
+
+/// The error for a write to a directory store (or a bag) whose root `path`
+/// does not exist and may not be created: it names the directory and both ways
+/// to create it.
+pub fn missing_root(url: &str, path: &Path) -> Error {
+    let shown = path.display().to_string();
+    let plain = shown.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+,:@%=".contains(&b));
+    let quoted = if plain { shown.clone() } else { format!("'{}'", shown.replace('\'', "'\\''")) };
+    // A symlink to nothing: say where it points.
+    let why = match std::fs::read_link(path) {
+        Ok(to) => format!("it is a symbolic link to {}, which does not exist", to.display()),
+        Err(_) => "a file system that is not mounted, or a typo?".to_string(),
+    };
+    Error::InvalidStore {
+        url: url.into(),
+        reason: format!(
+            "the directory {shown} does not exist ({why}); tenure \
+             creates it only when asked, so that a missing mount never grants leases that exclude nobody: \
+             create it with `mkdir -p {quoted}`, or pass --create (`?create=true` in a URL)"
+        ),
     }
 }
 
 /// A directory store's URL (`file:///dir?…` or a plain path) and its settings,
 /// as the lease store and the bags both take them: `fsync=true|false` (default
 /// true), `io=pool|inline` (default pool), `timeout=DURATION` (10 ms to 10
-/// years, default 10 s). Settings given apart from the URL override the query.
+/// years, default 10 s), `create=true|false` (default false: a directory that
+/// does not exist is an error, not created). Settings given apart from the URL override the query.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirUrl {
     /// The directory.
@@ -561,6 +624,8 @@ pub struct DirUrl {
     pub inline: bool,
     /// The deadline of one file-system operation.
     pub timeout: Duration,
+    /// Whether the first write may create the directory if it does not exist.
+    pub create: bool,
 }
 
 impl DirUrl {
@@ -588,11 +653,19 @@ impl DirUrl {
         if url.path().as_os_str().is_empty() {
             return Err(url.invalid("the directory is empty"));
         }
-        let mut d = DirUrl { path: url.path().to_path_buf(), fsync: true, inline: false, timeout: DEFAULT_TIMEOUT };
+        let mut d = DirUrl {
+            path: url.path().to_path_buf(),
+            fsync: true,
+            inline: false,
+            timeout: DEFAULT_TIMEOUT,
+            create: false,
+        };
         for (key, value) in url.options() {
             match (key.as_str(), value.as_str()) {
                 ("fsync", "true" | "1") => d.fsync = true,
                 ("fsync", "false" | "0") => d.fsync = false,
+                ("create", "true" | "1") => d.create = true,
+                ("create", "false" | "0") => d.create = false,
                 ("io", "inline") => d.inline = true,
                 ("io", "pool") => d.inline = false,
                 ("timeout", v) => {
@@ -603,13 +676,17 @@ impl DirUrl {
                             url.invalid(format!("timeout={v:?} is not a duration from 10ms to 10 years (e.g. 10s)"))
                         })?;
                 }
-                ("fsync" | "io", v) => {
+                ("fsync" | "create" | "io", v) => {
                     return Err(url.invalid(format!(
                         "{key}={v:?} is not one of {}",
-                        if key == "fsync" { "true, false" } else { "pool, inline" }
+                        if key == "io" { "pool, inline" } else { "true, false" }
                     )));
                 }
-                _ => return Err(url.unknown(key, "fsync=true|false, io=pool|inline, timeout=DURATION")),
+                _ => {
+                    return Err(
+                        url.unknown(key, "fsync=true|false, io=pool|inline, timeout=DURATION, create=true|false")
+                    );
+                }
             }
         }
         check_mount(url.display(), &d.path)?;

@@ -367,3 +367,48 @@ async fn a_watch_never_follows_a_lease_directory_that_is_a_link() {
     }
     assert_eq!(fs::read_dir(outside.path().join("k")).expect("list").count(), 1, "nothing written through the link");
 }
+
+#[test]
+fn a_missing_root_is_refused_naming_it_and_made_only_when_asked() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path().join("mnt/shared/locks");
+    let b = FileBackend::new(&root).with_fsync(false);
+    assert_eq!(b.get_blocking("k").expect("a read of a missing root"), None);
+    match b.put_blocking("k", b"one", &PutMode::Create) {
+        Err(Error::InvalidStore { reason, .. }) => {
+            assert!(reason.contains(&format!("mkdir -p {}", root.display())), "{reason}");
+            assert!(reason.contains("--create") && reason.contains("create=true"), "{reason}");
+        }
+        other => panic!("a write to a missing root must be refused, got {other:?}"),
+    }
+    assert!(!d.path().join("mnt").exists(), "nothing may be created");
+
+    // Asked to: the root and its parents are made.
+    let made = FileBackend::new(&root).with_fsync(false).with_create(true);
+    done(made.put_blocking("k", b"one", &PutMode::Create).expect("create"));
+    // An existing root gets lease directories below it as needed, unasked.
+    done(b.put_blocking("deploy/prod", b"one", &PutMode::Create).expect("create below an existing root"));
+    assert!(root.join("deploy/prod").is_dir());
+}
+
+#[tokio::test]
+async fn create_is_a_url_setting_and_opening_options_choice_off_by_default() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path().join("new");
+    let parse = |url: &str| DirUrl::parse(url, &BTreeMap::new());
+    assert!(!parse(&root.display().to_string()).expect("plain").create);
+    assert!(parse(&format!("file://{}?create=true", root.display())).expect("create").create);
+    let bad = parse(&format!("file://{}?create=yes", root.display())).expect_err("create=yes");
+    assert!(bad.to_string().contains("create=\"yes\""), "{bad}");
+
+    let opts = crate::LeaseOptions::exclusive();
+    let url = root.display().to_string();
+    let strict = crate::Client::new(crate::open(&url, &crate::OpenOptions::default()).expect("open"));
+    let err = strict.try_acquire("k", &opts).await.expect_err("missing root");
+    assert!(matches!(err, Error::InvalidStore { .. }), "{err:?}");
+    assert!(!root.exists());
+    let made = crate::Client::new(crate::open(&url, &crate::OpenOptions::default().create()).expect("open"));
+    let lease = made.try_acquire("k", &opts).await.expect("acquired once asked to create");
+    lease.release().await.expect("release");
+    assert!(root.is_dir());
+}
