@@ -28,13 +28,26 @@ struct Slow {
     inner: Arc<dyn LeaseStore>,
     late: AtomicU32,
     granted: parking_lot::Mutex<Vec<u64>>,
+    /// How long every answer to a release takes.
+    slow_release: Duration,
 }
 
 impl Slow {
     fn new(name: &str, late: u32) -> Arc<Self> {
         let url = format!("memory://late-grant-{name}-{}", std::process::id());
         let inner = tenure_core::open(&url, &OpenOptions::default()).expect("open");
-        Arc::new(Self { inner, late: AtomicU32::new(late), granted: parking_lot::Mutex::default() })
+        Arc::new(Self {
+            inner,
+            late: AtomicU32::new(late),
+            granted: parking_lot::Mutex::default(),
+            slow_release: Duration::ZERO,
+        })
+    }
+
+    fn with_slow_release(name: &str, slow: Duration) -> Arc<Self> {
+        let mut store = Arc::into_inner(Self::new(name, 0)).expect("one handle");
+        store.slow_release = slow;
+        Arc::new(store)
     }
 }
 
@@ -60,7 +73,9 @@ impl LeaseStore for Slow {
         self.inner.renew(grant).await
     }
     async fn release(&self, grant: &Grant, req: &ReleaseRequest) -> Result<Released> {
-        self.inner.release(grant, req).await
+        let out = self.inner.release(grant, req).await;
+        tokio::time::sleep(self.slow_release).await;
+        out
     }
     async fn inspect(&self, name: &LeaseName) -> Result<LeaseState> {
         self.inner.inspect(name).await
@@ -126,4 +141,15 @@ async fn a_wait_answered_late_every_time_ends_at_its_timeout_holding_nothing() {
     let state = store.inspect(&LeaseName::new("job").expect("name")).await.expect("inspect");
     let left: Vec<u64> = state.holders.iter().map(|h| h.token).collect();
     assert!(left.iter().all(|t| Some(t) == granted.last()), "late grants left held: {left:?} of {granted:?}");
+}
+
+/// One slow answer does not abandon a release: it is given while the grant is
+/// live (at TTL 1 s, a renewal interval is 125 ms; this answer takes 500 ms).
+#[tokio::test]
+async fn a_release_answered_slowly_still_frees_the_lease() {
+    let store = Slow::with_slow_release("release", Duration::from_millis(500));
+    let client = Client::new(store.clone());
+    let lease = client.acquire("job", &opts(Duration::from_secs(5))).await.expect("free");
+    assert_eq!(lease.release().await.expect("a slow release still answers"), Released::Released);
+    assert_eq!(holders(&store, "job").await, 0);
 }
