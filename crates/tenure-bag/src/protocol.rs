@@ -72,7 +72,7 @@
 //!   published, all readers and writers see the same answer, for ever.
 //!
 //! An idle close thus costs the intent and the result of one sweep per group of
-//! buckets ([`SWEEP_GROUP`]), however many buckets it closes, on a file system
+//! buckets (4096 of them), however many buckets it closes, on a file system
 //! and on an object store alike.
 //!
 //! # The clock-skew bound of the fast path
