@@ -215,7 +215,11 @@ impl Store {
         let unique = format!("{what}-{}-{}", std::process::id(), tenure_core::random_nonce());
         let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
         let (url, opts, upstream) = match kind {
-            Kind::Dir => (scratch.path().join("leases").display().to_string(), Vec::new(), None),
+            Kind::Dir => {
+                let root = scratch.path().join("leases");
+                std::fs::create_dir(&root).expect("the store's directory");
+                (root.display().to_string(), Vec::new(), None)
+            }
             Kind::Serve => serve_store(&mut keep)?,
             Kind::Etcd => etcd_store(&unique, &mut keep)?,
             Kind::Moto => {

@@ -69,6 +69,7 @@ impl Fuse {
             }
             return Err(format!("bindfs did not mount {}: {}", fuse.mnt.path().display(), err.trim()));
         }
+        std::fs::create_dir(fuse.mnt.path().join("locks")).map_err(|e| format!("making the store's directory: {e}"))?;
         Ok(fuse)
     }
 
@@ -80,7 +81,8 @@ impl Fuse {
         table.lines().any(|l| l.split(' ').nth(4) == Some(&*mnt))
     }
 
-    /// The store: a directory inside the mount.
+    /// The store: a directory inside the mount (made at mount time: a
+    /// store's root must exist, and the mount may be frozen by now).
     pub fn store(&self) -> String {
         self.mnt.path().join("locks").display().to_string()
     }
