@@ -10,8 +10,10 @@ use tenure_core::{Client, LeaseOptions, OpenOptions};
 
 #[tokio::main]
 async fn main() -> tenure_core::Result<()> {
+    // A fresh directory: the store makes it only when asked (a missing root is
+    // most likely an unmounted file system or a typo).
     let dir = std::env::temp_dir().join(format!("tenure-example-{}", tenure_core::random_nonce()));
-    let store = tenure_core::open(&dir.to_string_lossy(), &OpenOptions::default())?;
+    let store = tenure_core::open(&dir.to_string_lossy(), &OpenOptions::default().create())?;
     let ttl = Duration::from_secs(5);
     let start = Instant::now();
 
