@@ -2,7 +2,8 @@
 # servers.sh — start/stop the real servers tenure's integration tests run against.
 #
 # Usage:
-#   scripts/servers.sh start  [NAMES...]   start (or leave alone if healthy), wait until healthy
+#   scripts/servers.sh start  [NAMES...]   start (or leave alone if healthy), all at once,
+#                                          wait until healthy
 #   scripts/servers.sh stop   [NAMES...]   stop by pid file (whole process group)
 #   scripts/servers.sh status [NAMES...]   show state; exit 0 only if all are healthy
 #   scripts/servers.sh env    [NAMES...]   print `export VAR=value` for running servers:
@@ -38,7 +39,7 @@
 #   "$TENURE_TEST_ETCD_CLUSTER_DIR/member" start e2   # restart it (waits until healthy)
 #   "$TENURE_TEST_ETCD_CLUSTER_DIR/member" stop e2    # same as: scripts/servers.sh etcd-member stop e2
 #
-# Not a server: the hung-storage test (crates/tenure-cli/tests/hung_storage.rs)
+# Not a server: the hung-storage test (crates/tenure-cli/tests/it/hung_storage.rs)
 # mounts a bindfs (FUSE) directory of its own and freezes its daemon; it needs
 # only bindfs and /dev/fuse (scripts/install-deps.sh), and skips without them
 # (fails under TENURE_REQUIRE_SERVERS=1).
@@ -757,9 +758,24 @@ main() {
     case "$action" in
         env) print_env "${names[@]}" ;;
         start)
-            local t0
+            # All at once (each waits for its own health), each one's output
+            # kept apart and printed in order once it is done.
+            local t0 out i pids=() failed=()
             t0=$(now)
-            for n in "${names[@]}"; do do_one start "$n"; done
+            out="$STATE/.start.$$"
+            rm -rf "$out"
+            mkdir -p "$out"
+            for n in "${names[@]}"; do
+                (do_one start "$n") >"$out/$n.out" 2>"$out/$n.err" &
+                pids+=("$!")
+            done
+            for i in "${!names[@]}"; do
+                wait "${pids[$i]}" || failed+=("${names[$i]}")
+                cat "$out/${names[$i]}.out"
+                cat "$out/${names[$i]}.err" >&2
+            done
+            rm -rf "$out"
+            [ ${#failed[@]} -eq 0 ] || die "not started: ${failed[*]} (see above)"
             log "all started in $(since "$t0")s; use: eval \"\$($0 env)\""
             ;;
         stop)

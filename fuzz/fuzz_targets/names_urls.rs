@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
     if tenure_bag::frame::is_item_name(text, ".data") {
         assert!(!text.contains('/') && !text.starts_with('.'));
     }
-    let _ = tenure_core::store::file::open_with(text, &BTreeMap::new());
+    let _ = tenure_file::DirUrl::parse(text, &BTreeMap::new());
     let _ = tenure_bag::fs::open(text);
     if !text.contains("auth_token_file") {
         let _ = tenure_server::TenureStore::new(text, &OpenOptions::default());

@@ -1,5 +1,5 @@
-//! Bags on a local or NFS file system: a bag of single-writer logs (seed 000's
-//! appendix).
+//! Bags on a local or NFS file system: a bag of single-writer logs
+//! (`docs/design/closable-bags.md`).
 //!
 //! # Layout
 //!
@@ -17,9 +17,10 @@
 //!
 //! # Operations, and why each is NFS-safe
 //!
-//! Only the operations of seed 000's list are used; **no rename**, no locks, and
+//! Only the operations of `docs/design/closable-bags.md#nfs-safe-file-operations`
+//! are used; **no rename**, no locks, and
 //! nothing depends on permission bits. All of them go through
-//! [`tenure_core::store::fs::Dir`], the directory lease store's primitives (see
+//! [`tenure_file::fs::Dir`], the directory lease store's primitives (see
 //! "Entries tenure did not write" below).
 //!
 //! - *Create a bucket*: `mkdir` (the server decides; `EEXIST` is fine).
@@ -82,7 +83,7 @@
 //! # Deadlines
 //!
 //! Every operation runs on a thread of tokio's blocking pool with a deadline
-//! (`timeout=`, default 10 s; see [`tenure_core::store::offload`]): on a hung NFS or
+//! (`timeout=`, default 10 s; see [`tenure_file::offload`]): on a hung NFS or
 //! FUSE mount the caller gets an error at the deadline and the thread is
 //! abandoned. `io=inline` runs them on the calling task instead, without a
 //! deadline (benchmarks, tmpfs).
@@ -113,19 +114,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rustix::fs::{Mode, OFlags};
-use tenure_core::store::fs::{Dir, Kind, Opened, Read, close_checked, is_gone, write_all};
-use tenure_core::store::offload::{DEFAULT_TIMEOUT, Offload};
 use tenure_core::{Error, Result};
+use tenure_file::fs::{Dir, Kind, Opened, Read, close_checked, is_gone, write_all};
+use tenure_file::offload::{DEFAULT_TIMEOUT, Offload};
 
-use crate::layout::{LogConfig, MAX_CONFIG_BYTES, MAX_ITEM_BYTES, MAX_ITEMS, MAX_MANIFEST_BYTES, Manifest};
+use crate::layout::{
+    DATA_SUFFIX, LogConfig, MAX_CONFIG_BYTES, MAX_ITEM_BYTES, MAX_ITEMS, MAX_MANIFEST_BYTES, Manifest,
+};
 use crate::protocol::{Listed, Loaded, Skipped, Slot, Wrote};
 
 const CONFIG: &str = "bag.conf";
 const PRELOCK: &str = "prelock";
 const MANIFEST: &str = "manifest";
 const SNAPSHOTS: &str = "snapshots";
-/// The suffix of data files.
-pub(crate) const DATA_SUFFIX: &str = ".data";
 /// Buckets per group directory: the protocol's sweep groups.
 const GROUP_BUCKETS: u64 = crate::protocol::SWEEP_GROUP;
 /// Data file generations a writer tries in one bucket before giving up.
@@ -241,7 +242,7 @@ impl FsStorage {
     /// set, an error naming it if `create` is set but the log may not create it.
     fn root_dir(&self, create: bool) -> Result<Option<Dir>> {
         match Dir::open_root(&self.root, create && self.create) {
-            Ok(None) if create => Err(tenure_core::store::file::missing_root(&self.url, &self.root)),
+            Ok(None) if create => Err(tenure_file::missing_root(&self.url, &self.root)),
             opened => opened.map_err(|e| self.err("opening the log", &self.root, e)),
         }
     }

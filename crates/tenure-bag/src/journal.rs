@@ -1,4 +1,5 @@
-//! The lease-guarded journal (seed 000): leases give a consistent order to
+//! The lease-guarded journal (`docs/design/closable-bags.md#the-journal`): leases
+//! give a consistent order to
 //! writes from many processes, with no log server.
 //!
 //! One operation ([`Journal::begin`] … [`Txn::commit`]):

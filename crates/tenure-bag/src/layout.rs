@@ -237,10 +237,13 @@ impl LogConfig {
     }
 }
 
+/// The suffix of a directory log's data files (`<writer>.<generation>.data`).
+pub(crate) const DATA_SUFFIX: &str = ".data";
+
 /// Whether `name` is an item name on either storage: a data file
 /// (`<writer>.<generation>.data`) or a batch object (`<writer>.<sequence>`).
 pub fn is_item_name(name: &str) -> bool {
-    crate::frame::is_item_name(name, crate::fs::DATA_SUFFIX) || crate::frame::is_item_name(name, "")
+    crate::frame::is_item_name(name, DATA_SUFFIX) || crate::frame::is_item_name(name, "")
 }
 
 /// A closed bucket's manifest.

@@ -1,5 +1,5 @@
 //! Closable bags of timestamped messages on dumb storage, and the lease-guarded
-//! journal (seed 000).
+//! journal (`docs/design/closable-bags.md`).
 //!
 //! Many processes append timestamped messages to a *log* — a directory on a
 //! local or NFS file system, or a prefix of an object store — with no log server,
@@ -47,6 +47,7 @@
 #![forbid(unsafe_code)]
 
 pub mod audit;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod frame;
 pub mod fs;
@@ -78,5 +79,5 @@ use tenure_core::Result;
 /// `az://…`), with settings such as `aws_endpoint` or `aws_access_key_id`, exactly
 /// as the object-store lease backend does ([`tenure_object::object_store_from_url`]).
 pub fn open_object_store(url: &str, params: &BTreeMap<String, String>) -> Result<(Arc<dyn ObjectStore>, Path)> {
-    tenure_object::object_store_from_url(url, params)
+    tenure_object::object_store_from_url(&tenure_core::StoreUrl::parse(url, params)?)
 }

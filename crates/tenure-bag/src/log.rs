@@ -8,8 +8,8 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use serde::Serialize;
 use tenure_core::limits::millis;
-use tenure_core::store::file::DirUrl;
 use tenure_core::{Clock, ClockExt, Error, Result, StoreUrl, SystemClock};
+use tenure_file::DirUrl;
 use tokio::sync::{Mutex, OnceCell, watch};
 use tokio::task::JoinHandle;
 

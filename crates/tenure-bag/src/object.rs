@@ -1,5 +1,5 @@
-//! Bags on an object store (S3, GCS, Azure through `object_store`): the seed's
-//! "maildir with a lock blob".
+//! Bags on an object store (S3, GCS, Azure through `object_store`): a bag of
+//! objects closed by a manifest object (`docs/design/closable-bags.md`).
 //!
 //! # Layout (under the log's prefix)
 //!

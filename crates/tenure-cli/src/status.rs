@@ -297,8 +297,8 @@ async fn look<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send +
 }
 
 /// The directory store `url` names, if it names one.
-fn dir_store(url: &str) -> Option<tenure::store::file::FileBackend> {
-    tenure::store::file::open(url).ok()
+fn dir_store(url: &str) -> Option<tenure::file::FileBackend> {
+    tenure::file::DirUrl::parse(url, &Default::default()).ok().map(|d| tenure::file::FileBackend::from_dir_url(&d))
 }
 
 fn row(s: &LeaseState, now_ms: u64) -> [String; 7] {

@@ -66,14 +66,18 @@ impl StoreArgs {
     }
 
     /// The store's deadline for one operation: its `timeout` option
-    /// (`--store-opt timeout=5s`, or `?timeout=5s` in the URL), else
-    /// [`DEFAULT_OP_TIMEOUT`]. The store itself enforces (and checks) it; the
-    /// command bounds its own waits by it too, so that a store that ignores it
-    /// cannot hang `tenure`. A value that does not parse is left to the store to
+    /// (`--store-opt timeout=5s`, or `?timeout=5s` in the URL), read in the
+    /// spelling every store reads it, else [`DEFAULT_OP_TIMEOUT`]. Every store
+    /// takes this one key (a `tenure://` server, etcd, object stores, a
+    /// directory, `memory://`), enforces it and checks its range; the command
+    /// bounds its own steps by it too, so that a store that ignores it cannot
+    /// hang `tenure`. A value that does not parse is left to the store to
     /// refuse.
     pub(crate) fn op_timeout(&self) -> Duration {
         let url = StoreUrl::parse(&self.url, &self.open_options().params);
-        url.ok().and_then(|u| u.options().get("timeout").and_then(|v| duration(v).ok())).unwrap_or(DEFAULT_OP_TIMEOUT)
+        url.ok()
+            .and_then(|u| u.duration("timeout", Duration::ZERO..=Duration::MAX).ok().flatten())
+            .unwrap_or(DEFAULT_OP_TIMEOUT)
     }
 
     /// Opens the store (its errors name it already).

@@ -2,12 +2,30 @@
 //!
 //! [`TenureStore`] implements [`tenure_core::LeaseStore`] over one or more
 //! `tenure serve` servers (sharded by lease name with rendezvous hashing over
-//! the servers' identities, see [`client`]), so
+//! the servers' identities, see [`remote`]), so
 //! everything in tenure (keep-alive, `tenure lock`, the conformance suite) works
 //! on it unchanged. The protocol's messages and codec ([`wire`]), its witnesses
 //! ([`witness`]: format and verification) and rendezvous scores are defined
 //! here, once; the server (`tenure-server`) depends on this crate, so a
 //! client-only user builds neither the server nor its HTTP stack.
+//!
+//! # Settings
+//!
+//! A `tenure://` URL's query (or `--store-opt KEY=VALUE`) takes, in the one
+//! spelling every store uses (see [`tenure_core::store_url`]):
+//!
+//! | setting | spelling | default |
+//! |---|---|---|
+//! | `timeout` | a duration with a unit, 1ms to 10 years: `timeout=5s` | `10s` |
+//! | `spin` | a duration, 0s to 10ms: `spin=40us`, `spin=0us` (never) | `40us` |
+//! | `connections` | per server, 1 to 64 | `1` |
+//! | `tls`, `allow_plaintext_auth` | `true` or `false` | `false` |
+//! | `ca_file`, `auth_token_file` | a path | — |
+//! | `server_name`, `auth_token` | text | — |
+//!
+//! The old spellings `timeout_ms=500` and `spin_us=40` are refused with the
+//! new one to write (`timeout=500ms`, `spin=40us`); so are flags written `1`,
+//! `0`, `yes` or `on`.
 //!
 //! # Wire protocol (version 5)
 //!
@@ -45,8 +63,8 @@
 //!
 #![forbid(unsafe_code)]
 
-pub mod client;
 mod conn;
+pub mod remote;
 #[doc(hidden)]
 pub mod spin;
 pub mod tls;
@@ -57,25 +75,21 @@ use std::sync::Arc;
 
 use tenure_core::{LeaseStore, OpenOptions, Result, StoreUrl};
 
-pub use client::{ClientOptions, ServerInfo, TenureStore, Upgrade, is_reservation, place, rendezvous_score};
+pub use remote::{ClientOptions, ServerInfo, TenureStore, Upgrade, is_reservation, place, rendezvous_score};
 pub use tls::{ClientTls, TlsError};
 pub use witness::{Witness, WitnessError, verify};
 
-/// Opens a `tenure://host:port[,host:port…]` store. Connections are made on first use.
+/// Opens a `tenure://host:port[,host:port…]` store; `opts.params` go over
+/// the URL's settings. Connections are made on first use.
 ///
 /// The files the URL names (`auth_token_file`, `ca_file`, the platform's
 /// roots) are read off the runtime and within [`OPEN_FILES_LIMIT`], so that a
 /// hung mount cannot hang the caller.
-pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    open_url(&StoreUrl::parse(url, &opts.params)?, opts).await
-}
-
-/// [`open`] for a parsed URL; `opts.params` go over its settings.
 ///
 /// # Errors
 /// As [`TenureStore::from_url`]; a store error if the files it names cannot
 /// be read in time.
-pub async fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+pub async fn open(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
     let (u, o) = (url.clone(), opts.clone());
     let shown = url.display().to_string();
     match tokio::time::timeout(OPEN_FILES_LIMIT, tokio::task::spawn_blocking(move || TenureStore::from_url(&u, &o)))

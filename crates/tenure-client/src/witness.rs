@@ -1,7 +1,7 @@
 //! Signed witnesses: proof, checkable offline, of which grant a write ran under.
 //!
 //! Every grant, renewal, tentative grant and upgrade the lease server hands out
-//! comes with a witness (seed 000, "Making this debuggable"): the lease name, mode,
+//! comes with a witness (`docs/design/leases-on-dumb-storage.md#witnesses`): the lease name, mode,
 //! fencing token, absolute deadline, the holder's nonce (its correlation id), the
 //! server's time when it decided, and what the grant learned from its predecessor
 //! (token, correlation id, whether it ended gracefully or was broken or expired,
@@ -19,12 +19,15 @@
 //! signs, and each witness carries its path to the root (as Roughtime does).
 //! Verifying a witness needs nothing but its own bytes.
 //!
-//! The server (`tenure-server`'s `Signer`) signs with aws-lc (its fixed-base scalar multiplication is
-//! verified assembly: 6.7 µs a signature on the 2-core test VM, against 15.5 µs
-//! for ed25519-dalek; `cargo run --release -p tenure-server --example
-//! witness_cost`). Signatures are deterministic, so they are the same bytes
-//! either way. [`verify`] uses ed25519-dalek's strict check, which also refuses
-//! non-canonical and small-order keys and signatures.
+//! Signing and verifying use ring, the crate TLS and the object stores already
+//! build on, so one crypto library is compiled (and no C toolchain beyond a C
+//! compiler is needed). A signature costs ~23 µs on the 2-core test VM, once a
+//! batch (`cargo run --release -p tenure-server --example witness_cost`).
+//! Signatures are deterministic (RFC 8032), so they are the same bytes whatever
+//! signs them. [`verify`] is strict: it refuses non-canonical signatures (`S`
+//! not below the group order, an `R` that is not the canonical encoding), and
+//! small-order keys and `R`s, with which a signature could verify for more than
+//! one message.
 //!
 //! # Format (version 2, little-endian)
 //!
@@ -52,8 +55,8 @@
 //! time SHA-256 takes on a CPU without SHA extensions (0.27 µs a leaf and a
 //! node, against 0.8–1.0 µs, on the 2-core test VM).
 
-use ed25519_dalek::{Signature, VerifyingKey};
 use ring::digest::{Context, SHA256, digest};
+use ring::signature::{ED25519, UnparsedPublicKey};
 use tenure_core::{EndedHow, Mode};
 
 /// The witness body format written by this version.
@@ -136,7 +139,8 @@ pub enum WitnessKind {
     Grant,
     /// A renewal of a grant (new deadline, same token).
     Renewal,
-    /// A tentative grant (seed 000's two-phase acquisition): no authority to write.
+    /// A tentative grant (`docs/design/all-or-nothing.md#two-phase-acquisition`):
+    /// no authority to write.
     Tentative,
     /// A tentative grant upgraded to a full one.
     Upgrade,
@@ -205,16 +209,67 @@ pub enum WitnessError {
 pub fn verify(public_key: &[u8], witness: &[u8]) -> Result<Witness, WitnessError> {
     let key: [u8; 32] =
         public_key.try_into().map_err(|_| WitnessError::BadKey(format!("{} bytes, not 32", public_key.len())))?;
-    let key = VerifyingKey::from_bytes(&key).map_err(|e| WitnessError::BadKey(e.to_string()))?;
+    if has_small_order(&key) {
+        return Err(WitnessError::BadKey("a small-order point, which signs anything".into()));
+    }
     let parts = split(witness)?;
     let tree = Tree::of(parts.body)?;
     let mut node = tree.leaf(parts.body);
     for (side, sibling) in &parts.path {
         node = if *side == 0 { tree.node(sibling, &node) } else { tree.node(&node, sibling) };
     }
-    let sig = Signature::from_bytes(&parts.signature);
-    key.verify_strict(&tree.signed_message(&node), &sig).map_err(|_| WitnessError::BadSignature)?;
+    // ring checks S < L and compares R byte for byte with the canonical
+    // encoding it computes; a small-order R is refused here, as a strict
+    // verifier does.
+    let r: &[u8; 32] = parts.signature[..32].try_into().map_err(|_| WitnessError::BadSignature)?;
+    if has_small_order(r) {
+        return Err(WitnessError::BadSignature);
+    }
+    UnparsedPublicKey::new(&ED25519, &key)
+        .verify(&tree.signed_message(&node), &parts.signature)
+        .map_err(|_| WitnessError::BadSignature)?;
     decode_body(parts.body)
+}
+
+/// Whether a point encoding is one of the Edwards25519 points of small order
+/// (the identity, the points of order 2, 4 and 8, and the non-canonical
+/// encodings of those with `y` = 0 and 1), whatever its sign bit: the list
+/// libsodium refuses.
+fn has_small_order(point: &[u8; 32]) -> bool {
+    const SMALL_ORDER: [[u8; 32]; 7] = [
+        // 0 (order 4)
+        [0; 32],
+        // 1 (order 1)
+        [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        // order 8
+        [
+            0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4, 0x89, 0xf2, 0xef, 0x98, 0xf0, 0xd5, 0xdf,
+            0xac, 0x05, 0xd3, 0xc6, 0x33, 0x39, 0xb1, 0x38, 0x02, 0x88, 0x6d, 0x53, 0xfc, 0x05,
+        ],
+        // order 8
+        [
+            0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b, 0x76, 0x0d, 0x10, 0x67, 0x0f, 0x2a, 0x20,
+            0x53, 0xfa, 0x2c, 0x39, 0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77, 0x92, 0xac, 0x03, 0x7a,
+        ],
+        // p - 1 (order 2)
+        [
+            0xec, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+        ],
+        // p, that is 0 (order 4)
+        [
+            0xed, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+        ],
+        // p + 1, that is 1 (order 1)
+        [
+            0xee, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+        ],
+    ];
+    let mut unsigned = *point;
+    unsigned[31] &= 0x7f;
+    SMALL_ORDER.contains(&unsigned)
 }
 
 /// Parses a public key from 64 hex digits (as `GET /pubkey` serves it).

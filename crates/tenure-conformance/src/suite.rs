@@ -108,8 +108,8 @@ pub async fn exclusive_lease_excludes_everyone_else(h: &dyn Harness) {
     lb.release().await.expect("release");
 }
 
-/// Shared holders coexist; an exclusive ask waits until none is left (seed 002's
-/// backups versus garbage collection).
+/// Shared holders coexist; an exclusive ask waits until none is left (backups
+/// versus garbage collection: `docs/design/backup-lease-file.md#shared-and-exclusive`).
 pub async fn shared_leases_coexist_and_exclude_exclusive(h: &dyn Harness) {
     let shared = LeaseOptions::shared().with_ttl(TTL).no_wait();
     let (a, b, gc) = (client(h).await, client(h).await, client(h).await);
@@ -217,7 +217,7 @@ pub async fn fenced_write_from_a_stale_holder_is_rejected(h: &dyn Harness) {
 }
 
 /// Invariant 5: a release that arrives after the grant expired and was taken over
-/// does nothing (seed 001's unintended release).
+/// does nothing (`docs/design/object-store-lock.md#unintended-release`).
 pub async fn delayed_release_never_frees_someone_elses_lease(h: &dyn Harness) {
     let store = h.store().await;
     let old = crashed_holder(&store, "late", Holder::current()).await;
@@ -370,8 +370,8 @@ pub async fn corrupt_records_are_judged_by_age(h: &dyn Harness) {
     }
 }
 
-/// Seed 003: several leases are taken all or nothing, in canonical order, and
-/// nothing stays held when one is busy.
+/// Several leases are taken all or nothing, in canonical order, and
+/// nothing stays held when one is busy (`docs/design/all-or-nothing.md`).
 pub async fn multi_lease_is_all_or_nothing_in_canonical_order(h: &dyn Harness) {
     let (a, b, c) = (client(h).await, client(h).await, client(h).await);
     let lb = b.try_acquire("multi/b", &opts()).await.expect("b holds multi/b");
@@ -419,7 +419,8 @@ pub async fn multi_lease_is_all_or_nothing_in_canonical_order(h: &dyn Harness) {
     }
 }
 
-/// Seed 001 (Vault): the same holder identity re-takes its abandoned lease at once;
+/// The same holder identity re-takes its abandoned lease at once
+/// (`docs/design/object-store-lock.md#re-taking-ones-own-abandoned-lease`);
 /// others wait; a client never re-takes a lease it holds live.
 pub async fn same_holder_retakes_its_abandoned_lease_at_once(h: &dyn Harness) {
     let me = Holder::current().with_label("restarting worker");
@@ -434,8 +435,9 @@ pub async fn same_holder_retakes_its_abandoned_lease_at_once(h: &dyn Harness) {
     lease.release().await.expect("release");
 }
 
-/// Seed 000: a holder's published watermark reaches the next holder; a dropped
-/// holder's deadline stands in for its watermark.
+/// A holder's published watermark reaches the next holder; a dropped holder's
+/// deadline stands in for its watermark
+/// (`docs/design/closable-bags.md#buckets-watermarks-timestamps`).
 pub async fn release_publishes_watermark_to_the_next_holder(h: &dyn Harness) {
     let (a, b, c) = (client(h).await, client(h).await, client(h).await);
     let la = a.try_acquire("wm", &opts()).await.expect("acquire");

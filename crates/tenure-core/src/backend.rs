@@ -12,13 +12,15 @@
 //! with two steps. Keys are `/`-separated, made of lease-name segments, and may
 //! end in a `~suffix` that tenure uses for its own records (such as fences).
 
-use std::fmt::Debug;
+use std::fmt::{self, Debug};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
+use crate::name::LeaseName;
 use crate::types::Version;
 
 /// A stored value.
@@ -109,10 +111,10 @@ pub trait Backend: Send + Sync + Debug + 'static {
     fn url(&self) -> &str;
 
     /// Reads `key`. Never writes anything.
-    async fn get(&self, key: &str) -> Result<Option<Stored>>;
+    async fn get(&self, key: &Key) -> Result<Option<Stored>>;
 
     /// Writes `value` at `key` if `opts.mode` still holds.
-    async fn put(&self, key: &str, value: Bytes, opts: PutOptions) -> Result<Put>;
+    async fn put(&self, key: &Key, value: Bytes, opts: PutOptions) -> Result<Put>;
 
     /// Keys under `prefix` (all keys for `""`), in any order.
     async fn list(&self, prefix: &str) -> Result<Vec<String>>;
@@ -121,7 +123,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// [`Backend::get`] found it absent. Stores whose keys can disappear (etcd's
     /// server-side expiry) return their current revision, so fencing tokens never
     /// restart from 1. Default: 0 (keys written by tenure never disappear).
-    async fn absent_floor(&self, key: &str) -> Result<u64> {
+    async fn absent_floor(&self, key: &Key) -> Result<u64> {
         let _ = key;
         Ok(0)
     }
@@ -129,7 +131,7 @@ pub trait Backend: Send + Sync + Debug + 'static {
     /// Waits until `key` may have moved past `seen` (`None`: absent), or until
     /// `timeout`. Returns `Ok(true)` if it saw a change. Stores that cannot watch
     /// return `Unsupported`, and callers poll instead.
-    async fn watch(&self, key: &str, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
+    async fn watch(&self, key: &Key, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
         let _ = (key, seen, timeout);
         Err(Error::unsupported(self.url(), "watching keys"))
     }
@@ -194,6 +196,66 @@ pub trait Line: Send + Sync + Debug + 'static {
     /// schedule, and poll the lease itself at their turn (see [`crate::cas`]).
     fn polls(&self) -> bool {
         false
+    }
+}
+
+/// A backend key, checked once when it is made: lease-name segments,
+/// optionally ending in a `~suffix` of ASCII letters, digits, `-` and `_`
+/// (see [`check_key`]). Backends take it as it is; cloning it is cheap.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(Arc<str>);
+
+impl Key {
+    /// Checks `key` ([`check_key`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for a key that is not a lease name with an
+    /// optional `~suffix`.
+    pub fn new(key: &str) -> Result<Self> {
+        check_key(key)?;
+        Ok(Self(key.into()))
+    }
+
+    /// The key of lease `name`'s record.
+    pub fn lease(name: &LeaseName) -> Self {
+        Self(name.as_str().into())
+    }
+
+    /// The key `<name>~<suffix>`, for tenure's own records beside a lease's
+    /// (such as `fence` or `queue`).
+    pub(crate) fn suffixed(name: &LeaseName, suffix: &str) -> Self {
+        let key = Self(format!("{name}~{suffix}").into());
+        debug_assert!(check_key(key.as_str()).is_ok(), "{key}");
+        key
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Debug::fmt(&*self.0, f)
+    }
+}
+
+impl AsRef<str> for Key {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&LeaseName> for Key {
+    fn from(name: &LeaseName) -> Self {
+        Self::lease(name)
     }
 }
 

@@ -19,7 +19,8 @@
 //!   seen for the name (nor does a record that disappeared restart tokens below
 //!   it);
 //! - **release and break** are conditional on the version observed: a delayed
-//!   release can never free a grant it did not see (seed 001's unintended release);
+//!   release can never free a grant it did not see
+//!   (`docs/design/object-store-lock.md#unintended-release`);
 //! - a release keeps the record, marked released, so the token counter and the
 //!   watermark are never lost.
 //!
@@ -54,14 +55,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::backend::{Backend, Line, Put, PutOptions, Stored};
+use crate::backend::{Backend, Key, Line, Put, PutOptions, Stored};
 use crate::clock::{Clock, Mono};
 use crate::error::{Error, Result};
-use crate::limits::{MAX_RECORD_BYTES, millis};
+use crate::limits::millis;
 use crate::name::LeaseName;
-use crate::record::{self, Decision, Entry, Judge, LeaseRecord, Unreadable};
-use crate::store::{AcquireRequest, LeaseStore, ReleaseRequest};
-use crate::types::{Attempt, BreakNote, Busy, EndedHow, Grant, LeaseState, LossReason, Predecessor, Released, Version};
+use crate::record::{self, Decision, LeaseRecord};
+use crate::store::{AcquireRequest, AllAttempt, LeaseStore, ReleaseRequest};
+use crate::types::{Attempt, BreakNote, Busy, EndedHow, Grant, LeaseState, Predecessor, Released, Version};
 
 /// How many times one operation re-reads after losing a conditional write.
 const MAX_CONFLICTS: u32 = 16;
@@ -99,13 +100,6 @@ impl CasOptions {
     }
 }
 
-/// What a contender has watched: a grant's write, or an unreadable version.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Stamp {
-    Entry { token: u64, renewals: u64 },
-    Unreadable(String),
-}
-
 /// [`LeaseStore`] over a [`Backend`].
 #[derive(Debug)]
 pub struct CasStore {
@@ -133,15 +127,10 @@ pub struct CasStore {
 }
 
 mod queue;
+mod seen;
 use queue::{Arrival, joins_readers};
 pub use queue::{ENTRY_TTL, MAX_WAITERS, REFRESH, RecordLine, line_full};
-
-/// A read record, interpreted.
-enum Read {
-    Absent,
-    Valid(Stored, LeaseRecord),
-    Unreadable(Stored, String),
-}
+use seen::{Read, Stamp};
 
 impl CasStore {
     /// Leases over `backend`, measured on `clock`.
@@ -173,215 +162,13 @@ impl CasStore {
     pub fn options(&self) -> &CasOptions {
         &self.opts
     }
-
-    async fn read(&self, name: &str) -> Result<Read> {
-        let Some(stored) = self.backend.get(name).await? else {
-            return Ok(Read::Absent);
-        };
-        if let Some(what) = stored.foreign.clone() {
-            return Ok(Read::Unreadable(stored, what));
-        }
-        if stored.value.len() > MAX_RECORD_BYTES {
-            let detail = format!("a record of {} bytes (at most {MAX_RECORD_BYTES})", stored.value.len());
-            return Ok(Read::Unreadable(stored, detail));
-        }
-        match LeaseRecord::parse(&stored.value) {
-            Ok(rec) => {
-                self.saw_token(name, rec.last_token);
-                Ok(Read::Valid(stored, rec))
-            }
-            Err(Unreadable::Corrupt(detail)) => Ok(Read::Unreadable(stored, detail)),
-            Err(Unreadable::Newer(v)) => Err(Error::unsupported(
-                self.url(),
-                format!(
-                    "lease {name:?} was written in record format {v}, newer than this tenure understands ({}); upgrade tenure",
-                    record::FORMAT_VERSION
-                ),
-            )),
-        }
-    }
-
-    /// Notes what a read showed and returns, per stamp, how long it has been watched.
-    fn observe(&self, name: &str, read: &Read) -> HashMap<Stamp, Duration> {
-        let stamps: Vec<Stamp> = match read {
-            Read::Absent => Vec::new(),
-            Read::Valid(_, rec) => {
-                rec.entries().map(|(e, _)| Stamp::Entry { token: e.token, renewals: e.renewals }).collect()
-            }
-            Read::Unreadable(s, _) => vec![Stamp::Unreadable(s.version.tag.clone())],
-        };
-        let now = self.clock.mono();
-        let mut watched = self.watched.lock();
-        let before = watched.remove(name).unwrap_or_default();
-        let seen: Vec<(Stamp, Mono)> = stamps
-            .into_iter()
-            .map(|s| {
-                let first = before.iter().find(|(p, _)| *p == s).map_or(now, |(_, m)| *m);
-                (s, first)
-            })
-            .collect();
-        let out = seen.iter().map(|(s, first)| (s.clone(), now.saturating_since(*first))).collect();
-        if !seen.is_empty() {
-            watched.insert(name.to_string(), seen);
-        }
-        out
-    }
-
-    fn judge<'a>(&self, watched: &'a HashMap<Stamp, Duration>) -> Observer<'a> {
-        Observer { now_ms: self.clock.wall_ms(), max_skew_ms: millis(self.opts.max_skew), watched }
-    }
-
-    /// Whether an unreadable record may be replaced, and if not, how long until it may.
-    fn unreadable_remaining(&self, stored: &Stored, watched: &HashMap<Stamp, Duration>) -> Duration {
-        let by_watch = watched
-            .get(&Stamp::Unreadable(stored.version.tag.clone()))
-            .map_or(self.opts.corrupt_ttl, |w| self.opts.corrupt_ttl.saturating_sub(*w));
-        let by_age = stored.modified_ms.map_or(by_watch, |m| {
-            let stale_at = m.saturating_add(millis(self.opts.corrupt_ttl.saturating_add(self.opts.max_skew)));
-            Duration::from_millis(stale_at.saturating_sub(self.clock.wall_ms()))
-        });
-        by_watch.min(by_age)
-    }
-
-    /// The token floor after the unreadable record `stored` of `name`, from what
-    /// the store says: its version sequence (a directory's, GCS's generation),
-    /// else the time the store last modified the record, in microseconds. No
-    /// token can have reached that time: tokens floored on an earlier such time
-    /// grow by one per grant, and an unreadable record is replaced only once it
-    /// is older than `corrupt_ttl`, so the store wrote the next one later. One
-    /// client's wall clock never decides it (a client an hour behind would move
-    /// tokens back an hour); only a store that gives neither falls back to it.
-    /// In every case the floor is at least the highest token this handle has
-    /// seen for the name.
-    fn unreadable_floor(&self, name: &str, stored: &Stored) -> u64 {
-        let by_store = match (stored.version.seq, stored.modified_ms) {
-            (Some(seq), _) => seq,
-            (None, Some(ms)) => ms.saturating_mul(1_000),
-            (None, None) => self.clock.wall_ms().saturating_mul(1_000),
-        };
-        by_store.max(self.seen_token(name))
-    }
-
-    /// The highest token this handle has seen granted on `name`, if it remembers.
-    fn seen_token(&self, name: &str) -> u64 {
-        self.seen.lock().get(name).copied().unwrap_or(0)
-    }
-
-    /// Notes that `token` was granted on `name`, as read or written here.
-    fn saw_token(&self, name: &str, token: u64) {
-        let mut seen = self.seen.lock();
-        if let Some(highest) = seen.get_mut(name) {
-            *highest = (*highest).max(token);
-            return;
-        }
-        // Bounded: a store that serves many names forgets one of the others.
-        if seen.len() >= SEEN_NAMES
-            && let Some(other) = seen.keys().next().cloned()
-        {
-            seen.remove(&other);
-        }
-        seen.insert(name.to_string(), token);
-    }
-
-    fn remember(&self, name: &str, version: Version, rec: LeaseRecord) {
-        self.saw_token(name, rec.last_token);
-        self.written.lock().insert(name.to_string(), (version, rec));
-    }
-
-    fn forget(&self, name: &str) {
-        self.written.lock().remove(name);
-    }
-
-    /// The record we last wrote, and its version.
-    fn last_written(&self, name: &str) -> Option<(Version, LeaseRecord)> {
-        self.written.lock().get(name).cloned()
-    }
-
-    /// How long each stamp of `name` has been watched, without a new observation.
-    fn watched(&self, name: &str) -> HashMap<Stamp, Duration> {
-        let now = self.clock.mono();
-        self.watched
-            .lock()
-            .get(name)
-            .map(|seen| seen.iter().map(|(s, first)| (s.clone(), now.saturating_since(*first))).collect())
-            .unwrap_or_default()
-    }
-
-    /// The record we last wrote, if it is still at `version` as far as we know.
-    fn cached(&self, name: &str, version: &Version) -> Option<LeaseRecord> {
-        self.written.lock().get(name).filter(|(v, _)| v == version).map(|(_, r)| r.clone())
-    }
-
-    /// Writes `rec`; a record that would be too large to read back (thousands
-    /// of shared holders) is refused instead of written.
-    async fn put(&self, name: &str, rec: &LeaseRecord, opts: PutOptions) -> Result<Put> {
-        let bytes = rec.to_bytes();
-        if bytes.len() > MAX_RECORD_BYTES {
-            return Err(Error::unsupported(
-                self.url(),
-                format!(
-                    "lease {name:?}: the record would grow to {} bytes, over the {MAX_RECORD_BYTES}-byte limit (too many shared holders)",
-                    bytes.len()
-                ),
-            ));
-        }
-        self.backend.put(name, Bytes::from(bytes), opts).await
-    }
-
-    fn lost(&self, grant: &Grant, detail: String) -> Error {
-        Error::Lost {
-            store: self.url().to_string(),
-            name: grant.name.to_string(),
-            token: grant.token,
-            reason: LossReason::Stolen { detail },
-        }
-    }
-
-    /// The current record of a grant's lease: the cached one first, else a read.
-    /// `Err(Lost)` if the record is gone or unreadable.
-    async fn current_for(&self, grant: &Grant, use_cache: bool) -> Result<(Version, LeaseRecord)> {
-        let name = grant.name.as_str();
-        if use_cache && let Some(rec) = self.cached(name, &grant.version) {
-            return Ok((grant.version.clone(), rec));
-        }
-        match self.read(name).await? {
-            Read::Valid(stored, rec) => Ok((stored.version, rec)),
-            Read::Absent => Err(self.lost(grant, "the lease record has disappeared".into())),
-            Read::Unreadable(_, detail) => {
-                Err(self.lost(grant, format!("the lease record became unreadable: {detail}")))
-            }
-        }
-    }
-}
-
-/// The contender's judgement under the clock discipline.
-struct Observer<'a> {
-    now_ms: u64,
-    max_skew_ms: u64,
-    watched: &'a HashMap<Stamp, Duration>,
-}
-
-impl Observer<'_> {
-    fn watched_ms(&self, e: &Entry) -> u64 {
-        self.watched.get(&Stamp::Entry { token: e.token, renewals: e.renewals }).map_or(0, |d| millis(*d))
-    }
-}
-
-impl Judge for Observer<'_> {
-    fn expired(&self, e: &Entry) -> bool {
-        self.remaining_ms(e) == 0
-    }
-    fn remaining_ms(&self, e: &Entry) -> u64 {
-        let by_wall = e.deadline_ms.saturating_add(self.max_skew_ms).saturating_add(1).saturating_sub(self.now_ms);
-        let by_watch = e.ttl_ms.saturating_sub(self.watched_ms(e));
-        by_wall.min(by_watch)
-    }
 }
 
 impl CasStore {
     /// Writes the release of `grant` into its record.
     async fn release_record(&self, grant: &Grant, req: &ReleaseRequest) -> Result<Released> {
         let name = grant.name.as_str();
+        let key = Key::lease(&grant.name);
         let how = if req.dropped { EndedHow::Dropped } else { EndedHow::Released };
         let mut use_cache = true;
         for _ in 0..MAX_CONFLICTS {
@@ -408,7 +195,7 @@ impl CasStore {
                     return Ok(Released::NotHeld);
                 }
             };
-            match self.put(name, &rec, PutOptions::update(version)).await? {
+            match self.put(&key, &rec, PutOptions::update(version)).await? {
                 Put::Done(version) => {
                     self.remember(name, version, rec);
                     return Ok(Released::Released);
@@ -426,6 +213,7 @@ impl CasStore {
     /// One acquisition, whoever waits in line (see [`queue`]).
     async fn acquire_now(&self, req: &AcquireRequest, arrival: Arrival) -> Result<Attempt> {
         let name = req.name.as_str();
+        let key = Key::lease(&req.name);
         if req.ttl.is_zero() {
             return Err(Error::InvalidOptions { reason: "a ttl of zero".into() });
         }
@@ -445,7 +233,7 @@ impl CasStore {
                     (Read::Valid(Stored::new(Bytes::new(), version, None), rec), self.watched(name))
                 }
                 None => {
-                    let read = self.read(name).await?;
+                    let read = self.read(&key).await?;
                     let watched = self.observe(name, &read);
                     (read, watched)
                 }
@@ -453,7 +241,7 @@ impl CasStore {
             let (stored, current, floor, replaced) = match read {
                 // A record deleted by hand (or a lifecycle rule) restarts no
                 // token below what this handle has seen.
-                Read::Absent => (None, None, self.backend.absent_floor(name).await?.max(self.seen_token(name)), None),
+                Read::Absent => (None, None, self.backend.absent_floor(&key).await?.max(self.seen_token(name)), None),
                 // The record's own counter is exact: tokens stay consecutive.
                 Read::Valid(s, rec) => (Some(s), Some(rec), 0, None),
                 Read::Unreadable(s, detail) => {
@@ -529,7 +317,7 @@ impl CasStore {
             };
             let opts =
                 PutOptions::after(stored.as_ref()).with_expires_after(req.ttl.saturating_add(self.opts.max_skew));
-            match self.put(name, &rec, opts).await? {
+            match self.put(&key, &rec, opts).await? {
                 Put::Done(version) => {
                     self.remember(name, version.clone(), rec);
                     return Ok(Attempt::Granted(Grant {
@@ -588,8 +376,14 @@ impl LeaseStore for CasStore {
         self.acquire_now(req, Arrival::Newcomer).await
     }
 
+    /// One by one, and so not atomic: a backend writes one key at a time.
+    async fn try_acquire_all(&self, reqs: &[AcquireRequest]) -> Result<AllAttempt> {
+        crate::store::try_acquire_one_by_one(self, reqs).await
+    }
+
     async fn renew(&self, grant: &Grant) -> Result<Grant> {
         let name = grant.name.as_str();
+        let key = Key::lease(&grant.name);
         let ttl_ms = millis(grant.ttl);
         let mut use_cache = true;
         for _ in 0..MAX_CONFLICTS {
@@ -599,7 +393,7 @@ impl LeaseStore for CasStore {
             let rec = record::decide_renew(&current, grant.token, &grant.holder.nonce, ttl_ms, now_ms, None)
                 .map_err(|g| self.lost(grant, g.detail))?;
             let opts = PutOptions::update(version).with_expires_after(grant.ttl.saturating_add(self.opts.max_skew));
-            match self.put(name, &rec, opts).await? {
+            match self.put(&key, &rec, opts).await? {
                 Put::Done(version) => {
                     self.remember(name, version.clone(), rec);
                     return Ok(Grant {
@@ -627,7 +421,7 @@ impl LeaseStore for CasStore {
     }
 
     async fn inspect(&self, name: &LeaseName) -> Result<LeaseState> {
-        let read = self.read(name.as_str()).await?;
+        let read = self.read(&Key::lease(name)).await?;
         let watched = self.observe(name.as_str(), &read);
         let judge = self.judge(&watched);
         let mut state = LeaseState {
@@ -677,6 +471,7 @@ impl LeaseStore for CasStore {
 
     async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>, note: Option<&BreakNote>) -> Result<()> {
         let name = seen.name.as_str();
+        let key = Key::lease(&seen.name);
         let changed = || Error::Changed { store: self.url().to_string(), name: name.to_string() };
         let Some(seen_version) = &seen.version else {
             return Err(Error::unsupported(
@@ -684,7 +479,7 @@ impl LeaseStore for CasStore {
                 format!("lease {name:?} does not exist; there is nothing to break"),
             ));
         };
-        let (stored, rec) = match self.read(name).await? {
+        let (stored, rec) = match self.read(&key).await? {
             Read::Valid(s, _) | Read::Unreadable(s, _) if s.version != *seen_version => return Err(changed()),
             Read::Absent => return Err(changed()),
             Read::Valid(s, rec) => {
@@ -712,7 +507,7 @@ impl LeaseStore for CasStore {
                 (s, rec)
             }
         };
-        match self.put(name, &rec, PutOptions::update(stored.version)).await? {
+        match self.put(&key, &rec, PutOptions::update(stored.version)).await? {
             Put::Done(_) => {
                 self.forget(name);
                 Ok(())
@@ -747,7 +542,8 @@ impl LeaseStore for CasStore {
         // watch would return at once: sleep instead, or a store that keeps
         // failing is retried in a tight loop.
         if busy.failure.is_none() && !self.cannot_watch.load(Ordering::Relaxed) {
-            let watch = self.backend.watch(busy.name.as_str(), busy.version.as_ref(), max);
+            let key = Key::lease(&busy.name);
+            let watch = self.backend.watch(&key, busy.version.as_ref(), max);
             tokio::select! {
                 out = watch => match out {
                     Ok(true) => return,

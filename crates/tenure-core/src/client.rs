@@ -59,7 +59,8 @@ fn failed_look(name: &LeaseName, e: &Error) -> Busy {
 ///
 /// Leases acquired through one `Client` share its [`Holder`] identity. A client
 /// never re-takes a lease one of its live handles holds; it does re-take at once
-/// a grant of its own identity that it lost or abandoned (seed 001). Its tasks
+/// a grant of its own identity that it lost or abandoned
+/// (`docs/design/object-store-lock.md#re-taking-ones-own-abandoned-lease`). Its tasks
 /// (and its clones') ask the store for one lease one at a time, in the order
 /// they came: the others wait their turn in the client.
 #[derive(Debug, Clone)]
@@ -150,8 +151,8 @@ impl Client {
 
     /// Acquires every one of `names`, all or nothing, under one overall
     /// timeout: all at once if they are free (in canonical, sorted, order;
-    /// releasing what it took if one is busy, seeds 003 and 000). If one is
-    /// busy and the store keeps queues, it then waits in them in canonical
+    /// releasing what it took if one is busy, see `docs/design/all-or-nothing.md`).
+    /// If one is busy and the store keeps queues, it then waits in them in canonical
     /// order, holding (and renewing) the leases before the one it waits for:
     /// so it waits its turn like anyone else, and is never starved by a queue
     /// that is never empty. Every set takes leases in the same order, so no
@@ -521,8 +522,8 @@ impl Client {
             "the grant of {name:?} came {} after it was asked for, too late to be used with a TTL of {} \
              (it must leave time for one renewal before the safety margin); it was released unused. \
              A longer TTL allows slower answers",
-            crate::types::human_duration(took),
-            crate::types::human_duration(opts.ttl),
+            crate::duration::human_duration(took),
+            crate::duration::human_duration(opts.ttl),
         );
         Err(Error::store(self.store.url(), "acquiring", why))
     }
@@ -549,7 +550,7 @@ impl Client {
             store: self.store.url().to_string(),
             name: name.to_string(),
             waited,
-            holder: format!("{UNANSWERED} within the {} timeout", crate::types::human_duration(attempt)),
+            holder: format!("{UNANSWERED} within the {} timeout", crate::duration::human_duration(attempt)),
         }
     }
 

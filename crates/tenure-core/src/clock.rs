@@ -139,9 +139,15 @@ fn suspended_total() -> Duration {
     d(clock_gettime(ClockId::Boottime)).saturating_sub(mono)
 }
 
+/// `d` in whole milliseconds, saturating at `u64::MAX`: for durations already
+/// checked against the limits' `MAX_DURATION`, this is exact.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Milliseconds since the unix epoch of `t` (zero before the epoch).
 pub fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, crate::limits::millis)
+    t.duration_since(UNIX_EPOCH).map_or(0, millis)
 }
 
 /// Longest a [`SystemClock`] sleep goes without looking at the clock again.

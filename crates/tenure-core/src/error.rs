@@ -61,7 +61,7 @@ pub enum Error {
     },
 
     /// Waiting for the lease took longer than allowed.
-    #[error("{store}: timed out after {} waiting for lease {name:?} (held by {holder})", crate::types::human_duration(*waited))]
+    #[error("{store}: timed out after {} waiting for lease {name:?} (held by {holder})", crate::duration::human_duration(*waited))]
     Timeout {
         /// Store URL.
         store: String,

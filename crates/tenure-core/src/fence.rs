@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::backend::{Backend, Put, PutOptions, Stored};
+use crate::backend::{Backend, Key, Put, PutOptions, Stored};
 use crate::error::{Error, Result};
 use crate::name::LeaseName;
 use crate::types::Version;
@@ -26,7 +26,7 @@ const MAX_RETRIES: u32 = 32;
 #[derive(Debug, Clone)]
 pub struct FencedRecord {
     backend: Arc<dyn Backend>,
-    key: String,
+    key: Key,
 }
 
 /// A fenced record's content.
@@ -44,11 +44,11 @@ impl FencedRecord {
     /// The fenced record called `name` in `backend`.
     pub fn new(backend: Arc<dyn Backend>, name: &str) -> Result<Self> {
         let name = LeaseName::new(name)?;
-        Ok(Self { backend, key: format!("{name}~fence") })
+        Ok(Self { backend, key: Key::suffixed(&name, "fence") })
     }
 
     fn decode(&self, stored: Stored) -> Result<Fenced> {
-        let corrupt = |detail: &str| Error::corrupt(self.backend.url(), &self.key, detail);
+        let corrupt = |detail: &str| Error::corrupt(self.backend.url(), self.key.as_str(), detail);
         let nl = stored.value.iter().position(|&b| b == b'\n').ok_or_else(|| corrupt("no header line"))?;
         let header = std::str::from_utf8(&stored.value[..nl]).map_err(|_| corrupt("header is not UTF-8"))?;
         let token = header
@@ -83,7 +83,7 @@ impl FencedRecord {
             {
                 return Err(Error::Fenced {
                     store: self.backend.url().into(),
-                    key: self.key.clone(),
+                    key: self.key.to_string(),
                     ours: token,
                     current: c.token,
                 });

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 /// and a random nonce that tells holders apart.
 ///
 /// Two handles with the same nonce are the *same holder*: a holder may re-take its
-/// own abandoned lease at once instead of waiting for it to expire (seed 001, as
-/// HashiCorp Vault does). Give each independent worker its own `Holder`.
+/// own abandoned lease at once instead of waiting for it to expire, as HashiCorp
+/// Vault does (`docs/design/object-store-lock.md#re-taking-ones-own-abandoned-lease`).
+/// Give each independent worker its own `Holder`.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     /// Random correlation id, 16 hex digits unless chosen by the user.

@@ -239,7 +239,7 @@ impl KeepAlive {
                 out = renewal => out,
             };
             let error = match outcome {
-                None => Some(format!("no answer within {}", crate::types::human_duration(budget))),
+                None => Some(format!("no answer within {}", crate::duration::human_duration(budget))),
                 Some(results) => {
                     let mut error = None;
                     for (slot, result) in self.grants.iter_mut().zip(results) {

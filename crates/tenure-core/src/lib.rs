@@ -1,16 +1,20 @@
 //! tenure: leases with fencing tokens over storage you already have.
 //!
-//! A [`Client`] acquires [`Lease`]s from a [`LeaseStore`]: a directory
-//! ([`FileBackend`]), an object store, the tenure lease server or etcd. Each grant
-//! carries a fencing token that grows strictly per lease name; a held lease keeps
-//! itself alive and reports its [`Health`] (Held → AtRisk → Lost).
+//! This crate is the lease protocol, written once; the stores are crates of
+//! their own (a directory: `tenure-file`; object stores, the lease server,
+//! etcd), and the `tenure` crate opens them all by URL. A [`Client`] acquires
+//! [`Lease`]s from a [`LeaseStore`]. Each grant carries a fencing token that
+//! grows strictly per lease name; a held lease keeps itself alive and reports
+//! its [`Health`] (Held → AtRisk → Lost).
 //!
 //! ```no_run
 //! # async fn demo() -> tenure_core::Result<()> {
+//! use std::sync::Arc;
 //! use std::time::Duration;
-//! use tenure_core::{Client, LeaseOptions};
+//! use tenure_core::{CasOptions, CasStore, Client, LeaseOptions, MemoryBackend, SystemClock};
 //!
-//! let client = Client::new(tenure_core::open("/var/lib/locks", &tenure_core::OpenOptions::default())?);
+//! let memory = Arc::new(MemoryBackend::new(SystemClock::shared()));
+//! let client = Client::new(Arc::new(CasStore::new(memory, SystemClock::shared(), CasOptions::default())));
 //! let opts = LeaseOptions::exclusive().with_ttl(Duration::from_secs(30)).with_timeout(Duration::from_secs(60));
 //! let lease = client.acquire("deploy/prod", &opts).await?;
 //! tokio::select! {
@@ -25,16 +29,15 @@
 //! multi-lease) → [`LeaseStore`] (the lease API) → [`cas::CasStore`] (the lease
 //! logic, written once) → [`Backend`] (a versioned register per key).
 
-// One unsafe call, allowed where it is: registering the directory store's inotify
-// descriptor with tokio (AsyncFd's safe constructors are deprecated as unsound).
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod backend;
 pub mod cas;
 mod client;
 pub mod clock;
+mod duration;
 mod error;
-pub mod fence;
+mod fence;
 mod holder;
 mod keepalive;
 pub mod limits;
@@ -48,22 +51,22 @@ pub mod store_url;
 mod turn;
 mod types;
 
-pub use backend::{Backend, Put, PutMode, PutOptions, Stored};
+pub use backend::{Backend, Key, Put, PutMode, PutOptions, Stored};
 pub use cas::{CasOptions, CasStore};
 pub use client::{Client, FINISH_GRACE};
 pub use clock::{Clock, ClockExt, ManualClock, Mono, SystemClock};
+pub use duration::human_duration;
 pub use error::{BoxError, Error, Result};
-pub use fence::FencedRecord;
+pub use fence::{Fenced, FencedRecord};
 pub use holder::{Holder, random_nonce};
 pub use keepalive::{Lease, LeaseSet};
 pub use name::{LeaseName, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS};
-pub use open::{OpenOptions, open, open_url, unknown_option};
+pub use open::OpenOptions;
 pub use options::LeaseOptions;
-pub use store::file::FileBackend;
 pub use store::memory::MemoryBackend;
 pub use store::{AcquireRequest, AllAttempt, LeaseStore, ReleaseRequest};
-pub use store_url::StoreUrl;
+pub use store_url::{StoreUrl, unknown_option};
 pub use types::{
     Attempt, BreakNote, Busy, EndedHow, Grant, Health, HolderView, LeaseState, LossReason, Mode, Predecessor, Released,
-    Version, human_duration,
+    Version,
 };

@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use crate::duration::human_duration;
 use crate::error::{Error, Result};
 
 /// Longest lease duration (TTL) tenure grants or accepts in a record: 30 days.
@@ -38,11 +39,8 @@ pub const MAX_REASON_BYTES: usize = 1024;
 /// corrupt without being read in full.
 pub const MAX_RECORD_BYTES: usize = 1 << 20;
 
-/// `d` in whole milliseconds, saturating at `u64::MAX`: for durations already
-/// checked against [`MAX_DURATION`], this is exact.
-pub fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
+// Where the clock, which needs it, can have it without depending on the limits.
+pub use crate::clock::millis;
 
 /// `d` in whole microseconds, saturating at `u64::MAX`.
 pub fn micros(d: Duration) -> u64 {
@@ -56,11 +54,7 @@ pub fn micros(d: Duration) -> u64 {
 pub fn check_duration(what: &str, d: Duration, max: Duration) -> Result<Duration> {
     if d > max {
         return Err(Error::InvalidOptions {
-            reason: format!(
-                "{what} of {} is too long (at most {})",
-                crate::types::human_duration(d),
-                crate::types::human_duration(max)
-            ),
+            reason: format!("{what} of {} is too long (at most {})", human_duration(d), human_duration(max)),
         });
     }
     Ok(d)

@@ -3,18 +3,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::cas::{CasOptions, CasStore};
+use crate::cas::CasOptions;
 use crate::clock::{Clock, SystemClock};
-use crate::error::Result;
-use crate::store::{self, LeaseStore};
-use crate::store_url::StoreUrl;
 
 /// What opening a store by URL needs besides the URL.
 #[derive(Clone, Debug)]
 pub struct OpenOptions {
     /// The clock grants are measured on.
     pub clock: Arc<dyn Clock>,
-    /// Clock discipline for stores built on [`CasStore`].
+    /// Clock discipline for stores built on [`crate::CasStore`].
     pub cas: CasOptions,
     /// Store-specific settings (`--store-opt key=value`, or the URL's query),
     /// e.g. an endpoint or a credential.
@@ -74,40 +71,4 @@ impl OpenOptions {
         self.params.insert(key.into(), value.into());
         self
     }
-}
-
-/// The one wording, on every store, for a setting the store does not know.
-/// The value is never shown: a secret given under the wrong key must not reach
-/// a terminal or a log.
-pub fn unknown_option(key: &str, known: &str) -> String {
-    format!("unknown option {key:?} (known: {known})")
-}
-
-/// Opens a `file://`, plain-path or `memory://` store. Other schemes (`s3://`,
-/// `tenure://`, `etcd://` …) are opened by the crates that implement them; the
-/// `tenure` crate's `open` knows them all.
-///
-/// # Errors
-/// [`crate::Error::InvalidStore`] for a malformed URL, an unknown setting or another
-/// scheme.
-pub fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    open_url(&StoreUrl::parse(url, &opts.params)?, opts)
-}
-
-/// [`open`] for a parsed URL; `opts.params` go over its settings.
-///
-/// # Errors
-/// As [`open`].
-pub fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    let url = &url.with_params(&opts.params);
-    let backend: Arc<dyn crate::Backend> = match url.scheme() {
-        "memory" => store::memory::open_url(url)?,
-        "file" => {
-            let mut dir = store::file::DirUrl::from_url(url)?;
-            dir.create |= opts.create && !opts.read_only;
-            Arc::new(store::file::FileBackend::from_dir_url(&dir))
-        }
-        _ => return Err(url.invalid("unknown scheme (this library opens file://, memory:// and plain paths)")),
-    };
-    Ok(Arc::new(CasStore::new(backend, opts.clock.clone(), opts.cas.clone())))
 }

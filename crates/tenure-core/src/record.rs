@@ -35,8 +35,9 @@
 //! - `renewals` counts renewals of a grant: together with `token` it stamps each
 //!   write of the entry, so a contender can tell "unchanged" from "renewed".
 //! - `watermark_ms` only grows: the highest watermark any holder published, or the
-//!   deadline of a holder that did not end gracefully (seed 000: a holder's
-//!   timestamps stay below its deadline). A new holder writes strictly above it.
+//!   deadline of a holder that did not end gracefully (a holder's timestamps stay
+//!   below its deadline: `docs/design/closable-bags.md#buckets-watermarks-timestamps`).
+//!   A new holder writes strictly above it.
 //! - `last` is how the most recent grant ended, returned to the next holder as its
 //!   [`Predecessor`].
 
@@ -92,7 +93,8 @@ pub struct Entry {
     /// Number of renewals so far.
     #[serde(default)]
     pub renewals: u64,
-    /// Free-form metadata, e.g. where the holder stores its updates (seed 000).
+    /// Free-form metadata, e.g. where the holder stores its updates
+    /// (`docs/design/leases-on-dumb-storage.md#one-record-per-name-with-a-version`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<String>,
 }

@@ -21,18 +21,117 @@
 //! - [`StoreUrl::display`] never shows the query or a password: they may hold
 //!   secrets.
 //!
-//! Each store then takes what is particular to it from the parsed URL, and
-//! refuses a setting it does not know with [`unknown_option`]'s words.
+//! Each store then takes what is particular to it from the parsed URL with
+//! the typed getters, so that one spelling works on every store:
+//!
+//! | getter | spelling | refused |
+//! |---|---|---|
+//! | [`StoreUrl::flag`] | `true`, `false` | `1`, `yes`, `on`… |
+//! | [`StoreUrl::duration`] | a number with a unit: `500ms`, `30s`, `2m` | a bare number (`500`), a value out of the store's range |
+//! | [`StoreUrl::count`] | a whole number: `4` | a value out of the store's range |
+//! | [`StoreUrl::path_option`] | a path: `/etc/tenure/ca.pem` | an empty value |
+//! | [`StoreUrl::string`] | any text | — |
+//!
+//! A spelling a store no longer reads is refused with the one to write
+//! instead ([`StoreUrl::retired`]), and [`StoreUrl::finish`] refuses every
+//! setting no getter asked for, listing those asked, in [`unknown_option`]'s
+//! words.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::ops::RangeInclusive;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
+use std::time::Duration;
 
+use parking_lot::Mutex;
 use percent_encoding::percent_decode_str;
 
 use crate::error::{Error, Result};
-use crate::open::unknown_option;
+
+/// The one wording, on every store, for a setting the store does not know.
+/// The value is never shown: a secret given under the wrong key must not reach
+/// a terminal or a log.
+pub fn unknown_option(key: &str, known: &str) -> String {
+    format!("unknown option {key:?} (known: {known})")
+}
+
+/// `key=value` as an error may show it: a value longer than a flag, a
+/// duration or a count would be is not shown (it may be a secret given under
+/// the wrong key).
+fn quoted(key: &str, value: &str) -> String {
+    match value.chars().count() {
+        0..=12 => format!("{key}={value}"),
+        n => format!("{key}=… (a value of {n} characters, not shown)"),
+    }
+}
+
+/// Reads `value` as a flag: `true` or `false`, and nothing else.
+///
+/// # Errors
+/// The reason, naming `key` and `value`, for any other spelling.
+pub fn parse_flag(key: &str, value: &str) -> std::result::Result<bool, String> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("{} is not a flag: write {key}=true or {key}=false", quoted(key, value))),
+    }
+}
+
+/// Reads `value` as a duration with a unit (`500ms`, `30s`, `2m`), within
+/// `range`.
+///
+/// # Errors
+/// The reason, naming `key`, `value` and the range: a bare number (write a
+/// unit), text that is no duration, a duration out of range.
+pub fn parse_duration(
+    key: &str,
+    value: &str,
+    range: &RangeInclusive<Duration>,
+) -> std::result::Result<Duration, String> {
+    let shown = |d: &Duration| humantime::format_duration(*d).to_string();
+    let allowed = format!("from {} to {}", shown(range.start()), shown(range.end()));
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(format!("{key}={value} has no unit: write {key}={value}ms or {key}={value}s ({allowed})"));
+    }
+    let d = humantime::parse_duration(value).map_err(|_| {
+        format!("{} is not a duration: write a number with a unit, such as 500ms or 30s", quoted(key, value))
+    })?;
+    if !range.contains(&d) {
+        return Err(format!("{} is out of range: {allowed}", quoted(key, value)));
+    }
+    Ok(d)
+}
+
+/// Reads `value` as a whole number within `range`.
+///
+/// # Errors
+/// The reason, naming `key`, `value` and the range.
+pub fn parse_count(key: &str, value: &str, range: &RangeInclusive<u64>) -> std::result::Result<u64, String> {
+    value.parse::<u64>().ok().filter(|n| range.contains(n)).ok_or_else(|| {
+        format!("{} is not a whole number from {} to {}", quoted(key, value), range.start(), range.end())
+    })
+}
+
+/// The keys a store's getters asked for, in order: the known ones, which
+/// [`StoreUrl::finish`] lists. Not part of what a URL is (equality, clones
+/// start with what was asked so far).
+#[derive(Default)]
+struct Asked(Mutex<Vec<String>>);
+
+impl Clone for Asked {
+    fn clone(&self) -> Self {
+        Self(Mutex::new(self.0.lock().clone()))
+    }
+}
+
+impl PartialEq for Asked {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Asked {}
 
 /// Longest store URL accepted, in bytes (with its query).
 pub const MAX_URL_LEN: usize = 64 * 1024;
@@ -66,6 +165,7 @@ pub struct StoreUrl {
     path: PathBuf,
     options: BTreeMap<String, String>,
     display: String,
+    asked: Asked,
 }
 
 impl std::fmt::Debug for StoreUrl {
@@ -81,6 +181,15 @@ impl std::fmt::Debug for StoreUrl {
 impl std::fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.display)
+    }
+}
+
+impl std::str::FromStr for StoreUrl {
+    type Err = Error;
+
+    /// [`StoreUrl::parse`] with no options given apart: `"s3://b/p".parse()`.
+    fn from_str(text: &str) -> Result<Self> {
+        Self::parse(text, &BTreeMap::new())
     }
 }
 
@@ -171,6 +280,7 @@ impl StoreUrl {
             path: PathBuf::from(OsString::from_vec(path_bytes)),
             options,
             display: shown,
+            asked: Asked::default(),
         })
     }
 
@@ -210,6 +320,7 @@ impl StoreUrl {
             path: PathBuf::from(text),
             options: options(None, params).map_err(invalid)?,
             display: text.into(),
+            asked: Asked::default(),
         })
     }
 
@@ -288,6 +399,100 @@ impl StoreUrl {
     /// does), in the words every store uses.
     pub fn unknown(&self, key: &str, known: &str) -> Error {
         self.invalid(unknown_option(key, known))
+    }
+
+    /// The error for `key`'s value, refused for `reason`: the value is shown,
+    /// but never where it is also another setting's value, which may be a
+    /// secret.
+    fn refused(&self, key: &str, mut reason: String) -> Error {
+        for (k, v) in self.options.iter().filter(|(k, v)| k.as_str() != key && v.len() >= 4) {
+            reason = reason.replace(v.as_str(), &format!("<the value of {k}>"));
+        }
+        self.invalid(reason)
+    }
+
+    /// The raw value of `key`, marked as asked for.
+    fn take(&self, key: &str) -> Option<&str> {
+        let mut asked = self.asked.0.lock();
+        if !asked.iter().any(|k| k == key) {
+            asked.push(key.to_string());
+        }
+        self.options.get(key).map(String::as_str)
+    }
+
+    /// A flag: `true` or `false` (nothing else), `None` if not given.
+    ///
+    /// # Errors
+    /// [`Error::InvalidStore`] naming the key and the value otherwise.
+    pub fn flag(&self, key: &str) -> Result<Option<bool>> {
+        self.take(key).map(|v| parse_flag(key, v).map_err(|r| self.refused(key, r))).transpose()
+    }
+
+    /// A duration with a unit (`500ms`, `30s`, `2m`) within `range`, `None`
+    /// if not given. A bare number is refused: its unit would be a guess.
+    ///
+    /// # Errors
+    /// [`Error::InvalidStore`] naming the key, the value and the range.
+    pub fn duration(&self, key: &str, range: RangeInclusive<Duration>) -> Result<Option<Duration>> {
+        self.take(key).map(|v| parse_duration(key, v, &range).map_err(|r| self.refused(key, r))).transpose()
+    }
+
+    /// A whole number (a size, a count) within `range`, `None` if not given.
+    ///
+    /// # Errors
+    /// [`Error::InvalidStore`] naming the key, the value and the range.
+    pub fn count(&self, key: &str, range: RangeInclusive<u64>) -> Result<Option<u64>> {
+        self.take(key).map(|v| parse_count(key, v, &range).map_err(|r| self.refused(key, r))).transpose()
+    }
+
+    /// A path, `None` if not given.
+    ///
+    /// # Errors
+    /// [`Error::InvalidStore`] for an empty value.
+    pub fn path_option(&self, key: &str) -> Result<Option<PathBuf>> {
+        match self.take(key) {
+            Some("") => Err(self.invalid(format!("{key}= is empty: give a path"))),
+            v => Ok(v.map(PathBuf::from)),
+        }
+    }
+
+    /// Text, as given (it may be a secret: never show it), `None` if not given.
+    pub fn string(&self, key: &str) -> Option<&str> {
+        self.take(key)
+    }
+
+    /// Refuses `old`, a spelling no longer read, with the one to write
+    /// instead: `hint` makes it from the value given (`timeout_ms=500 is no
+    /// longer read: write timeout=500ms`). `old` is not listed as known.
+    ///
+    /// # Errors
+    /// [`Error::InvalidStore`] if `old` is given.
+    pub fn retired(&self, old: &str, hint: impl FnOnce(&str) -> String) -> Result<()> {
+        match self.options.get(old) {
+            // A long value is not shown (nor built into the hint): it may be
+            // absurd in size, or a secret given under the wrong key.
+            Some(v) if v.chars().count() > 12 => {
+                Err(self.refused(old, format!("{} is no longer read: write {}", quoted(old, v), hint("…"))))
+            }
+            Some(v) => Err(self.refused(old, format!("{old}={v} is no longer read: write {}", hint(v)))),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses the first setting no getter asked for, listing those asked:
+    /// the last call of a store's reading of its settings.
+    ///
+    /// # Errors
+    /// [`Error::InvalidStore`] in [`unknown_option`]'s words.
+    pub fn finish(&self) -> Result<()> {
+        let asked = self.asked.0.lock();
+        match self.options.keys().find(|k| !asked.contains(k)) {
+            None => Ok(()),
+            Some(key) => {
+                let known = if asked.is_empty() { "none".to_string() } else { asked.join(", ") };
+                Err(self.unknown(key, &known))
+            }
+        }
     }
 }
 
@@ -398,116 +603,4 @@ fn options(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> StoreUrl {
-        StoreUrl::parse(text, &BTreeMap::new()).unwrap_or_else(|e| panic!("{text}: {e}"))
-    }
-
-    fn refused(text: &str) -> String {
-        match StoreUrl::parse(text, &BTreeMap::new()) {
-            Err(Error::InvalidStore { reason, .. }) => reason,
-            other => panic!("{text}: expected InvalidStore, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_plain_path_is_a_directory_taken_as_written() {
-        let u = parse("./locks%20x");
-        assert_eq!((u.scheme(), u.is_plain_path()), ("file", true));
-        assert_eq!(u.path(), std::path::Path::new("./locks%20x"));
-        let why = refused("./d?fsync=false&password=hunter2");
-        assert!(why.contains("a plain path takes no ?options") && why.contains("/d?fsync=false&password=…"), "{why}");
-        assert!(!why.contains("hunter2"), "{why}");
-    }
-
-    #[test]
-    fn paths_keys_and_values_are_percent_decoded_and_plus_stays_a_plus() {
-        let u = parse("file:///srv/my%20locks?time%6Fut=5s&auth_token=a%26b+c%3D");
-        assert_eq!(u.path(), std::path::Path::new("/srv/my locks"));
-        assert_eq!(u.options().get("timeout").map(String::as_str), Some("5s"));
-        assert_eq!(u.options().get("auth_token").map(String::as_str), Some("a&b+c="));
-        let raw = parse("file:///srv/%FF");
-        assert_eq!(raw.path().as_os_str().as_encoded_bytes(), b"/srv/\xff");
-        assert!(raw.path_str("prefix").is_err());
-    }
-
-    #[test]
-    fn options_given_apart_override_the_query_key_by_key() {
-        let params = BTreeMap::from([("fsync".to_string(), "true".to_string())]);
-        let u = StoreUrl::parse("file:///d?fsync=false&io=inline", &params).expect("parse");
-        assert_eq!(u.options().get("fsync").map(String::as_str), Some("true"));
-        assert_eq!(u.options().get("io").map(String::as_str), Some("inline"));
-    }
-
-    #[test]
-    fn a_pair_without_equals_and_an_empty_key_are_refused_and_the_last_of_a_key_counts() {
-        let u = parse("file:///d?fsync=true&fsync=false");
-        assert_eq!(u.options().get("fsync").map(String::as_str), Some("false"));
-        assert!(refused("file:///d?fsync").contains("not KEY=VALUE"));
-        assert!(refused("file:///d?=1").contains("no key"));
-        assert!(refused("file:///d?k=%FF").contains("not UTF-8"));
-    }
-
-    #[test]
-    fn several_hosts_are_each_parsed_and_a_bad_one_is_named() {
-        let u = parse("etcd://a:2379,[::1]:2380,b/locks/x");
-        let hosts: Vec<String> = u.hosts().iter().map(ToString::to_string).collect();
-        assert_eq!(hosts, ["a:2379", "[::1]:2380", "b"]);
-        assert_eq!(u.path(), std::path::Path::new("/locks/x"));
-        assert!(refused("etcd://a:1,,b:2/p").contains("host 2"));
-        assert!(refused("etcd://a:1,b:99999/p").contains("host 2"));
-        assert!(refused("tenure://a:99999").contains("port \"99999\" is not a number"));
-        assert!(refused("tenure://a:07433").contains("port \"07433\""));
-        assert!(refused("s3://a%20b/p").contains("a host is letters"));
-    }
-
-    #[test]
-    fn secrets_are_never_shown() {
-        let e = StoreUrl::parse("etcd://u:hunter2@h:1/p?password=hunter2&k", &BTreeMap::new()).expect_err("k");
-        let shown = e.to_string();
-        assert!(!shown.contains("hunter2"), "{shown}");
-        let u = parse("s3://b/p?aws_secret_access_key=hunter2");
-        assert!(!format!("{u} {u:?}").contains("hunter2"));
-        let u = parse("etcd://u:hunter2@h:1/p");
-        assert!(u.has_password() && !format!("{u} {u:?}").contains("hunter2"));
-        // A password with a '/' or a '#' it should have encoded.
-        for text in ["s3://AKIA:se/cret@bucket/p", "etcd://u:p#w@h/x", "tenure://u:a/b@h:1?x=1"] {
-            let e = StoreUrl::parse(text, &BTreeMap::new()).map(|u| u.to_string()).unwrap_or_else(|e| e.to_string());
-            assert!(!e.contains("cret") && !e.contains("p#w") && !e.contains("a/b"), "{text}: {e}");
-        }
-    }
-
-    #[test]
-    fn fragments_nul_bytes_and_absurd_lengths_are_refused() {
-        assert!(refused("s3://b/p#x").contains("fragment"));
-        assert!(refused("file:///a%00b").contains("NUL"));
-        for dots in ["etcd://h/a/../b", "file:///srv/./x", "s3://b/%2E%2e/p", "etcd://h/.."] {
-            assert!(refused(dots).contains("'..' segment"), "{dots}");
-        }
-        assert_eq!(parse("../locks").path(), std::path::Path::new("../locks"), "a plain path is as written");
-        assert!(refused("file:///srv/locks\\..\\..\\etc").contains("'\\'"));
-        assert!(refused("etcd://h:/locks").contains("no port"));
-        assert!(refused("etcd://[::1]:/locks").contains("no port"));
-        assert_eq!(parse("az://$web/locks").hosts()[0].host, "$web");
-        for near in [" file:///a", "9p://x", "/tmp/a://b"] {
-            assert!(refused(near).contains("may not contain '://'"), "{near:?}");
-        }
-        assert!(refused("/a\0b").contains("NUL"));
-        assert!(refused(&format!("file:///{}", "a".repeat(MAX_URL_LEN))).contains("longer than"));
-        assert!(refused("").contains("empty"));
-        for bad in ["file:///a\nb", "file:///a\tb", "file:///a ", "etcd://h/p\r"] {
-            assert!(refused(bad).contains("control characters"), "{bad:?}");
-        }
-        assert_eq!(parse("file://").path(), std::path::Path::new(""), "no path is not the root");
-    }
-
-    #[test]
-    fn schemes_are_letters_before_colon_slash_slash_and_anything_else_is_a_path() {
-        assert_eq!(scheme("s3://b/p"), Some("s3"));
-        assert_eq!(scheme("/tmp/a://b"), None);
-        assert_eq!(scheme("9p://x"), None);
-        assert_eq!(parse("S3://b/p").scheme(), "s3");
-    }
-}
+mod tests;

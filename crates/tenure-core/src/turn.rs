@@ -3,7 +3,8 @@
 //!
 //! The tasks of a client share its holder identity, and a request of that
 //! identity may re-take a grant of its own that no handle of the client holds
-//! (seed 001: a restarted process takes its abandoned lease back at once). Two
+//! (a restarted process takes its abandoned lease back at once:
+//! `docs/design/object-store-lock.md#re-taking-ones-own-abandoned-lease`). Two
 //! tasks asking for one lease at once would defeat that: one task's fresh
 //! grant is no handle's yet, so the other's request ends it as abandoned, and
 //! both believe they hold the lease. That happens every time two tasks wait in

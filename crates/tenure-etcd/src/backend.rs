@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use tenure_core::backend::{Line, check_key};
+use tenure_core::backend::{Key, Line, check_key};
 use tenure_core::{Backend, Clock, Error, OpenOptions, Put, PutMode, PutOptions, Result, StoreUrl, Stored, Version};
 use tonic::Status;
 
@@ -67,15 +67,7 @@ impl EtcdBackend {
     /// # Errors
     /// [`Error::InvalidStore`] for a malformed URL, unknown options or credentials
     /// etcd refuses; [`Error::Store`] when no endpoint answers in time.
-    pub async fn connect(url: &str, opts: &OpenOptions) -> Result<Self> {
-        Self::connect_url(&StoreUrl::parse(url, &opts.params)?, opts).await
-    }
-
-    /// [`EtcdBackend::connect`] for a parsed URL.
-    ///
-    /// # Errors
-    /// As [`EtcdBackend::connect`].
-    pub async fn connect_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Self> {
+    pub async fn connect(url: &StoreUrl, opts: &OpenOptions) -> Result<Self> {
         let url = &url.with_params(&opts.params);
         let parsed = EtcdUrl::from_url(url)?;
         let url = &url.display().to_string();
@@ -479,8 +471,8 @@ impl Backend for EtcdBackend {
     }
 
     /// One linearizable `Range` of the key.
-    async fn get(&self, key: &str) -> Result<Option<Stored>> {
-        check_key(key)?;
+    async fn get(&self, key: &Key) -> Result<Option<Stored>> {
+        let key = key.as_str();
         let k = self.etcd_key(key);
         let resp = self.range(&|| format!("reading key {k:?}"), rpc::range(&k)).await?;
         let Some(found) = resp.kvs.into_iter().next() else { return Ok(None) };
@@ -491,8 +483,8 @@ impl Backend for EtcdBackend {
 
     /// One `Txn`: compare, then put (with the shadow, when it expires); plus, now
     /// and then, one `LeaseKeepAlive` or `LeaseGrant` first.
-    async fn put(&self, key: &str, value: Bytes, opts: PutOptions) -> Result<Put> {
-        check_key(key)?;
+    async fn put(&self, key: &Key, value: Bytes, opts: PutOptions) -> Result<Put> {
+        let key = key.as_str();
         let k = self.etcd_key(key);
         let op = || format!("writing key {k:?}");
         let mut retried = false;
@@ -541,7 +533,8 @@ impl Backend for EtcdBackend {
 
     /// One count-only `Range`: the store's current revision, which is above every
     /// revision, and so every token, the vanished record ever had.
-    async fn absent_floor(&self, key: &str) -> Result<u64> {
+    async fn absent_floor(&self, key: &Key) -> Result<u64> {
+        let key = key.as_str();
         let k = self.etcd_key(key);
         let count = RangeRequest { count_only: true, ..rpc::range(&k) };
         let resp = self.range(&|| format!("reading the revision for key {k:?}"), count).await?;
@@ -553,8 +546,8 @@ impl Backend for EtcdBackend {
     /// missed between the caller's read and the watch. If etcd has compacted
     /// that history away, one `Range` tells whether the key changed, and the
     /// watch starts again from there.
-    async fn watch(&self, key: &str, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
-        check_key(key)?;
+    async fn watch(&self, key: &Key, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
+        let key = key.as_str();
         let k = self.etcd_key(key);
         let seen = seen.map(|v| self.revision_of(&k, v)).transpose()?;
         self.watch_etcd_key(&k, seen, timeout).await

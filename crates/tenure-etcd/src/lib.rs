@@ -132,20 +132,13 @@ pub use backend::{EtcdBackend, SHADOW_SUFFIX};
 pub use url::EtcdUrl;
 
 /// Opens an `etcd://` store: connects, checks that the cluster answers, and
-/// returns tenure's lease logic over it.
+/// returns tenure's lease logic over it; `opts.params` go over the URL's
+/// settings. [`EtcdBackend::connect`] gives the backend itself.
 ///
 /// # Errors
 /// [`tenure_core::Error::InvalidStore`] for a malformed URL, unknown option or refused
 /// credentials; [`tenure_core::Error::Store`] when no endpoint answers in time.
-pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    open_url(&StoreUrl::parse(url, &opts.params)?, opts).await
-}
-
-/// [`open`] for a parsed URL; `opts.params` go over its settings.
-///
-/// # Errors
-/// As [`open`].
-pub async fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    let backend = EtcdBackend::connect_url(url, opts).await?;
+pub async fn open(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+    let backend = EtcdBackend::connect(url, opts).await?;
     Ok(Arc::new(CasStore::new(Arc::new(backend), opts.clock.clone(), opts.cas.clone())))
 }

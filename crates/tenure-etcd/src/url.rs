@@ -7,7 +7,18 @@
 //! - Prefix: the key prefix every lease lives under, validated like a lease name
 //!   (so it can never be empty, contain `..` or escape into another prefix).
 //! - Settings, from the URL's query or from `--store-opt key=value` (the latter
-//!   win): see [`Settings`].
+//!   win): see [`Settings`], read in the one spelling every store uses (see
+//!   [`tenure_core::store_url`]):
+//!
+//! | setting | spelling | default |
+//! |---|---|---|
+//! | `timeout`, `connect_timeout` | a duration with a unit, 1ms to 1h: `timeout=5s` | `5s`, `3s` |
+//! | `tls`, `allow_plaintext_auth` | `true` or `false` | `false` |
+//! | `ca_file`, `cert_file`, `key_file` | a path | — |
+//! | `user`, `password`, `server_name` | text | — |
+//!
+//! `timeout_ms=500` is refused with `timeout=500ms`, a bare `timeout=5` with
+//! the units to write, and a flag written `1`, `yes` or `on` with `true`.
 //!
 //! Credentials are never taken from the URL itself (URLs end up in logs and
 //! process lists): `user=` names the etcd user and the password comes from
@@ -121,9 +132,6 @@ pub struct EtcdUrl {
     pub settings: Settings,
 }
 
-const KNOWN: &str =
-    "user, password, timeout, connect_timeout, tls, ca_file, cert_file, key_file, server_name, allow_plaintext_auth";
-
 impl EtcdUrl {
     /// Parses `url`, with `params` (from `--store-opt`) overriding its query.
     ///
@@ -184,7 +192,7 @@ impl EtcdUrl {
             return Err(invalid(format!("key prefix {prefix:?} {reason}")));
         }
 
-        let (settings, allow_plaintext_auth) = settings(url.options(), env).map_err(invalid)?;
+        let (settings, allow_plaintext_auth) = settings(url, env)?;
         let plaintext_password = settings.credentials.is_some() && settings.tls.is_none() && !allow_plaintext_auth;
         if plaintext_password && let Some((host, _)) = hosts.iter().find(|(host, _)| !is_loopback(host)) {
             return Err(invalid(format!(
@@ -228,72 +236,51 @@ fn is_loopback(host: &str) -> bool {
     bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// The range of `timeout=` and `connect_timeout=`.
+const TIMEOUTS: std::ops::RangeInclusive<Duration> = Duration::from_millis(1)..=Duration::from_secs(3600);
+
 /// The settings, and whether a password may travel in plain text.
-fn settings(
-    params: &BTreeMap<String, String>,
-    env: impl Fn(&str) -> Option<String>,
-) -> std::result::Result<(Settings, bool), String> {
+fn settings(url: &StoreUrl, env: impl Fn(&str) -> Option<String>) -> Result<(Settings, bool)> {
+    let invalid = |reason: String| url.invalid(redacted(&reason));
     let mut s = Settings::default();
-    let (mut user, mut password) = (None, None);
-    let (mut tls, mut allow_plaintext_auth) = (false, false);
-    let (mut ca_file, mut cert_file, mut key_file, mut server_name) = (None, None, None, None);
-    let file = |k: &str, v: &str| match v {
-        "" => Err(format!("{k}= is empty: give the path of a PEM file")),
-        v => Ok(Some(PathBuf::from(v))),
+    let non_empty = |key: &str| match url.string(key) {
+        Some("") => Err(invalid(format!("{key}= is empty"))),
+        v => Ok(v.map(str::to_string)),
     };
-    for (k, v) in params {
-        match k.as_str() {
-            "user" if !v.is_empty() => user = Some(v.clone()),
-            "password" => password = Some(v.clone()),
-            "timeout" => s.request_timeout = duration(k, v)?,
-            "connect_timeout" => s.connect_timeout = duration(k, v)?,
-            "user" => return Err("user= is empty".into()),
-            "tls" => tls = flag(k, v)?,
-            "allow_plaintext_auth" => allow_plaintext_auth = flag(k, v)?,
-            "ca_file" => ca_file = file(k, v)?,
-            "cert_file" => cert_file = file(k, v)?,
-            "key_file" => key_file = file(k, v)?,
-            "server_name" if !v.is_empty() => server_name = Some(v.clone()),
-            "server_name" => return Err("server_name= is empty".into()),
-            other => return Err(tenure_core::unknown_option(other, KNOWN)),
-        }
-    }
+    url.retired("timeout_ms", |v| format!("timeout={v}ms"))?;
+    let user = non_empty("user")?;
+    let password = url.string("password").map(str::to_string);
+    s.request_timeout = url.duration("timeout", TIMEOUTS)?.unwrap_or(s.request_timeout);
+    s.connect_timeout = url.duration("connect_timeout", TIMEOUTS)?.unwrap_or(s.connect_timeout);
+    let tls = url.flag("tls")?.unwrap_or(false);
+    let ca_file = url.path_option("ca_file")?;
+    let cert_file = url.path_option("cert_file")?;
+    let key_file = url.path_option("key_file")?;
+    let server_name = non_empty("server_name")?;
+    let allow_plaintext_auth = url.flag("allow_plaintext_auth")?.unwrap_or(false);
+    url.finish()?;
     let client = match (cert_file, key_file) {
         (Some(c), Some(k)) => Some((c, k)),
         (None, None) => None,
-        _ => return Err("cert_file= and key_file= go together: give both, or neither".into()),
+        _ => return Err(invalid("cert_file= and key_file= go together: give both, or neither".into())),
     };
     let tls_options = ca_file.is_some() || client.is_some() || server_name.is_some();
     if tls_options && !tls {
-        return Err("ca_file, cert_file, key_file and server_name are TLS options: add tls=true".into());
+        return Err(invalid("ca_file, cert_file, key_file and server_name are TLS options: add tls=true".into()));
     }
     s.tls = tls.then_some(Tls { ca_file, client, server_name });
     s.credentials = match (user, password) {
         (None, None) => None,
-        (None, Some(_)) => return Err("a password is given without user=: add user=NAME".into()),
+        (None, Some(_)) => return Err(invalid("a password is given without user=: add user=NAME".into())),
         (Some(u), Some(p)) => Some((u, p)),
         (Some(u), None) => match env(PASSWORD_ENV) {
             Some(p) => Some((u, p)),
-            None => return Err(format!("user={u} needs a password: set {PASSWORD_ENV} (or the password option)")),
+            None => {
+                return Err(invalid(format!("user={u} needs a password: set {PASSWORD_ENV} (or the password option)")));
+            }
         },
     };
     Ok((s, allow_plaintext_auth))
-}
-
-fn flag(key: &str, v: &str) -> std::result::Result<bool, String> {
-    match v {
-        "true" | "1" | "yes" | "on" => Ok(true),
-        "false" | "0" | "no" | "off" => Ok(false),
-        _ => Err(format!("{key}={v} is not true or false")),
-    }
-}
-
-fn duration(key: &str, v: &str) -> std::result::Result<Duration, String> {
-    match humantime::parse_duration(v) {
-        Ok(d) if !d.is_zero() && d <= Duration::from_secs(3600) => Ok(d),
-        Ok(_) => Err(format!("{key}={v} must be more than zero and at most 1h")),
-        Err(e) => Err(format!("{key}={v} is not a duration such as 500ms or 5s ({e})")),
-    }
 }
 
 #[cfg(test)]
@@ -347,8 +334,14 @@ mod tests {
             ("etcd://root:secret@127.0.0.1:2379/locks", "credentials in the URL"),
             ("etcd://root@127.0.0.1:2379/locks", "credentials in the URL"),
             ("etcd://h/locks?timeout=fast", "not a duration"),
-            ("etcd://h/locks?timeout=0s", "more than zero"),
-            ("etcd://h/locks?tls=maybe", "not true or false"),
+            ("etcd://h/locks?timeout=0s", "timeout=0s is out of range: from 1ms to 1h"),
+            ("etcd://h/locks?connect_timeout=2h", "out of range: from 1ms to 1h"),
+            ("etcd://h/locks?timeout=5", "timeout=5 has no unit: write timeout=5ms or timeout=5s"),
+            ("etcd://h/locks?tls=maybe", "write tls=true or tls=false"),
+            ("etcd://h/locks?tls=1", "tls=1 is not a flag: write tls=true or tls=false"),
+            ("etcd://h/locks?tls=yes", "tls=yes is not a flag"),
+            ("etcd://h/locks?allow_plaintext_auth=on", "allow_plaintext_auth=on is not a flag"),
+            ("etcd://h/locks?timeout_ms=500", "timeout_ms=500 is no longer read: write timeout=500ms"),
             ("etcd://h/locks?tlsx=1", "unknown option \"tlsx\""),
             ("etcd://h/locks?ca_file=/ca.pem", "add tls=true"),
             ("etcd://h/locks?tls=true&cert_file=/c.pem", "go together"),

@@ -16,12 +16,13 @@ use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutMode as OsPutMode, PutOptions as OsPutOptions,
     PutPayload, PutResult, UpdateVersion,
 };
-use tenure_core::backend::check_key;
+use tenure_core::backend::{Key, check_key};
 use tenure_core::limits::MAX_RECORD_BYTES;
 use tenure_core::{Backend, BoxError, Error, Put, PutMode, PutOptions, Result, Stored, Version};
 
 use crate::config::Provider;
 use crate::counts::{Counters, RequestCounts};
+use crate::ops::{Objects, modified_ms};
 
 /// Name of the object that holds a key's value, inside the key's "directory".
 pub const RECORD_OBJECT: &str = "~lease";
@@ -58,20 +59,6 @@ pub struct ObjectBackend {
 /// the same version reads the same whatever form a store sends.
 fn unquote(etag: &str) -> &str {
     etag.strip_prefix('"').and_then(|e| e.strip_suffix('"')).unwrap_or(etag)
-}
-
-/// The store's modification time in ms. HTTP dates have whole seconds, truncated:
-/// report the end of that second, so a record never looks older than it is.
-pub(crate) fn modified_ms(meta: &object_store::ObjectMeta) -> Option<u64> {
-    round_up_seconds(meta.last_modified.timestamp_millis())
-}
-
-fn round_up_seconds(ms: i64) -> Option<u64> {
-    if ms <= 0 {
-        return None;
-    }
-    let ms = ms as u64;
-    Some(if ms.is_multiple_of(1000) { ms + 999 } else { ms })
 }
 
 impl ObjectBackend {
@@ -180,7 +167,12 @@ impl ObjectBackend {
     /// [`Error::InvalidName`] for a key that is not a lease name with an optional
     /// `~suffix`, or whose suffix is the reserved `lease`.
     pub fn object_path(&self, key: &str) -> Result<Path> {
-        check_key(key)?;
+        self.path_of(&Key::new(key)?)
+    }
+
+    /// [`ObjectBackend::object_path`] of a key already checked.
+    fn path_of(&self, key: &Key) -> Result<Path> {
+        let key = key.as_str();
         let (base, object) = match key.split_once('~') {
             Some((_, reserved @ ("lease" | "line"))) => {
                 return Err(Error::InvalidName {
@@ -275,7 +267,7 @@ impl ObjectBackend {
             _ => self.counts.put_create.fetch_add(1, Ordering::Relaxed),
         };
         // Readers must always see the current record, also through caches in front
-        // of public buckets (seed 001).
+        // of public buckets (docs/design/object-store-lock.md#preconditions).
         let attributes = Attributes::from_iter([(Attribute::CacheControl, "no-store")]);
         let opts = OsPutOptions { mode, attributes, ..OsPutOptions::default() };
         self.store.put_opts(path, PutPayload::from(value), opts).await
@@ -399,6 +391,55 @@ impl ObjectBackend {
     }
 }
 
+/// The wait line's requests are the backend's own.
+impl Objects for ObjectBackend {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn child<'a>(&self, parts: impl IntoIterator<Item = &'a str>) -> Result<Path> {
+        ObjectBackend::child(self, parts)
+    }
+
+    fn list_capped(
+        &self,
+        under: &Path,
+        cap: usize,
+    ) -> impl Future<Output = std::result::Result<Option<Vec<object_store::ObjectMeta>>, object_store::Error>> + Send
+    {
+        ObjectBackend::list_capped(self, under, cap)
+    }
+
+    fn put_object(
+        &self,
+        path: &Path,
+        value: Bytes,
+        mode: OsPutMode,
+    ) -> impl Future<Output = std::result::Result<PutResult, object_store::Error>> + Send {
+        ObjectBackend::put_object(self, path, value, mode)
+    }
+
+    fn delete_object(&self, path: &Path) -> impl Future<Output = std::result::Result<(), object_store::Error>> + Send {
+        ObjectBackend::delete_object(self, path)
+    }
+
+    fn update_version(&self, v: &Version) -> UpdateVersion {
+        ObjectBackend::update_version(self, v)
+    }
+
+    fn version_of_put(&self, path: &Path, r: &PutResult) -> Result<Version> {
+        ObjectBackend::version_of_put(self, path, r)
+    }
+
+    fn version_of_get(&self, meta: &object_store::ObjectMeta) -> Result<Version> {
+        ObjectBackend::version_of_get(self, meta)
+    }
+
+    fn error(&self, op: impl Into<String>, e: object_store::Error) -> Error {
+        ObjectBackend::error(self, op, e)
+    }
+}
+
 #[async_trait]
 impl Backend for ObjectBackend {
     fn url(&self) -> &str {
@@ -408,8 +449,9 @@ impl Backend for ObjectBackend {
     /// One GET. When this backend has read or written the key before, the GET
     /// carries `If-None-Match` with that ETag: an unchanged record then costs a
     /// `304` with no body, and the remembered value is returned.
-    async fn get(&self, key: &str) -> Result<Option<Stored>> {
-        let path = self.object_path(key)?;
+    async fn get(&self, key: &Key) -> Result<Option<Stored>> {
+        let path = self.path_of(key)?;
+        let key = key.as_str();
         let cached = if self.uses_conditional_get() { self.cache.lock().get(key).cloned() } else { None };
         match self.get_object(&path, cached.as_ref().map(|c| c.etag.clone())).await {
             Ok((meta, value)) => {
@@ -449,8 +491,9 @@ impl Backend for ObjectBackend {
     /// create, `If-Match: <etag>` (GCS: `x-goog-if-generation-match: <generation>`)
     /// to replace. A failed condition (412; Azurite's 409; S3's 404 for a missing
     /// key) is [`Put::Conflict`].
-    async fn put(&self, key: &str, value: Bytes, opts: PutOptions) -> Result<Put> {
-        let path = self.object_path(key)?;
+    async fn put(&self, key: &Key, value: Bytes, opts: PutOptions) -> Result<Put> {
+        let path = self.path_of(key)?;
+        let key = key.as_str();
         let mode = match &opts.mode {
             PutMode::Create => OsPutMode::Create,
             PutMode::Update(v) => OsPutMode::Update(self.update_version(v)),
@@ -517,6 +560,7 @@ impl Backend for ObjectBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::round_up_seconds;
     use object_store::memory::InMemory;
 
     fn backend(prefix: &str) -> ObjectBackend {

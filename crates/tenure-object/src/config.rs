@@ -13,7 +13,16 @@
 //! `aws_virtual_hosted_style_request`, `google_service_account_key`,
 //! `azure_storage_account_name`, `azure_storage_use_emulator`, `azure_allow_http`…
 //! An unknown key is an error, never silently ignored. Values never appear in
-//! error messages (they may be secrets).
+//! error messages (they may be secrets), but for those of flags and durations.
+//!
+//! Flags and durations are read in the one spelling every tenure store reads
+//! (see [`tenure_core::store_url`]), stricter than `object_store` alone:
+//!
+//! | setting | spelling |
+//! |---|---|
+//! | flags: `aws_allow_http`, `azure_storage_use_emulator`, `aws_skip_signature`, `allow_http`… | `true` or `false` (`1`, `yes`, `on` refused) |
+//! | durations: `timeout` (one request), `connect_timeout`, `pool_idle_timeout`… | a number with a unit, 1ms or more: `timeout=30s` (a bare `30` refused) |
+//! | everything else | as `object_store` reads it |
 //!
 //! Requests are retried by `object_store` at most [`MAX_RETRIES`] times within
 //! [`RETRY_TIMEOUT`] (its defaults, 10 times within 3 minutes, would keep a
@@ -108,20 +117,13 @@ impl Built {
 /// # Errors
 /// [`Error::InvalidStore`] naming the URL and what is wrong: an unknown scheme, a
 /// missing bucket, an unknown config key or a value `object_store` rejects.
-pub fn object_store_from_url(url: &str, params: &BTreeMap<String, String>) -> Result<(Arc<dyn ObjectStore>, Path)> {
-    object_store_from_store_url(&StoreUrl::parse(url, params)?)
-}
-
-/// [`object_store_from_url`] for a parsed URL.
-///
-/// # Errors
-/// As [`object_store_from_url`].
-pub fn object_store_from_store_url(url: &StoreUrl) -> Result<(Arc<dyn ObjectStore>, Path)> {
+pub fn object_store_from_url(url: &StoreUrl) -> Result<(Arc<dyn ObjectStore>, Path)> {
     let built = build_url(url)?;
     Ok((built.store, built.prefix))
 }
 
-pub(crate) fn build(url: &str, params: &BTreeMap<String, String>) -> Result<Built> {
+#[cfg(test)]
+fn build(url: &str, params: &BTreeMap<String, String>) -> Result<Built> {
     build_url(&StoreUrl::parse(url, params)?)
 }
 
@@ -149,6 +151,23 @@ pub(crate) fn build_url(url: &StoreUrl) -> Result<Built> {
     // object_store's keys are case-insensitive.
     let options: BTreeMap<String, String> =
         url.options().iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
+    // Flags and durations in the one spelling every store reads, whatever
+    // object_store would also take (`1`, `yes`, a bare number of seconds).
+    // The refused value is shown, but never where it also is another
+    // setting's value, which may be a secret.
+    let refused = |key: &str, mut reason: String| {
+        for (k, v) in options.iter().filter(|(k, v)| k.as_str() != key && v.len() >= 4) {
+            reason = reason.replace(v.as_str(), &format!("<the value of {k}>"));
+        }
+        invalid(reason)
+    };
+    for (k, v) in &options {
+        if is_flag(k) {
+            tenure_core::store_url::parse_flag(k, v).map_err(|r| refused(k, r))?;
+        } else if is_duration(k) {
+            tenure_core::store_url::parse_duration(k, v, &TIMEOUTS).map_err(|r| refused(k, r))?;
+        }
+    }
 
     // What object_store's URL parsers see: the scheme it knows, no query.
     let base = match provider {
@@ -228,9 +247,42 @@ fn aws_metadata_only(b: &AmazonS3Builder) -> Option<String> {
     (!configured).then(|| b.get_config_value(&K::MetadataEndpoint).unwrap_or_else(|| "http://169.254.169.254".into()))
 }
 
-/// `object_store`'s spelling of true.
+/// A flag, already checked to be `true` or `false` when it came from the
+/// URL; the environment may still spell it as `object_store` reads it.
 fn truthy(v: &str) -> bool {
     matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "on" | "yes" | "y")
+}
+
+/// The range of a duration setting (`timeout=5s`, `connect_timeout=2s`…).
+const TIMEOUTS: std::ops::RangeInclusive<Duration> = Duration::from_millis(1)..=tenure_core::limits::MAX_DURATION;
+
+/// Whether `key` (lower-case) is one of `object_store`'s flags: written
+/// `true` or `false` here, as on every store.
+fn is_flag(key: &str) -> bool {
+    const FLAGS: &[&str] = &[
+        "allow_http",
+        "allow_invalid_certificates",
+        "use_emulator",
+        "skip_signature",
+        "virtual_hosted_style_request",
+        "unsigned_payload",
+        "disable_tagging",
+        "use_fabric_endpoint",
+        "use_azure_cli",
+        "http1_only",
+        "http2_only",
+        "s3_express",
+        "imdsv1_fallback",
+        "request_payer",
+        "disable_bulk_delete",
+    ];
+    FLAGS.iter().any(|f| key == *f || key.strip_suffix(f).is_some_and(|p| p.ends_with('_')))
+}
+
+/// Whether `key` (lower-case) is one of `object_store`'s durations: written
+/// with a unit here (`timeout=30s`), as on every store.
+fn is_duration(key: &str) -> bool {
+    key.ends_with("timeout") || key.ends_with("keep_alive_interval")
 }
 
 /// A plain-HTTP endpoint needs an explicit opt-in; say which, rather than let the
@@ -331,10 +383,34 @@ mod tests {
         // The query alone would fail the http check; params supply allow_http.
         let b = build("s3://tenure/x?aws_endpoint=http://127.0.0.1:1&aws_region=us-east-1", &p);
         assert!(b.is_ok(), "{b:?}");
-        let r = reason(build("s3://tenure/x?aws_endpoint=http://127.0.0.1:1", &params(&[("aws_allow_http", "no")])));
+        let r = reason(build("s3://tenure/x?aws_endpoint=http://127.0.0.1:1", &params(&[("aws_allow_http", "false")])));
         let secret = reason(build("s3://tenure/x", &params(&[("aws_skip_signature", "hunter2-not-a-bool")])));
         assert!(!secret.contains("hunter2") && secret.contains("aws_skip_signature"), "{secret}");
         assert!(r.contains("aws_allow_http"), "{r}");
+    }
+
+    #[test]
+    fn flags_are_true_or_false_and_durations_have_a_unit() {
+        for (k, v, why) in [
+            (
+                "aws_allow_http",
+                "1",
+                "aws_allow_http=1 is not a flag: write aws_allow_http=true or aws_allow_http=false",
+            ),
+            ("aws_allow_http", "yes", "aws_allow_http=yes is not a flag"),
+            ("aws_skip_signature", "on", "aws_skip_signature=on is not a flag"),
+            ("timeout", "30", "timeout=30 has no unit: write timeout=30ms or timeout=30s"),
+            ("connect_timeout", "0s", "connect_timeout=0s is out of range: from 1ms"),
+        ] {
+            let mut p = local_s3();
+            p.insert(k.into(), v.into());
+            let r = reason(build("s3://tenure/x", &p));
+            assert!(r.contains(why), "{k}={v}: {r}");
+        }
+        let mut p = local_s3();
+        p.insert("timeout".into(), "30s".into());
+        p.insert("aws_virtual_hosted_style_request".into(), "false".into());
+        assert!(build("s3://tenure/x", &p).is_ok());
     }
 
     #[test]

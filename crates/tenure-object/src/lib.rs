@@ -5,7 +5,7 @@
 //! # async fn demo() -> tenure_core::Result<()> {
 //! let opts = tenure_core::OpenOptions::default()
 //!     .with_param("aws_region", "eu-west-1"); // or AWS_REGION in the environment
-//! let store = tenure_object::open("s3://my-bucket/locks", &opts).await?;
+//! let store = tenure_object::open(&"s3://my-bucket/locks".parse()?, &opts).await?;
 //! let lease = tenure_core::Client::new(store).try_acquire("deploy/prod", &tenure_core::LeaseOptions::default()).await?;
 //! # Ok(()) }
 //! ```
@@ -82,16 +82,17 @@
 //! token that replaces it; grants are judged
 //! by the clock discipline of [`tenure_core::cas`], never by the store's clock.
 //!
-//! # Requests per lease operation, against seed 001
+//! # Requests per lease operation, against the simple GCS lock
 //!
-//! Seed 001's algorithm (gcslock with a TTL: create with `if-generation-match: 0`,
+//! The simple GCS lock (gcslock with a TTL, see `docs/design/object-store-lock.md`:
+//! create with `if-generation-match: 0`,
 //! on conflict GET the metadata and DELETE a stale object, then retry) keeps no
 //! record after release. tenure keeps one (it carries the token counter, the
 //! watermark and the predecessor), so taking a free lease reads it first, unless
 //! this handle wrote it last ([`tenure_core::cas`] then decides from its own copy and
 //! lets the conditional write validate it):
 //!
-//! | lease operation | tenure | seed 001 |
+//! | lease operation | tenure | simple GCS lock |
 //! |---|---|---|
 //! | acquire a lease never used | 2: GET (404) + PUT `If-None-Match: *` | 1: PUT create |
 //! | acquire a lease someone else released | 2: GET + PUT `If-Match` | 1: PUT create |
@@ -108,7 +109,7 @@
 //! record last and finds it taken by someone else pays one rejected PUT before its
 //! first read ([`tenure_core::cas`] tries its own copy first, then drops it); later
 //! polls are one GET each. These counts are asserted against every server by
-//! `tests/requests.rs`.
+//! `tests/it/requests.rs`.
 //!
 //! A HEAD would not make polling cheaper: the contender needs the record whenever
 //! it changed, so HEAD-then-GET costs two requests where a conditional GET costs
@@ -143,7 +144,7 @@
 //!
 //! ```no_run
 //! # async fn demo(lease: tenure_core::Lease) -> tenure_core::Result<()> {
-//! let backend = tenure_object::open_backend("s3://my-bucket/locks", &tenure_core::OpenOptions::default()).await?;
+//! let backend = tenure_object::open_backend(&"s3://my-bucket/locks".parse()?, &tenure_core::OpenOptions::default()).await?;
 //! let state = tenure_core::FencedRecord::new(backend, "deploy/prod")?;
 //! state.write(lease.token(), bytes::Bytes::from_static(b"{\"version\": 42}")).await?;
 //! # Ok(()) }
@@ -163,6 +164,7 @@ mod backend;
 mod config;
 mod counts;
 mod line;
+mod ops;
 mod probe;
 
 use std::sync::Arc;
@@ -170,59 +172,36 @@ use std::sync::Arc;
 use tenure_core::{CasStore, LeaseStore, OpenOptions, Result, StoreUrl};
 
 pub use backend::{ObjectBackend, RECORD_OBJECT};
-pub use config::{MAX_RETRIES, Provider, RETRY_TIMEOUT, object_store_from_store_url, object_store_from_url};
+pub use config::{MAX_RETRIES, Provider, RETRY_TIMEOUT, object_store_from_url};
 pub use counts::RequestCounts;
 pub use line::LINE_DIR;
 pub use object_store;
 pub use probe::{Probe, probe};
 
-/// Opens the lease store a URL names: a [`CasStore`] over [`open_backend`].
+/// Opens the lease store a URL names: a [`CasStore`] over [`open_backend`];
+/// `opts.params` go over the URL's settings.
 ///
 /// # Errors
 /// See [`open_backend`].
-pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    open_url(&StoreUrl::parse(url, &opts.params)?, opts).await
-}
-
-/// [`open`] for a parsed URL; `opts.params` go over its settings.
-///
-/// # Errors
-/// See [`open_backend`].
-pub async fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
-    let backend = open_backend_url(url, opts).await?;
+pub async fn open(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+    let backend = open_backend(url, opts).await?;
     Ok(Arc::new(CasStore::new(backend, opts.clock.clone(), opts.cas.clone())))
 }
 
-/// Opens the [`ObjectBackend`] a URL names and, unless `opts.trust_store` or
-/// `opts.read_only` (readers never write, not even a probe), runs the
-/// conditional-write [`probe`] on it.
+/// The [`ObjectBackend`] a URL names, for a program that needs the backend
+/// itself (fenced records, its request counts): opened as [`open`] opens it,
+/// with `opts.params` over the URL's settings, and, unless `opts.trust_store`
+/// or `opts.read_only` (readers never write, not even a probe), the
+/// conditional-write [`probe`] run on it. [`backend_from_url`] is the same
+/// without the probe, and without sending anything.
 ///
 /// # Errors
 /// [`tenure_core::Error::InvalidStore`] for a bad URL or option;
 /// [`tenure_core::Error::Unsupported`] if the store ignores conditional writes;
 /// [`tenure_core::Error::Store`] if it cannot be reached.
-pub async fn open_backend(url: &str, opts: &OpenOptions) -> Result<Arc<ObjectBackend>> {
-    open_backend_url(&StoreUrl::parse(url, &opts.params)?, opts).await
-}
-
-/// The [`ObjectBackend`] a parsed URL names, without the probe (nothing is
-/// sent to the store): for programs that run [`probe`] themselves, when they
-/// first write.
-///
-/// # Errors
-/// [`tenure_core::Error::InvalidStore`] for a bad URL or option.
-pub fn backend_from_url(url: &StoreUrl) -> Result<ObjectBackend> {
-    Ok(config::build_url(url)?.backend())
-}
-
-/// [`open_backend`] for a parsed URL.
-///
-/// # Errors
-/// See [`open_backend`].
-pub async fn open_backend_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<ObjectBackend>> {
+pub async fn open_backend(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<ObjectBackend>> {
     let url = &url.with_params(&opts.params);
-    let built = config::build_url(url)?;
-    let backend = Arc::new(built.backend());
+    let backend = Arc::new(backend_from_url(url)?);
     if !opts.trust_store && !opts.read_only {
         match probe(&backend).await? {
             Probe::Enforced { .. } => {}
@@ -234,14 +213,13 @@ pub async fn open_backend_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<
     Ok(backend)
 }
 
-/// The [`probe`]'s verdict on the store a URL names, whatever
-/// `opts.trust_store` says: for `tenure status` to show whether the store
-/// enforces conditional writes.
+/// The [`ObjectBackend`] a parsed URL names, without the probe (nothing is
+/// sent to the store): for programs that run [`probe`] themselves, when they
+/// first write, or to see whether a store enforces conditional writes
+/// whatever `--trust-store` says.
 ///
 /// # Errors
-/// As [`open_backend`], including [`tenure_core::Error::Unsupported`] for a store
-/// that ignores conditional writes.
-pub async fn check_store(url: &str, opts: &OpenOptions) -> Result<Probe> {
-    let built = config::build(url, &opts.params)?;
-    probe(&built.backend()).await
+/// [`tenure_core::Error::InvalidStore`] for a bad URL or option.
+pub fn backend_from_url(url: &StoreUrl) -> Result<ObjectBackend> {
+    Ok(config::build_url(url)?.backend())
 }

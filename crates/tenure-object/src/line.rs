@@ -49,10 +49,9 @@ use parking_lot::Mutex;
 use tenure_core::backend::{Line, Waiter, may_try};
 use tenure_core::cas::{ENTRY_TTL, MAX_WAITERS, line_full};
 use tenure_core::limits::millis;
-use tenure_core::{Backend, Clock, ClockExt, Error, LeaseName, Mono, Result, Version};
+use tenure_core::{Clock, ClockExt, Error, LeaseName, Mono, Result, Version};
 
-use crate::ObjectBackend;
-use crate::backend::modified_ms;
+use crate::ops::{Objects, modified_ms};
 
 /// The "directory" of a lease's waiters, next to its record.
 pub const LINE_DIR: &str = "~line";
@@ -90,10 +89,10 @@ struct Entry {
     alive: bool,
 }
 
-/// The wait lines of an [`ObjectBackend`].
+/// The wait lines of an object store, through its requests `O`.
 #[derive(Debug)]
-pub(crate) struct ObjectLine {
-    backend: Arc<ObjectBackend>,
+pub(crate) struct ObjectLine<O> {
+    backend: Arc<O>,
     clock: Arc<dyn Clock>,
     skew: Duration,
     /// The entries of this handle's waiters, by lease and nonce: where, and the
@@ -145,13 +144,13 @@ fn gone(e: &object_store::Error) -> bool {
     )
 }
 
-impl ObjectLine {
-    pub(crate) fn new(backend: Arc<ObjectBackend>, clock: Arc<dyn Clock>, skew: Duration) -> Self {
+impl<O: Objects> ObjectLine<O> {
+    pub(crate) fn new(backend: Arc<O>, clock: Arc<dyn Clock>, skew: Duration) -> Self {
         Self { backend, clock, skew, mine: Mutex::default(), watched: Mutex::default() }
     }
 
     fn url(&self) -> &str {
-        Backend::url(&*self.backend)
+        self.backend.url()
     }
 
     /// The "directory" of `name`'s waiters.
@@ -255,7 +254,7 @@ fn fresh_body() -> Bytes {
 }
 
 #[async_trait]
-impl Line for ObjectLine {
+impl<O: Objects> Line for ObjectLine<O> {
     async fn enter(&self, name: &str, waiter: &Waiter) -> Result<()> {
         let id = (name.to_string(), waiter.nonce.clone());
         if self.stay(&id).await? {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tenure_core::{Holder, Mode, SystemClock};
-use tenure_server::core::{Acquired, Ask};
+use tenure_server::leases::{Acquired, Ask};
 use tenure_server::{Core, CoreOptions};
 
 fn main() {

@@ -1,8 +1,9 @@
 //! The tenure lease server (`tenure serve`).
 //!
-//! Seed 000: leases are small and short-lived, so they belong in RAM, in a
-//! service specialised for churning through them, not in storage. The server
-//! keeps every lease in a sharded in-memory table ([`core`]), judges expiry by its
+//! Leases are small and short-lived, so they belong in RAM, in a
+//! service specialised for churning through them, not in storage (see
+//! `docs/design/leases-on-dumb-storage.md#leases-in-ram`). The server
+//! keeps every lease in a sharded in-memory table ([`leases`]), judges expiry by its
 //! own clock alone, and answers over a small binary protocol ([`wire`]). The
 //! client, [`TenureStore`], implements [`tenure_core::LeaseStore`], so everything in
 //! tenure (keep-alive, `tenure lock`, the conformance suite) works on it unchanged.
@@ -15,7 +16,7 @@
 //! # Waiting: a queue per lease, the grant pushed
 //!
 //! A client waiting for a busy lease does not poll: it sends `Wait`, which
-//! parks in the lease's FIFO queue ([`core`]'s queue module) and is answered
+//! parks in the lease's FIFO queue ([`leases`]'s queue module) and is answered
 //! when the lease is granted to it, or busy when `wait_ms` (at most a day) runs
 //! out; the connection's other requests go on meanwhile. A release, a break or
 //! an expiry hands the lease to the head of the queue in the same critical
@@ -27,7 +28,7 @@
 //! `tenure_core::Client::acquire_all`), so waiters cannot deadlock. A
 //! waiter whose connection closes, or who sends `Unwait` with its request id,
 //! leaves the queue, and a grant it was handed but not sent is given back at
-//! once. Bounds: [`core::MAX_WAITERS`] per lease, [`wire::MAX_WAITS_PER_CONNECTION`]
+//! once. Bounds: [`leases::MAX_WAITERS`] per lease, [`wire::MAX_WAITS_PER_CONNECTION`]
 //! per connection, and each waiter takes a place among `max_live` like a
 //! lease; a connection with queued waits is not idle, and TCP
 //! keepalive probes (about a minute) notice a peer that vanished. The restart
@@ -39,7 +40,7 @@
 //!   at most 4 KiB before the hello ([`wire::MAX_HELLO`]); a response at most
 //!   8 MiB ([`wire::MAX_RESPONSE`]), and every answer stays far below it: a
 //!   listing is a page ([`wire::MAX_LIST_PAGE`] names, [`wire::MAX_LIST_BYTES`]),
-//!   a lease has at most [`core::MAX_HOLDERS`] shared holders. A frame that is
+//!   a lease has at most [`leases::MAX_HOLDERS`] shared holders. A frame that is
 //!   oversized, undecodable or not a hello when a hello is due gets one
 //!   `Error { code: Protocol }` answer with id 0 and the connection closes.
 //! - **Numbers**: every number in a request is range-checked before use
@@ -75,7 +76,8 @@
 //! granted, `longest`, the greater of the recorded value and this run's
 //! `--max-lease`, written durably before it grants anything. Exclusion and
 //! fencing tokens then hold across restarts and crashes by two rules together:
-//! - **tabula rasa** (seed 000): a starting server grants nothing for its
+//! - **tabula rasa** (`docs/design/leases-on-dumb-storage.md#leases-in-ram`): a
+//!   starting server grants nothing for its
 //!   quarantine, `longest + 1 s` ([`CoreOptions::after`]). Every grant of the
 //!   previous incarnation had a TTL of at most its `--max-lease` ≤ `longest`,
 //!   from a decision made before the crash, so all of them have ended (by their
@@ -108,7 +110,7 @@
 //! these identities, never by the addresses they wrote, and tell each
 //! connection that acquires the whole list: the server then refuses an
 //! acquisition or a wait for a name the list places on another server (a
-//! few hashes a name). See `tenure_client::client` for how a client learns
+//! few hashes a name). See `tenure_client::remote` for how a client learns
 //! the identities, and the README on changing the server list.
 //!
 //! # Witnesses
@@ -123,19 +125,19 @@
 //! # Memory
 //!
 //! A released lease's record (its token, watermark, and the metadata the holder
-//! left, seed 000's "where they stored their updates") is kept for the next
+//! left, e.g. where it stored its updates:
+//! `docs/design/leases-on-dumb-storage.md#one-record-per-name-with-a-version`) is kept for the next
 //! holder in a bounded table, `--retain` records, dropping the oldest first; live
 //! leases, with their shared holders and reservations, are bounded by
-//! `--max-leases`, and each lease has at most [`core::MAX_HOLDERS`] shared
-//! holders and [`core::MAX_RESERVATIONS`] reservations. See [`core`]. The HTTP
+//! `--max-leases`, and each lease has at most [`leases::MAX_HOLDERS`] shared
+//! holders and [`leases::MAX_RESERVATIONS`] reservations. See [`leases`]. The HTTP
 //! port has limits of its own: see [`http`].
 
 #![forbid(unsafe_code)]
 
 mod admission;
-pub mod core;
 pub mod http;
-mod pool;
+pub mod leases;
 pub mod server;
 pub mod state;
 pub mod tls;
@@ -143,11 +145,11 @@ pub mod witness;
 
 // The client and the protocol live in tenure-client; these paths stay.
 pub use tenure_client::{
-    ClientOptions, OPEN_FILES_LIMIT, ServerInfo, TenureStore, Upgrade, client, is_reservation, open, open_url, wire,
+    ClientOptions, OPEN_FILES_LIMIT, ServerInfo, TenureStore, Upgrade, is_reservation, open, remote as client, wire,
 };
 pub(crate) use tenure_client::{keepalive, spin};
 
-pub use core::{Core, CoreOptions};
+pub use leases::{Core, CoreOptions};
 pub use server::{Server, ServerOptions};
 pub use tls::{ClientTls, ServerTls, TlsError};
 pub use witness::{Signer, Witness, WitnessError, verify};

@@ -14,7 +14,7 @@
 //! - **Client**: `tenure://host:port?tls=true`, trusting the platform's roots,
 //!   or only the CAs in `ca_file=PATH`; the name checked against the certificate
 //!   is the URL's host, or `server_name=NAME`. The handshake runs under the
-//!   client's `timeout_ms`. A certificate that is not trusted or not valid for
+//!   client's `timeout`. A certificate that is not trusted or not valid for
 //!   the name, or a server that does not answer in TLS, is a permanent error
 //!   ([`tenure_core::Error::Unsupported`]) naming the server and what to do.
 //!

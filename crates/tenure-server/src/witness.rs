@@ -2,7 +2,7 @@
 //! the batch's Merkle paths are protocol, defined in `tenure-client`
 //! ([`tenure_client::witness`]) and re-exported here.
 
-use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair as _};
+use ring::signature::{Ed25519KeyPair, KeyPair as _};
 
 pub use tenure_client::witness::*;
 
@@ -116,16 +116,25 @@ mod tests {
 
     #[test]
     fn the_signature_is_the_standard_deterministic_ed25519_one() {
-        use ed25519_dalek::Signer as _;
-        let seed = [7u8; 32];
+        // RFC 8032, section 7.1, TEST 1 (the empty message).
+        let seed: [u8; 32] = hex::decode("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+            .expect("hex")
+            .try_into()
+            .expect("32 bytes");
         let signer = Signer::from_seed(&seed);
-        let reference = ed25519_dalek::SigningKey::from_bytes(&seed);
-        assert_eq!(signer.public_key(), reference.verifying_key().to_bytes());
-        // A batch of one: the root is the leaf.
+        assert_eq!(signer.public_key_hex(), "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a");
+        let sig = signer.key.sign(b"");
+        assert_eq!(
+            hex::encode(sig.as_ref()),
+            "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
+        );
+        // A batch of one: the root is the leaf, and the signature covers the
+        // format's context and that root.
         let b = body(&witness(1));
         let signed = signer.sign_batch(std::slice::from_ref(&b)).expect("bodies fit");
-        let expected = reference.sign(&signed_message(&leaf_hash(&b))).to_bytes();
+        let expected = signer.sign(&signed_message(&leaf_hash(&b)));
         assert_eq!(&signed[0][signed[0].len() - 64..], &expected[..]);
+        assert_eq!(verify(&signer.public_key(), &signed[0]).expect("verifies"), witness(1));
     }
 
     #[test]
@@ -140,6 +149,22 @@ mod tests {
             bad[i] ^= 0x40;
             assert!(verify(&signer.public_key(), &bad).is_err(), "flipping byte {i} must not verify");
         }
+    }
+
+    #[test]
+    fn small_order_keys_and_rs_are_refused() {
+        let signer = Signer::generate();
+        let mut signed = signer.sign_batch(&[body(&witness(3))]).expect("bodies fit").remove(0);
+        let mut one = [0u8; 32];
+        one[0] = 1;
+        let mut minus_one = [0xffu8; 32];
+        minus_one[0] = 0xec;
+        for key in [[0u8; 32], one, minus_one] {
+            assert!(matches!(verify(&key, &signed), Err(WitnessError::BadKey(_))), "{}", hex::encode(key));
+        }
+        let n = signed.len();
+        signed[n - 64..n - 32].copy_from_slice(&one);
+        assert_eq!(verify(&signer.public_key(), &signed), Err(WitnessError::BadSignature));
     }
 
     #[test]

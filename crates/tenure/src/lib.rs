@@ -26,31 +26,34 @@
 //! The root holds what a program that takes leases needs; the modules
 //! ([`backend`], [`cas`], [`store`], [`record`], …) what a store's
 //! implementer needs, re-exported from [`tenure_core`]; [`open`] is this
-//! crate's own. Each remote store
-//! is a cargo feature, all on by default: `object` (s3, gs, az), `client`
-//! (`tenure://`), `etcd`; their crates are re-exported as `object`, `client`
-//! and `etcd` for what is particular to them. The lease server itself is the
-//! `server` feature (off by default), re-exported as `server`.
+//! crate's own. The directory store is [`file`](mod@file) (`tenure-file`). Each remote
+//! store is a cargo feature, all on by default: `object` (s3, gs, az), `client`
+//! (`tenure://`), `etcd`; their crates are re-exported as `object`, `remote`
+//! (the `tenure://` client) and `etcd` for what is particular to them. The
+//! lease server itself is the `server` feature (off by default), re-exported
+//! as `server`.
 
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
 
 #[cfg(feature = "client")]
-pub use tenure_client as client;
+pub use tenure_client as remote;
 // What a program that takes leases needs, at the root; what a store's
 // implementer needs, in the modules below.
 pub use tenure_core::{
     AcquireRequest, AllAttempt, Attempt, BoxError, BreakNote, Busy, CasOptions, Client, Clock, EndedHow, Error,
-    FINISH_GRACE, FencedRecord, Grant, Health, Holder, HolderView, Lease, LeaseName, LeaseOptions, LeaseSet,
+    FINISH_GRACE, Fenced, FencedRecord, Grant, Health, Holder, HolderView, Lease, LeaseName, LeaseOptions, LeaseSet,
     LeaseState, LeaseStore, LossReason, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS, ManualClock, Mode, Mono,
     OpenOptions, Predecessor, ReleaseRequest, Released, Result, StoreUrl, SystemClock, Version,
 };
 /// The storage layer under the lease logic: [`backend::Backend`] and its
 /// writes, for a store of your own (run it through [`cas::CasStore`]).
-pub use tenure_core::{backend, cas, clock, fence, limits, record, report, store, store_url};
+pub use tenure_core::{backend, cas, clock, limits, record, report, store, store_url};
 #[cfg(feature = "etcd")]
 pub use tenure_etcd as etcd;
+/// The directory store (`file:///dir` or a plain path).
+pub use tenure_file as file;
 #[cfg(feature = "object")]
 pub use tenure_object as object;
 #[cfg(feature = "server")]
@@ -79,15 +82,23 @@ pub async fn open(url: &str, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> 
 /// As [`open`].
 pub async fn open_url(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
     match url.scheme() {
-        "file" | "memory" => tenure_core::open_url(url, opts),
+        "file" => tenure_file::open(url, opts).await,
+        "memory" => open_memory(url, opts),
         #[cfg(feature = "object")]
-        s if OBJECT_SCHEMES.contains(&s) => tenure_object::open_url(url, opts).await,
+        s if OBJECT_SCHEMES.contains(&s) => tenure_object::open(url, opts).await,
         #[cfg(feature = "client")]
-        "tenure" => tenure_client::open_url(url, opts).await,
+        "tenure" => tenure_client::open(url, opts).await,
         #[cfg(feature = "etcd")]
-        "etcd" => tenure_etcd::open_url(url, opts).await,
+        "etcd" => tenure_etcd::open(url, opts).await,
         other => Err(url.invalid(unknown(other))),
     }
+}
+
+/// A `memory://[NAME]` store: a fresh one, or the one of that name in this
+/// process.
+fn open_memory(url: &StoreUrl, opts: &OpenOptions) -> Result<Arc<dyn LeaseStore>> {
+    let backend = tenure_core::store::memory::open_url(&url.with_params(&opts.params))?;
+    Ok(Arc::new(tenure_core::CasStore::new(backend, opts.clock.clone(), opts.cas.clone())))
 }
 
 /// Why `scheme` cannot be opened here: left out of this build, or unknown.

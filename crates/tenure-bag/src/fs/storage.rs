@@ -134,10 +134,10 @@ pub fn open(url: &str) -> Result<FsStorage> {
 /// `io=pool|inline`, `create=true|false` (default false: a directory that does
 /// not exist is an error at the first write, not created).
 pub fn open_with(url: &str, params: &BTreeMap<String, String>) -> Result<FsStorage> {
-    Ok(from_dir_url(&tenure_core::store::file::DirUrl::parse(url, params)?))
+    Ok(from_dir_url(&tenure_file::DirUrl::parse(url, params)?))
 }
 
 /// The storage a parsed directory URL describes.
-pub fn from_dir_url(d: &tenure_core::store::file::DirUrl) -> FsStorage {
+pub fn from_dir_url(d: &tenure_file::DirUrl) -> FsStorage {
     FsStorage::new(d.path.clone(), d.fsync).with_timeout(d.timeout).with_inline_io(d.inline).with_create(d.create)
 }

@@ -7,8 +7,8 @@ use std::ffi::OsStr;
 use crate::protocol::Storage as _;
 use bytes::Bytes;
 use tenure_core::limits::MAX_TIME_MS;
-use tenure_core::store::fs::{Dir, Kind, Opened, Read, is_gone};
 use tenure_core::{Error, Result};
+use tenure_file::fs::{Dir, Kind, Opened, Read, is_gone};
 
 use super::{FsStorage, GROUP_BUCKETS, SNAPSHOTS, skipped};
 use crate::layout::{MAX_SNAPSHOT_BYTES, MAX_SWEEP_BYTES, Sweep};
@@ -265,8 +265,9 @@ impl FsStorage {
             .ok_or_else(|| Error::store(self.url(), "sweeping", "the group directory vanished at once"))?;
         let name = sweep_name(lo, hi);
         match dir.create_excl(&name, rustix::fs::OFlags::WRONLY) {
-            Ok(fd) => tenure_core::store::fs::close_checked(fd)
-                .map_err(|e| self.err("creating a sweep", &dir.path().join(&name), e)),
+            Ok(fd) => {
+                tenure_file::fs::close_checked(fd).map_err(|e| self.err("creating a sweep", &dir.path().join(&name), e))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
             Err(e) => Err(self.err("creating a sweep", &dir.path().join(&name), e)),
         }

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
 use tenure::limits::millis;
 use tenure::{Holder, Mode, SystemClock};
-use tenure_server::core::{Acquired, Ask};
+use tenure_server::leases::{Acquired, Ask};
 use tenure_server::{Core, CoreOptions};
 
 use super::Target;

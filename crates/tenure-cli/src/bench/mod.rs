@@ -408,7 +408,7 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
             let mut v: Vec<Arc<dyn Target>> = vec![Arc::new(StoreTarget::new(url, store, args.op, args.ttl))];
             if scheme == "file" && !args.no_anchor {
                 let params = args.store.store_opts.iter().cloned().collect();
-                let dir = tenure::store::file::DirUrl::parse(url, &params)?;
+                let dir = tenure::file::DirUrl::parse(url, &params)?;
                 let path = &*dir.path.to_string_lossy();
                 if args.op == Op::Handover {
                     v.push(Arc::new(handover::Flock::new(path)));

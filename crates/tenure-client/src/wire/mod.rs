@@ -1,5 +1,6 @@
-//! The wire protocol, version 2: the message types, their framing, and the
-//! ranges every number in them must fall in.
+//! The wire protocol, version [`PROTOCOL_VERSION`] (peers as old as
+//! [`MIN_PROTOCOL_VERSION`] are served): the message types, their framing,
+//! and the ranges every number in them must fall in.
 //!
 //! See the crate documentation for the protocol as a whole. Every frame is
 //!
@@ -44,12 +45,18 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tenure_core::limits::{MAX_REASON_BYTES, MAX_TIME_MS, MAX_TOKEN, MAX_TTL, millis};
-use tenure_core::{BreakNote, EndedHow, Holder, HolderView, MAX_NAME_LEN, Mode, Predecessor};
+use tenure_core::{BreakNote, Holder, MAX_NAME_LEN, Mode};
 
 mod check;
+mod frame;
+mod owned;
 
 pub use check::check_request;
 pub(crate) use check::{check_grant, check_max_lease, check_predecessor, check_quarantine, check_state, check_view};
+pub use frame::{
+    decode, encode_request, encode_response, encode_response_as, frame_len, split_request, split_response,
+};
+pub use owned::{HolderOwned, HolderViewWire, PredecessorWire, StateWire};
 
 /// The protocol version this build speaks (5: server identities).
 pub const PROTOCOL_VERSION: u16 = 5;
@@ -546,168 +553,6 @@ mod raw_bytes {
     }
 }
 
-/// An owned holder (postcard cannot skip absent fields, so tenure's serde
-/// attributes on [`Holder`] are not used on the wire).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct HolderOwned {
-    /// Correlation id.
-    pub nonce: String,
-    /// Process id.
-    pub pid: u32,
-    /// Host.
-    pub host: String,
-    /// User.
-    pub user: String,
-    /// Version.
-    pub version: String,
-    /// Label.
-    pub label: Option<String>,
-}
-
-impl From<&Holder> for HolderOwned {
-    fn from(h: &Holder) -> Self {
-        Self {
-            nonce: h.nonce.clone(),
-            pid: h.pid,
-            host: h.host.clone(),
-            user: h.user.clone(),
-            version: h.version.clone(),
-            label: h.label.clone(),
-        }
-    }
-}
-
-impl From<HolderOwned> for Holder {
-    fn from(h: HolderOwned) -> Self {
-        Holder { nonce: h.nonce, pid: h.pid, host: h.host, user: h.user, version: h.version, label: h.label }
-    }
-}
-
-impl From<HolderOwned> for Arc<Holder> {
-    fn from(h: HolderOwned) -> Self {
-        Arc::new(h.into())
-    }
-}
-
-/// [`Predecessor`] on the wire.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PredecessorWire {
-    /// Token.
-    pub token: u64,
-    /// Holder.
-    pub holder: Option<HolderOwned>,
-    /// How it ended.
-    pub how: EndedHow,
-    /// When.
-    pub at_ms: u64,
-    /// Watermark.
-    pub watermark_ms: Option<u64>,
-    /// Metadata.
-    pub meta: Option<String>,
-    /// When its grant began, on its holder's clock (version 2).
-    pub acquired_ms: Option<u64>,
-    /// Who broke it and why (version 2).
-    pub broken: Option<(HolderOwned, Option<String>)>,
-}
-
-impl From<&Predecessor> for PredecessorWire {
-    fn from(p: &Predecessor) -> Self {
-        Self {
-            token: p.token,
-            holder: p.holder.as_deref().map(HolderOwned::from),
-            how: p.how,
-            at_ms: p.at_ms,
-            watermark_ms: p.watermark_ms,
-            meta: p.meta.clone(),
-            acquired_ms: p.acquired_ms,
-            broken: p.broken.as_ref().map(|b| (HolderOwned::from(&*b.by), b.reason.clone())),
-        }
-    }
-}
-
-impl From<PredecessorWire> for Predecessor {
-    fn from(p: PredecessorWire) -> Self {
-        Predecessor {
-            token: p.token,
-            holder: p.holder.map(Arc::from),
-            how: p.how,
-            at_ms: p.at_ms,
-            acquired_ms: p.acquired_ms,
-            watermark_ms: p.watermark_ms,
-            meta: p.meta,
-            broken: p.broken.map(|(by, reason)| BreakNote { by: Arc::from(by), reason }),
-        }
-    }
-}
-
-/// [`HolderView`] on the wire.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct HolderViewWire {
-    /// Holder.
-    pub holder: HolderOwned,
-    /// Mode.
-    pub mode: Mode,
-    /// Token.
-    pub token: u64,
-    /// Deadline.
-    pub deadline_ms: u64,
-    /// TTL.
-    pub ttl_ms: u64,
-    /// Time left, by the server's clock.
-    pub expires_in_ms: u64,
-    /// When the grant was made (holder's wall clock, unix ms), if known.
-    pub acquired_ms: Option<u64>,
-}
-
-impl From<&HolderView> for HolderViewWire {
-    fn from(v: &HolderView) -> Self {
-        Self {
-            holder: HolderOwned::from(&*v.holder),
-            mode: v.mode,
-            token: v.token,
-            deadline_ms: v.deadline_ms,
-            ttl_ms: v.ttl_ms,
-            expires_in_ms: v.expires_in_ms,
-            acquired_ms: v.acquired_ms,
-        }
-    }
-}
-
-impl From<HolderViewWire> for HolderView {
-    fn from(v: HolderViewWire) -> Self {
-        HolderView {
-            holder: v.holder.into(),
-            mode: v.mode,
-            token: v.token,
-            deadline_ms: v.deadline_ms,
-            ttl_ms: v.ttl_ms,
-            acquired_ms: v.acquired_ms,
-            expires_in_ms: v.expires_in_ms,
-        }
-    }
-}
-
-/// A lease's state on the wire.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct StateWire {
-    /// Record version, if the server has a record.
-    pub version: Option<u64>,
-    /// Last change.
-    pub modified_ms: Option<u64>,
-    /// Live grants.
-    #[serde(deserialize_with = "at_most::<_, _, MAX_HOLDERS>")]
-    pub holders: Vec<HolderViewWire>,
-    /// Expired grants not yet taken over.
-    #[serde(deserialize_with = "at_most::<_, _, MAX_HOLDERS>")]
-    pub expired: Vec<HolderViewWire>,
-    /// Highest token.
-    pub last_token: u64,
-    /// Highest watermark.
-    pub watermark_ms: Option<u64>,
-    /// How the last grant ended.
-    pub last: Option<PredecessorWire>,
-}
-
 /// Why a request failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ErrorCode {
@@ -733,79 +578,10 @@ pub enum ErrorCode {
     Idle,
 }
 
-/// Appends a request frame with `id` to `out`.
-pub fn encode_request(out: &mut Vec<u8>, id: u32, req: &Request<'_>) {
-    append_frame(out, &id.to_le_bytes(), req);
-}
-
-/// Appends a response frame for request `id` to `out`.
-pub fn encode_response(out: &mut Vec<u8>, id: u32, server_time_us: u64, resp: &Response) {
-    encode_response_as(out, id, server_time_us, resp);
-}
-
-/// Appends a response frame for request `id` to `out`, the body being anything
-/// that serialises exactly as a [`Response`] does (the server's borrowed forms).
-#[doc(hidden)]
-pub fn encode_response_as<T: Serialize>(out: &mut Vec<u8>, id: u32, server_time_us: u64, resp: &T) {
-    let mut header = [0; 12];
-    header[..4].copy_from_slice(&id.to_le_bytes());
-    header[4..].copy_from_slice(&server_time_us.to_le_bytes());
-    append_frame(out, &header, resp);
-}
-
-/// Appends one frame to `out`: `len:u32`, `header`, then `body` in postcard,
-/// where `len` counts the bytes after itself.
-fn append_frame<T: Serialize + ?Sized>(out: &mut Vec<u8>, header: &[u8], body: &T) {
-    let start = out.len();
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(header);
-    // Serialising plain data into a Vec cannot fail.
-    *out = postcard::to_extend(body, std::mem::take(out)).unwrap_or_else(|_| Vec::new());
-    let Some(len) = out.len().checked_sub(start + 4) else { return };
-    // Every answer is bounded far below 4 GiB; a length that did not fit would
-    // be refused by the peer as oversized, never wrap to a small one.
-    out[start..start + 4].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
-}
-
 #[doc(hidden)]
 pub mod out;
 
 pub(crate) mod inbound;
-
-/// Where the next frame in `buf` ends: `Ok(None)` if more bytes are needed,
-/// `Err` if the length field is out of bounds (`min` ..= `max` bytes after it).
-pub fn frame_len(buf: &[u8], min: usize, max: usize) -> Result<Option<usize>, String> {
-    let Some(head) = buf.get(..4) else { return Ok(None) };
-    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-    if len < min || len + 4 > max {
-        return Err(format!("frame length {len} is not within {min} to {} bytes", max - 4));
-    }
-    Ok((buf.len() >= 4 + len).then_some(4 + len))
-}
-
-/// Splits a response frame (as delimited by [`frame_len`]) into id, server time
-/// and body.
-pub fn split_response(frame: &[u8]) -> Option<(u32, u64, &[u8])> {
-    let id = u32::from_le_bytes(frame.get(4..8)?.try_into().ok()?);
-    let time = u64::from_le_bytes(frame.get(8..16)?.try_into().ok()?);
-    Some((id, time, frame.get(16..)?))
-}
-
-/// Decodes one message that must fill `body` exactly: bytes after it are an
-/// error, so every message has one encoding (postcard alone would ignore them).
-pub fn decode<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> Result<T, String> {
-    match postcard::take_from_bytes::<T>(body) {
-        Ok((msg, [])) => Ok(msg),
-        Ok((_, rest)) => Err(format!("{} bytes after the message", rest.len())),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// Splits a request frame into id and body.
-pub fn split_request(frame: &[u8]) -> Option<(u32, &[u8])> {
-    let id = u32::from_le_bytes(frame.get(4..8)?.try_into().ok()?);
-    Some((id, frame.get(8..)?))
-}
 
 #[cfg(test)]
 mod tests;

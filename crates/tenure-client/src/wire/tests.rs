@@ -1,4 +1,5 @@
 use super::*;
+use tenure_core::{EndedHow, Predecessor};
 
 #[test]
 fn witness_bytes_keep_the_plain_sequence_wire_format() {
@@ -296,4 +297,16 @@ fn a_peers_words_are_decoded_keeping_at_most_max_quoted_bytes() {
             assert!(g.len() <= MAX_QUOTED + '…'.len_utf8());
         }
     }
+}
+
+/// The version the docs name is the version this build speaks: the prose
+/// that states it is checked against the constants.
+#[test]
+fn the_docs_state_the_protocol_version_of_the_constants() {
+    let wire = include_str!("mod.rs");
+    let lib = include_str!("../lib.rs");
+    assert!(wire.contains(&format!("//! Version {PROTOCOL_VERSION} (this one)")), "wire/mod.rs");
+    assert!(lib.contains(&format!("//! # Wire protocol (version {PROTOCOL_VERSION})")), "lib.rs heading");
+    let range = format!("speaks versions {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}");
+    assert!(lib.contains(&range), "lib.rs: {range}");
 }

@@ -2,7 +2,7 @@
 //! or whose line is polled (object stores): first come, first served. The
 //! waiting is written once, over a [`Line`]: the store's own (etcd keeps a key
 //! per waiter, like its Lock API; a directory a file per waiter, see
-//! `store::file::line`; an object store an object per waiter, polled, see
+//! `tenure-file`'s wait line; an object store an object per waiter, polled, see
 //! [`Line::polls`]), or else one record per lease written with [`Backend`]'s
 //! read, conditional write and watch ([`RecordLine`]: the memory store). In a
 //! polled line a waiter looks again after pauses from 25 ms doubling to 1 s,
@@ -41,7 +41,7 @@
 //! that cannot watch the queue and keeps no polled line (a directory on NFS:
 //! no change notifications) keeps no queue: its waiters poll.
 //! So do the waiters of a line that cannot be used (a directory's line cluttered
-//! with what others left there, see `store::file::line`): such a line is taken
+//! with what others left there, see `tenure-file`'s wait line): such a line is taken
 //! for empty, never an error that keeps anyone from a free lease. Only the
 //! store's own failures (no answer in time) are the caller's to see.
 
@@ -56,7 +56,7 @@ use futures::future::{BoxFuture, Shared};
 use serde::{Deserialize, Serialize};
 
 use super::CasStore;
-use crate::backend::{Backend, Line, Put, PutOptions, Waiter, may_try};
+use crate::backend::{Backend, Key, Line, Put, PutOptions, Waiter, may_try};
 use crate::clock::{Clock, ClockExt};
 use crate::error::{Error, Result};
 use crate::record::{Judge, LeaseRecord};
@@ -105,8 +105,8 @@ impl Queue {
     }
 }
 
-fn queue_key(name: &str) -> String {
-    format!("{name}~queue")
+fn queue_key(name: &str) -> Result<Key> {
+    Key::new(&format!("{name}~queue"))
 }
 
 /// The error of a waiter refused because the line of `name` is full.
@@ -167,10 +167,10 @@ impl RecordLine {
     /// no waiter wrote (claiming to live longer than any waiter writes: they
     /// would hold the line up for good). A record that does not parse (a
     /// careless tenant's bytes) is an empty queue, replaced by the next write.
-    async fn read(&self, key: &str) -> Result<(Queue, Option<crate::types::Version>)> {
+    async fn read(&self, key: &Key) -> Result<(Queue, Option<crate::types::Version>)> {
         let Some(stored) = self.backend.get(key).await? else { return Ok((Queue::default(), None)) };
         let mut queue: Queue = serde_json::from_slice(&stored.value).unwrap_or_else(|e| {
-            tracing::debug!(key, error = %e, "unreadable queue record; taken as empty");
+            tracing::debug!(key = key.as_str(), error = %e, "unreadable queue record; taken as empty");
             Queue::default()
         });
         let now_ms = self.clock.wall_ms();
@@ -183,12 +183,12 @@ impl RecordLine {
 
     /// Reads the queue, lets `change` edit it, and writes it back on the
     /// version read, again until a write lands.
-    async fn update(&self, key: &str, change: impl Fn(&mut Queue, u64) -> Result<()>) -> Result<()> {
+    async fn update(&self, key: &Key, change: impl Fn(&mut Queue, u64) -> Result<()>) -> Result<()> {
         let url = self.backend.url();
         for _ in 0..MAX_RACES {
             let (mut queue, version) = self.read(key).await?;
             change(&mut queue, self.clock.wall_ms())?;
-            let bytes = Bytes::from(serde_json::to_vec(&queue).map_err(|e| Error::store(url, key, e))?);
+            let bytes = Bytes::from(serde_json::to_vec(&queue).map_err(|e| Error::store(url, key.as_str(), e))?);
             let opts = version.map_or_else(PutOptions::create, PutOptions::update);
             // On etcd the record goes with its last waiter.
             let opts = opts.with_expires_after(ENTRY_TTL.saturating_mul(2).saturating_add(self.skew));
@@ -199,7 +199,7 @@ impl RecordLine {
                 return Ok(());
             }
         }
-        Err(Error::store(url, key, format!("lost {MAX_RACES} writes of the wait queue in a row")))
+        Err(Error::store(url, key.as_str(), format!("lost {MAX_RACES} writes of the wait queue in a row")))
     }
 }
 
@@ -207,7 +207,7 @@ impl RecordLine {
 impl Line for RecordLine {
     async fn enter(&self, name: &str, waiter: &Waiter) -> Result<()> {
         let url = self.backend.url();
-        self.update(&queue_key(name), |q, now_ms| {
+        self.update(&queue_key(name)?, |q, now_ms| {
             let until_ms = now_ms.saturating_add(crate::limits::millis(ENTRY_TTL));
             let full_now = q.waiters.len() >= MAX_WAITERS;
             match q.waiters.iter_mut().find(|e| e.nonce == waiter.nonce) {
@@ -221,11 +221,11 @@ impl Line for RecordLine {
     }
 
     async fn waiters(&self, name: &str) -> Result<Vec<Waiter>> {
-        Ok(self.read(&queue_key(name)).await?.0.line())
+        Ok(self.read(&queue_key(name)?).await?.0.line())
     }
 
     async fn turn(&self, name: &str, waiter: &Waiter, timeout: Duration) -> Result<Option<bool>> {
-        let key = queue_key(name);
+        let key = queue_key(name)?;
         let (queue, version) = self.read(&key).await?;
         match may_try(&queue.line(), waiter) {
             Some(false) => {}
@@ -240,7 +240,7 @@ impl Line for RecordLine {
     }
 
     async fn leave(&self, name: &str, nonce: &str) -> Result<()> {
-        self.update(&queue_key(name), |q, _| {
+        self.update(&queue_key(name)?, |q, _| {
             q.waiters.retain(|e| e.nonce != nonce);
             Ok(())
         })
@@ -384,7 +384,8 @@ impl CasStore {
             return true;
         }
         if !self.watch_checked.swap(true, Ordering::Relaxed)
-            && let Err(Error::Unsupported { .. }) = self.backend.watch(&queue_key(name), None, Duration::ZERO).await
+            && let Ok(key) = queue_key(name)
+            && let Err(Error::Unsupported { .. }) = self.backend.watch(&key, None, Duration::ZERO).await
         {
             self.cannot_watch.store(true, Ordering::Relaxed);
         }
@@ -442,6 +443,7 @@ impl CasStore {
     pub(super) async fn wait_in_line(&self, req: &AcquireRequest, wait: Duration) -> Option<Result<Attempt>> {
         use std::sync::atomic::Ordering;
         let name = req.name.as_str();
+        let key = Key::lease(&req.name);
         if !self.can_queue(name).await {
             return None;
         }
@@ -528,7 +530,7 @@ impl CasStore {
                             Ok(false)
                         } else {
                             tokio::select! {
-                                w = self.backend.watch(name, seen.as_ref(), nap) => w,
+                                w = self.backend.watch(&key, seen.as_ref(), nap) => w,
                                 () = self.clock.sleep_until(wake) => Ok(false),
                             }
                         }

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::backend::{Backend, Put, PutMode, PutOptions, Stored, check_key};
+use crate::backend::{Backend, Key, Put, PutMode, PutOptions, Stored};
 use crate::clock::{Clock, SystemClock};
 use crate::error::Result;
 use crate::store_url::StoreUrl;
@@ -89,15 +89,13 @@ impl Backend for MemoryBackend {
         &self.url
     }
 
-    async fn get(&self, key: &str) -> Result<Option<Stored>> {
-        check_key(key)?;
-        Ok(self.state.lock().slots.get(key).cloned())
+    async fn get(&self, key: &Key) -> Result<Option<Stored>> {
+        Ok(self.state.lock().slots.get(key.as_str()).cloned())
     }
 
-    async fn put(&self, key: &str, value: Bytes, opts: PutOptions) -> Result<Put> {
-        check_key(key)?;
+    async fn put(&self, key: &Key, value: Bytes, opts: PutOptions) -> Result<Put> {
         let mut st = self.state.lock();
-        let current = st.slots.get(key).map(|s| &s.version);
+        let current = st.slots.get(key.as_str()).map(|s| &s.version);
         let ok = match &opts.mode {
             PutMode::Create => current.is_none(),
             PutMode::Update(v) => current == Some(v),
@@ -105,7 +103,7 @@ impl Backend for MemoryBackend {
         if !ok {
             return Ok(Put::Conflict);
         }
-        let v = Self::write(&mut st, key, value, self.clock.wall_ms());
+        let v = Self::write(&mut st, key.as_str(), value, self.clock.wall_ms());
         drop(st);
         self.changed.notify_waiters();
         Ok(Put::Done(v))
@@ -117,13 +115,13 @@ impl Backend for MemoryBackend {
         Ok(self.state.lock().slots.keys().filter(|k| under(k)).cloned().collect())
     }
 
-    async fn watch(&self, key: &str, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
+    async fn watch(&self, key: &Key, seen: Option<&Version>, timeout: Duration) -> Result<bool> {
         let deadline = self.clock.mono() + timeout;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.state.lock().slots.get(key).map(|s| &s.version) != seen {
+            if self.state.lock().slots.get(key.as_str()).map(|s| &s.version) != seen {
                 return Ok(true);
             }
             tokio::select! {
@@ -145,15 +143,23 @@ pub fn open(url: &str) -> Result<Arc<MemoryBackend>> {
 /// Opens a parsed `memory://[NAME]` URL: a fresh store, or the one of that
 /// name in this process.
 ///
+/// | setting | spelling |
+/// |---|---|
+/// | `timeout` | a duration with a unit (`timeout=5s`), as on every store; nothing here waits for it |
+///
+/// Any other setting is refused.
+///
 /// # Errors
 /// [`crate::Error::InvalidStore`] for another scheme or any setting.
 pub fn open_url(url: &StoreUrl) -> Result<Arc<MemoryBackend>> {
     if url.scheme() != "memory" {
         return Err(url.invalid("expected memory://[NAME]"));
     }
-    if let Some(key) = url.options().keys().next() {
-        return Err(url.unknown(key, "none: memory:// takes no options"));
-    }
+    // The one setting every store takes, the deadline of one operation
+    // (`timeout=5s`): checked, and moot here, where nothing waits on I/O.
+    url.retired("timeout_ms", |v| format!("timeout={v}ms"))?;
+    url.duration("timeout", Duration::from_millis(1)..=crate::limits::MAX_DURATION)?;
+    url.finish()?;
     // One name: `memory://a,b`, `memory://x@a` and `memory://a:1` would all
     // be `a` otherwise.
     if url.user().is_some() || url.hosts().len() > 1 || url.hosts().iter().any(|h| h.port.is_some()) {
@@ -162,4 +168,25 @@ pub fn open_url(url: &StoreUrl) -> Result<Arc<MemoryBackend>> {
     let host = url.hosts().first().map(|h| h.to_string()).unwrap_or_default();
     let name = format!("{host}{}", url.path_str("name")?);
     Ok(if name.is_empty() { Arc::new(MemoryBackend::new(SystemClock::shared())) } else { MemoryBackend::named(&name) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(url: &str) -> String {
+        match open(url) {
+            Err(crate::Error::InvalidStore { reason, .. }) => reason,
+            other => panic!("{url}: expected InvalidStore, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_one_setting_is_timeout_with_a_unit_and_others_are_refused() {
+        assert!(open("memory://?timeout=5s").is_ok());
+        assert!(reason("memory://?timeout=5").contains("timeout=5 has no unit"));
+        assert!(reason("memory://?timeout_ms=5").contains("timeout_ms=5 is no longer read: write timeout=5ms"));
+        assert!(reason("memory://?bogus=5").contains("unknown option \"bogus\" (known: timeout)"));
+        assert!(reason("memory://?fsync=false").contains("unknown option \"fsync\""));
+    }
 }

@@ -5,11 +5,7 @@
 //! [`crate::Backend`]; the lease server implements it natively (its clock is the
 //! judge) and overrides the batch operations to save round trips.
 
-pub mod file;
-pub mod fs;
 pub mod memory;
-pub mod mounts;
-pub mod offload;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -62,6 +58,40 @@ pub enum AllAttempt {
     Busy(Busy),
 }
 
+/// [`LeaseStore::try_acquire_all`] for a store without a batch operation,
+/// **not atomic**: tries the leases one by one and, if one is busy (or fails),
+/// releases those already taken, every one of them even if some releases fail
+/// (`docs/design/all-or-nothing.md#take-them-all-or-none`). Between its first
+/// grant and its last or its releases, others
+/// see part of the batch held; callers that ask in canonical order never
+/// deadlock on it.
+///
+/// # Errors
+/// `InvalidOptions` for a name asked twice; the first failed attempt's error.
+pub async fn try_acquire_one_by_one<S: LeaseStore + ?Sized>(store: &S, reqs: &[AcquireRequest]) -> Result<AllAttempt> {
+    let mut names: Vec<&LeaseName> = reqs.iter().map(|r| &r.name).collect();
+    names.sort();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Error::InvalidOptions { reason: format!("lease {:?} asked twice in one batch", w[0].as_str()) });
+    }
+    let mut held: Vec<Grant> = Vec::with_capacity(reqs.len());
+    for req in reqs {
+        let outcome = store.try_acquire(req).await;
+        match outcome {
+            Ok(Attempt::Granted(g)) => held.push(g),
+            Ok(Attempt::Busy(busy)) => {
+                store.release_all(&held, &ReleaseRequest::default()).await;
+                return Ok(AllAttempt::Busy(busy));
+            }
+            Err(e) => {
+                store.release_all(&held, &ReleaseRequest::default()).await;
+                return Err(e);
+            }
+        }
+    }
+    Ok(AllAttempt::Granted(held))
+}
+
 /// The lease API.
 #[async_trait]
 pub trait LeaseStore: Send + Sync + Debug + 'static {
@@ -94,35 +124,12 @@ pub trait LeaseStore: Send + Sync + Debug + 'static {
     async fn break_lease(&self, seen: &LeaseState, only_token: Option<u64>, note: Option<&BreakNote>) -> Result<()>;
 
     /// All-or-nothing acquisition of several leases, in the order given (callers
-    /// pass them in canonical order). The default tries them one by one and, if one
-    /// is busy, releases those already taken, every one of them even if some
-    /// releases fail (seed 003). Stores with a batch operation override it.
-    /// A name asked twice is refused (`InvalidOptions`), as the lease server does.
-    async fn try_acquire_all(&self, reqs: &[AcquireRequest]) -> Result<AllAttempt> {
-        let mut names: Vec<&LeaseName> = reqs.iter().map(|r| &r.name).collect();
-        names.sort();
-        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(Error::InvalidOptions {
-                reason: format!("lease {:?} asked twice in one batch", w[0].as_str()),
-            });
-        }
-        let mut held: Vec<Grant> = Vec::with_capacity(reqs.len());
-        for req in reqs {
-            let outcome = self.try_acquire(req).await;
-            match outcome {
-                Ok(Attempt::Granted(g)) => held.push(g),
-                Ok(Attempt::Busy(busy)) => {
-                    self.release_all(&held, &ReleaseRequest::default()).await;
-                    return Ok(AllAttempt::Busy(busy));
-                }
-                Err(e) => {
-                    self.release_all(&held, &ReleaseRequest::default()).await;
-                    return Err(e);
-                }
-            }
-        }
-        Ok(AllAttempt::Granted(held))
-    }
+    /// pass them in canonical order): every grant, or none held when it returns.
+    /// Each store says how: in one atomic step (the lease server), or one by
+    /// one with [`try_acquire_one_by_one`], which is not atomic (others may see
+    /// some of the leases held for a moment). A name asked twice is refused
+    /// (`InvalidOptions`), as the lease server does.
+    async fn try_acquire_all(&self, reqs: &[AcquireRequest]) -> Result<AllAttempt>;
 
     /// Renews several grants; one result per grant.
     async fn renew_all(&self, grants: &[Grant]) -> Vec<Result<Grant>> {

@@ -36,6 +36,8 @@ use crate::admission::{Admission, Ticket};
 use crate::server::{Shared, report_panic};
 use crate::tls::{self, Accepted, ServerStream, ServerTls};
 
+mod html;
+mod metrics;
 pub mod pages;
 
 pub use pages::{JSON_LIMIT, PAGE_LIMIT, router};

@@ -35,8 +35,8 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
-use super::Shared;
-use super::dispatch::{Answer, Reply, error};
+use super::answer::{Answer, Reply, error};
+use super::shared::Shared;
 use crate::admission::{self, Ticket};
 use crate::spin::Spin;
 use crate::tls::{self, Accepted, ServerStream, ServerTls};
