@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The Python package's checks: builds the extension into a venv (with the
+# workspace's cargo target dir), type-checks the examples with mypy --strict,
+# and runs the pytest suite (which needs the `tenure` command for the lease
+# server: built here too).
+#
+#   python/test.sh [PYTEST ARGS...]
+#
+# Servers: the suite reads the same TENURE_TEST_* variables as the Rust tests
+# and skips a store whose server is not configured, unless
+# TENURE_REQUIRE_SERVERS=1.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+export CARGO_TARGET_DIR="$target"
+venv="$target/python-venv"
+python="${PYTHON:-python3}"
+
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "maturin==1.16.0" "pytest==9.2.0" "mypy==2.4.1" "filelock==4.3.1" "redis==8.1.0"
+
+cargo build -p tenure-cli --all-features
+export TENURE_BIN="${TENURE_BIN:-$target/debug/tenure}"
+
+(cd "$here" && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --quiet)
+
+(cd "$here" && "$venv/bin/python" -m mypy --strict examples tenure tests bench.py)
+(cd "$here" && "$venv/bin/python" -m pytest -q tests "$@")
