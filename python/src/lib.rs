@@ -15,6 +15,7 @@ mod errors;
 mod lease;
 mod runtime;
 mod store;
+mod witness;
 
 use pyo3::prelude::*;
 
@@ -23,6 +24,7 @@ use crate::convert::*;
 use crate::errors::*;
 use crate::lease::*;
 use crate::store::*;
+use crate::witness::*;
 
 /// Parses a duration as every `ttl`/`timeout` argument does: seconds.
 #[pyfunction]
@@ -44,6 +46,7 @@ fn _tenure(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open_async, m)?)?;
     m.add_function(wrap_pyfunction!(parse_duration, m)?)?;
     m.add_function(wrap_pyfunction!(schemes, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_witness, m)?)?;
     m.add_class::<Store>()?;
     m.add_class::<Client>()?;
     m.add_class::<Lease>()?;
@@ -53,6 +56,7 @@ fn _tenure(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Bag>()?;
     m.add_class::<BagWriter>()?;
     m.add_class::<BagMessage>()?;
+    m.add_class::<Witness>()?;
     for (name, ty) in [
         ("TenureError", py.get_type::<TenureError>()),
         ("ConfigError", py.get_type::<ConfigError>()),
@@ -67,6 +71,7 @@ fn _tenure(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ("StoreUnavailable", py.get_type::<StoreUnavailable>()),
         ("Closed", py.get_type::<Closed>()),
         ("ForkedError", py.get_type::<ForkedError>()),
+        ("WitnessError", py.get_type::<WitnessError>()),
     ] {
         m.add(name, ty)?;
     }

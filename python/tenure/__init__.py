@@ -67,11 +67,14 @@ from ._tenure import (
     Timeout,
     TokensExhausted,
     Unsupported,
+    Witness,
+    WitnessError,
     __version__,
     open,
     open_async,
     parse_duration,
     schemes,
+    verify_witness,
 )
 
 Duration = Union[str, float, int, timedelta]
@@ -101,6 +104,8 @@ __all__ = [
     "Timeout",
     "TokensExhausted",
     "Unsupported",
+    "Witness",
+    "WitnessError",
     "__version__",
     "alock",
     "client",
@@ -109,6 +114,7 @@ __all__ = [
     "open_async",
     "parse_duration",
     "schemes",
+    "verify_witness",
 ]
 
 # One client per store URL (and options) per process: one holder identity,

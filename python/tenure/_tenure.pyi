@@ -46,6 +46,39 @@ class Closed(TenureError):
 class ForkedError(TenureError):
     """An object made before fork() was used in the child."""
 
+class WitnessError(TenureError):
+    """Witness bytes that are malformed, or do not verify with the key given."""
+
+class Witness:
+    """What a verified witness attests: a grant of a lease by the lease server."""
+
+    @property
+    def kind(self) -> str:
+        """"grant", "renewal", "tentative" or "upgrade"."""
+    @property
+    def authorizes_writes(self) -> bool: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def token(self) -> int: ...
+    @property
+    def deadline_ms(self) -> int: ...
+    @property
+    def deadline(self) -> datetime: ...
+    @property
+    def server_time_us(self) -> int: ...
+    @property
+    def holder_nonce(self) -> str: ...
+    @property
+    def predecessor_token(self) -> Optional[int]: ...
+    @property
+    def predecessor_watermark_ms(self) -> Optional[int]: ...
+
+def verify_witness(public_key: Union[str, bytes], witness: bytes) -> Witness:
+    """Verifies a lease's witness with the server's public key (64 hex digits or 32 bytes)."""
+
 class Store:
     """An opened lease store."""
 

@@ -52,9 +52,11 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, proc: "subprocess.Popen[bytes]", port: int) -> None:
+    def __init__(self, proc: "subprocess.Popen[bytes]", port: int, public_key: str) -> None:
         self.proc = proc
         self.port = port
+        # The witness public key its banner printed (64 hex digits).
+        self.public_key = public_key
 
 
 @pytest.fixture(scope="session")
@@ -63,13 +65,16 @@ def lease_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Optional[
     if not exe.exists():
         yield None
         return
-    state = tmp_path_factory.mktemp("serve") / "serve.state"
+    work = tmp_path_factory.mktemp("serve")
+    state = work / "serve.state"
+    banner = work / "banner"
     port = free_port()
-    proc = subprocess.Popen(
-        [str(exe), "serve", "--listen", f"127.0.0.1:{port}", "--state", str(state), "--max-lease", MAX_LEASE],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with banner.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(exe), "serve", "--listen", f"127.0.0.1:{port}", "--state", str(state), "--max-lease", MAX_LEASE],
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+        )
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -86,7 +91,9 @@ def lease_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Optional[
 
     probe = tenure.Client(tenure.open(f"tenure://127.0.0.1:{port}"))
     probe.acquire("quarantine-probe", ttl="1s", timeout="30s").release()
-    yield Server(proc, port)
+    key = [line.rsplit(" ", 1)[-1] for line in banner.read_text().splitlines() if "witness public key" in line]
+    assert len(key) == 1, f"tenure serve printed no witness key: {banner.read_text()!r}"
+    yield Server(proc, port, key[0])
     proc.terminate()
     proc.wait(10)
 
