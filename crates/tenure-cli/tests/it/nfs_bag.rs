@@ -168,7 +168,14 @@ fn nfs_bag_appends_and_closes_from_two_clients_accepted_is_read_rejected_is_not(
     let resurrected: Vec<_> = rej.iter().filter(|p| set.contains(p.as_str())).collect();
     assert!(resurrected.is_empty(), "rejected but read: {resurrected:?}");
     let unknown_read = unk.iter().filter(|p| set.contains(p.as_str())).count();
-    assert!(!acc.is_empty() && !rej.is_empty(), "the run must exercise both verdicts");
+    assert!(
+        !acc.is_empty() && !rej.is_empty(),
+        "the run must exercise both verdicts: accepted {}, rejected {}, undecided {} (kills {:?})",
+        acc.len(),
+        rej.len(),
+        unk.len(),
+        kills
+    );
     println!(
         "NFS bag race: accepted {}, rejected {} ({nim} of them not in manifest in the race, plus 1 made on purpose), \
          unknown {} ({unknown_read} of them read), {} read, identical on both clients; kills (writers closers) [{}]; {:.0}s",
