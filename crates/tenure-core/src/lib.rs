@@ -41,6 +41,7 @@ mod fence;
 mod holder;
 mod keepalive;
 pub mod limits;
+pub mod meter;
 mod name;
 mod open;
 mod options;
