@@ -136,7 +136,8 @@ pub(crate) struct LockArgs {
     pub(crate) ttl: Duration,
     /// Give up waiting after this long (exit 75); by default, wait as long as it takes.
     /// A bare number is seconds (`-w 5`, `-w 0.5`), as flock(1) takes it.
-    #[arg(short = 'w', long, visible_alias = "wait", value_parser = duration, conflicts_with = "no_wait", value_name = "DURATION")]
+    #[arg(short = 'w', long, visible_alias = "wait", value_parser = duration, conflicts_with = "no_wait",
+          value_name = "DURATION")]
     pub(crate) timeout: Option<Duration>,
     /// Do not wait: exit 75 at once if the lease is held.
     #[arg(short = 'n', long, visible_aliases = ["nonblock", "nb"])]
