@@ -31,7 +31,7 @@ pub(crate) enum Command {
     /// lost, or `tenure` itself dies, COMMAND's whole process group is stopped
     /// (SIGTERM, then SIGKILL after --kill-grace) before anyone else can get the
     /// lease.
-    #[command(after_help = LOCK_AFTER_HELP)]
+    #[command(after_help = LOCK_AFTER_HELP, override_usage = LOCK_USAGE)]
     Lock(LockArgs),
     /// Show held leases and their holders (read-only).
     ///
@@ -79,6 +79,10 @@ pub(crate) enum Command {
     Guard(crate::guard::GuardArgs),
 }
 
+const LOCK_USAGE: &str = "\
+tenure lock [OPTIONS] <STORE> <NAME> -- <COMMAND>...
+       tenure lock [OPTIONS] <STORE> <NAME> -c <SHELL COMMAND>";
+
 const LOCK_AFTER_HELP: &str = "\
 COMMAND's environment:
   TENURE_LEASE     the lease name
@@ -98,12 +102,23 @@ Exit status: COMMAND's own (128 + n if signal n ended it), or
   70   a bug in tenure
   71   the guard process could not start or was killed before COMMAND started
   75   the lease is busy (--no-wait) or the wait timed out (--timeout); or no
-       grant came in time to start COMMAND under (the store answered too slowly)
+       grant came in time to start COMMAND under (the store answered too slowly);
+       -E CODE gives these CODE instead
   76   COMMAND ran and was stopped: the lease was lost, or its guard was killed
   126  COMMAND cannot be run, 127 COMMAND not found (the lease is not taken)
 
+flock(1)'s flags:
+  -w SECS      --timeout (--wait); a bare number is seconds: -w 5, -w 0.5
+  -n           --no-wait (--nonblock, --nb)
+  -s, -x       --shared; --exclusive (-e), the default
+  -E CODE      exit CODE instead of 75 (0-255; not 64, 65, 69, 70, 71, 76, 126, 127)
+  -c CMD       run `sh -c CMD`, instead of -- COMMAND
+  -v           a last line: waited, held, renewals, token
+  -u, -o, -F and --fcntl are refused, saying what tenure does instead.
+
 Example:
-  tenure lock /mnt/shared/locks deploy/prod --timeout 10m -- ./deploy.sh --prod";
+  tenure lock /mnt/shared/locks deploy/prod --timeout 10m -- ./deploy.sh --prod
+  tenure lock /mnt/shared/locks nightly -n -E 0 -c 'make backup'    (skip if one runs)";
 
 const STATUS_AFTER_HELP: &str = "\
 Exit status:

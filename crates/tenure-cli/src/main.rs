@@ -89,7 +89,7 @@ fn main() -> ExitCode {
             return exit::code(exit::INTERNAL);
         }
     };
-    let result = runtime.block_on(run(cli.command));
+    let result = runtime.block_on(run(cli.command, cli.verbose));
     // Dropping a runtime waits for its blocking threads, and one stuck in a system
     // call on a hung mount never returns: abandon them. What they would have
     // done no longer matters once `run` has decided the outcome.
@@ -104,9 +104,9 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command) -> anyhow::Result<ExitCode> {
+async fn run(command: Command, verbose: u8) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Lock(args) => lock::run(args).await,
+        Command::Lock(args) => lock::flock::run(args, verbose).await,
         Command::Status(args) => status::status(args).await,
         Command::Break(args) => status::break_lease(args).await,
         #[cfg(feature = "server")]
@@ -128,7 +128,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 /// `context: cause: cause`, without repeating a cause already in the message.
-fn one_line(e: &anyhow::Error) -> String {
+pub(crate) fn one_line(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
         let text = cause.to_string();

@@ -141,12 +141,14 @@ impl Client {
         on_wait: impl FnMut(&Busy) + Send,
     ) -> Result<Lease> {
         let name = LeaseName::new(name)?;
+        let asked = self.clock().mono();
         let (_turn, left) = self.take_turns(std::slice::from_ref(&name), opts).await?;
         let mut grants = self.acquire_grants(std::slice::from_ref(&name), &left, on_wait).await?;
         let grant =
             grants.pop().ok_or_else(|| Error::store(self.store.url(), "acquiring", "the store granted nothing"))?;
         // The turn passes on once the handle holds the name.
-        Ok(Lease::start(self.store.clone(), grant, opts, self.held.clone()))
+        let waited = self.clock().mono().saturating_since(asked);
+        Ok(Lease::start(self.store.clone(), grant, opts, self.held.clone(), waited))
     }
 
     /// Acquires every one of `names`, all or nothing, under one overall
@@ -179,9 +181,11 @@ impl Client {
         if names.is_empty() {
             return Err(Error::InvalidOptions { reason: "acquire_all needs at least one lease name".into() });
         }
+        let asked = self.clock().mono();
         let (_turns, left) = self.take_turns(&names, opts).await?;
         let grants = self.acquire_grants(&names, &left, on_wait).await?;
-        Ok(LeaseSet::start(self.store.clone(), grants, opts, self.held.clone()))
+        let waited = self.clock().mono().saturating_since(asked);
+        Ok(LeaseSet::start(self.store.clone(), grants, opts, self.held.clone(), waited))
     }
 
     /// Takes this task's turn at each of `names` (canonical order), after the
@@ -468,7 +472,10 @@ impl Client {
             };
             let (busy, failed) = match attempt {
                 Ok(AllAttempt::Granted(grants)) => return Ok(grants),
-                Ok(AllAttempt::Busy(busy)) => (busy, None),
+                Ok(AllAttempt::Busy(busy)) => {
+                    crate::meter::Labels::new(self.store.url(), opts.mode).busy();
+                    (busy, None)
+                }
                 // While waiting, a store outage is waited out like a busy lease.
                 Err(e) if e.is_transient() && opts.timeout != Some(Duration::ZERO) => {
                     // on_wait shows it to the caller; a log line would only duplicate it.

@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -24,6 +25,7 @@ use tokio::task::JoinHandle;
 
 use crate::clock::{Clock, ClockExt, Mono};
 use crate::error::{Error, Result};
+use crate::meter::Labels;
 use crate::options::LeaseOptions;
 use crate::store::{LeaseStore, ReleaseRequest};
 use crate::types::{Grant, Health, LossReason, Released};
@@ -65,6 +67,17 @@ struct Timing {
     max_failures: u32,
 }
 
+/// What a handle tells of its lease's life so far (see `Lease::renewals`).
+#[derive(Debug)]
+struct Stats {
+    /// When the handle was made, on the store's clock.
+    since: Mono,
+    /// How long the acquisition that made it waited.
+    waited: Duration,
+    /// Grants renewed, counted one by one.
+    renewals: AtomicU64,
+}
+
 /// The machinery shared by [`Lease`] and [`LeaseSet`].
 #[derive(Debug)]
 struct Held {
@@ -73,10 +86,20 @@ struct Held {
     grants: watch::Receiver<Arc<Vec<Grant>>>,
     ctl: Option<mpsc::Sender<Cmd>>,
     task: Option<JoinHandle<()>>,
+    stats: Arc<Stats>,
 }
 
 impl Held {
-    fn start(store: Arc<dyn LeaseStore>, grants: Vec<Grant>, opts: &LeaseOptions, held: HeldNames) -> Self {
+    fn start(
+        store: Arc<dyn LeaseStore>,
+        grants: Vec<Grant>,
+        opts: &LeaseOptions,
+        held: HeldNames,
+        waited: Duration,
+    ) -> Self {
+        let labels = Labels::new(store.url(), opts.mode);
+        labels.acquired(waited);
+        let stats = Arc::new(Stats { since: store.clock().mono(), waited, renewals: AtomicU64::new(0) });
         let timing = Timing { interval: opts.renew_interval(), safety: opts.safety(), max_failures: opts.max_failures };
         let stop_by = stop_by(&grants, timing.safety);
         let (health_tx, health) = watch::channel(Health::Held { stop_by });
@@ -92,9 +115,12 @@ impl Held {
             grants_tx,
             held,
             registered: true,
+            labels,
+            stats: stats.clone(),
+            lost_at: None,
         };
         let task = tokio::spawn(task.run(ctl_rx));
-        Self { store, health, grants: grants_rx, ctl: Some(ctl), task: Some(task) }
+        Self { store, health, grants: grants_rx, ctl: Some(ctl), task: Some(task), stats }
     }
 
     async fn release(mut self, req: ReleaseRequest) -> Result<Released> {
@@ -169,6 +195,10 @@ struct KeepAlive {
     grants_tx: watch::Sender<Arc<Vec<Grant>>>,
     held: HeldNames,
     registered: bool,
+    labels: Labels,
+    stats: Arc<Stats>,
+    /// When the lease was lost, which ends its hold time.
+    lost_at: Option<Mono>,
 }
 
 /// Why the renewal loop stopped.
@@ -185,6 +215,8 @@ impl KeepAlive {
             Stop::Lost => ctl.recv().await.map_or(Stop::Dropped, Stop::Command),
             other => other,
         };
+        let ended = self.lost_at.unwrap_or_else(|| self.clock.mono());
+        self.labels.held(ended.saturating_since(self.stats.since));
         self.unregister();
         let (req, reply) = match stop {
             Stop::Command(Cmd::Release(req, reply)) => (req, Some(reply)),
@@ -238,19 +270,29 @@ impl KeepAlive {
                 cmd = ctl.recv() => return cmd.map_or(Stop::Dropped, Stop::Command),
                 out = renewal => out,
             };
+            let took = self.clock.mono().saturating_since(now);
             let error = match outcome {
-                None => Some(format!("no answer within {}", crate::duration::human_duration(budget))),
+                None => {
+                    self.labels.renewal(took, 0);
+                    Some(format!("no answer within {}", crate::duration::human_duration(budget)))
+                }
                 Some(results) => {
-                    let mut error = None;
+                    let (mut error, mut lost, mut renewed) = (None, None, 0u64);
                     for (slot, result) in self.grants.iter_mut().zip(results) {
                         match result {
-                            Ok(g) => *slot = g,
-                            Err(Error::Lost { reason, .. }) => {
-                                self.lose(reason);
-                                return Stop::Lost;
+                            Ok(g) => {
+                                *slot = g;
+                                renewed += 1;
                             }
+                            Err(Error::Lost { reason, .. }) => lost = lost.or(Some(reason)),
                             Err(e) => error = Some(e.to_string()),
                         }
+                    }
+                    self.labels.renewal(took, renewed);
+                    self.stats.renewals.fetch_add(renewed, Ordering::Relaxed);
+                    if let Some(reason) = lost {
+                        self.lose(reason);
+                        return Stop::Lost;
                     }
                     error
                 }
@@ -281,6 +323,8 @@ impl KeepAlive {
 
     fn lose(&mut self, reason: LossReason) {
         tracing::info!(%reason, "lease lost");
+        self.labels.lost(&reason);
+        self.lost_at = Some(self.clock.mono());
         self.health.send_replace(Health::Lost(reason));
         self.unregister();
     }
@@ -343,6 +387,23 @@ macro_rules! held_handle {
             self.held.release(ReleaseRequest::default()).await
         }
 
+        #[doc = concat!("Successful renewals of ", $what, " since it was acquired (for a set, each")]
+        /// grant's renewals counted).
+        pub fn renewals(&self) -> u64 {
+            self.held.stats.renewals.load(Ordering::Relaxed)
+        }
+
+        /// How long the acquisition that returned this handle waited, from the
+        /// call to the grant (the client's turn and the backoff included).
+        pub fn waited(&self) -> Duration {
+            self.held.stats.waited
+        }
+
+        /// How long this handle has held its lease so far, on the store's clock.
+        pub fn held_for(&self) -> Duration {
+            self.held.store.clock().mono().saturating_since(self.held.stats.since)
+        }
+
         /// Releases with a watermark (an upper bound of the timestamps of everything
         /// written under the lease) and metadata for the next holder.
         pub async fn release_with(self, req: ReleaseRequest) -> Result<Released> {
@@ -352,8 +413,14 @@ macro_rules! held_handle {
 }
 
 impl Lease {
-    pub(crate) fn start(store: Arc<dyn LeaseStore>, grant: Grant, opts: &LeaseOptions, held: HeldNames) -> Self {
-        Self { held: Held::start(store, vec![grant], opts, held) }
+    pub(crate) fn start(
+        store: Arc<dyn LeaseStore>,
+        grant: Grant,
+        opts: &LeaseOptions,
+        held: HeldNames,
+        waited: Duration,
+    ) -> Self {
+        Self { held: Held::start(store, vec![grant], opts, held, waited) }
     }
 
     /// The grant, as of the latest renewal.
@@ -378,8 +445,14 @@ pub struct LeaseSet {
 }
 
 impl LeaseSet {
-    pub(crate) fn start(store: Arc<dyn LeaseStore>, grants: Vec<Grant>, opts: &LeaseOptions, held: HeldNames) -> Self {
-        Self { held: Held::start(store, grants, opts, held) }
+    pub(crate) fn start(
+        store: Arc<dyn LeaseStore>,
+        grants: Vec<Grant>,
+        opts: &LeaseOptions,
+        held: HeldNames,
+        waited: Duration,
+    ) -> Self {
+        Self { held: Held::start(store, grants, opts, held, waited) }
     }
 
     /// The grants, in canonical (name) order, as of the latest renewal.

@@ -28,6 +28,10 @@
 //! Layers, top down: [`Client`] and [`Lease`] (waiting, keep-alive, health,
 //! multi-lease) → [`LeaseStore`] (the lease API) → [`cas::CasStore`] (the lease
 //! logic, written once) → [`Backend`] (a versioned register per key).
+//!
+//! Clients record their waits, holds, renewals, losses and busy answers
+//! through the `metrics` facade, for whatever recorder the program installs
+//! ([`meter`], `docs/metrics.md`).
 
 #![forbid(unsafe_code)]
 
@@ -41,6 +45,7 @@ mod fence;
 mod holder;
 mod keepalive;
 pub mod limits;
+pub mod meter;
 mod name;
 mod open;
 mod options;

@@ -116,7 +116,9 @@ use crate::exit::{self, Fail};
 use crate::stores::StoreArgs;
 use crate::supervise::{Leader, MIN_SILENCE, Spec, Start, Status, Supervisor, is_ignored};
 
+pub(crate) mod flock;
 mod hold;
+mod summary;
 mod take;
 
 use hold::{FORWARDED, Outcome, Signals, describe, stop_by, supervise, to_boot_ns};
@@ -133,16 +135,18 @@ pub(crate) struct LockArgs {
     #[arg(long, value_parser = ttl, default_value = "30s", value_name = "DURATION")]
     pub(crate) ttl: Duration,
     /// Give up waiting after this long (exit 75); by default, wait as long as it takes.
-    #[arg(long, value_parser = duration, conflicts_with = "no_wait", value_name = "DURATION")]
+    /// A bare number is seconds (`-w 5`, `-w 0.5`), as flock(1) takes it.
+    #[arg(short = 'w', long, visible_alias = "wait", value_parser = duration, conflicts_with = "no_wait",
+          value_name = "DURATION")]
     pub(crate) timeout: Option<Duration>,
     /// Do not wait: exit 75 at once if the lease is held.
-    #[arg(long)]
+    #[arg(short = 'n', long, visible_aliases = ["nonblock", "nb"])]
     pub(crate) no_wait: bool,
     /// Longest wait between two polls of a busy lease (more polls, quicker hand-over).
     #[arg(long, value_parser = duration, default_value = "1s", value_name = "DURATION")]
     pub(crate) poll: Duration,
     /// Take a shared lease (many shared holders at once, no exclusive one).
-    #[arg(long)]
+    #[arg(short = 's', long)]
     pub(crate) shared: bool,
     /// A label stored with the grant, shown to others (e.g. a CI job URL).
     #[arg(long)]
@@ -156,8 +160,10 @@ pub(crate) struct LockArgs {
     #[arg(long, value_parser = duration, default_value = "5s", value_name = "DURATION")]
     pub(crate) kill_grace: Duration,
     /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(last = true, required_unless_present = "shell_command", value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
+    #[command(flatten)]
+    pub(crate) flock: flock::FlockArgs,
 }
 
 /// How much longer than a bound the CLI's own backstop waits: the client and the
@@ -277,6 +283,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         Err(e) => Outcome::GuardLost { message: format!("{e:#}"), ran: false },
     };
 
+    let summary = summary::Summary::of(&lease);
     let released = tokio::select! {
         released = tokio::time::timeout(op_timeout + SLACK, lease.release()) => match released {
             Ok(released) => released.map_err(|e| e.to_string()),
@@ -326,6 +333,9 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         Ok(Released::NotHeld) if code == exit::LOST => {}
         Ok(Released::NotHeld) => say(&format!("{what} had already ended when the command finished")),
         Err(e) => say(&format!("releasing {what} failed, it ends by itself after its TTL: {e}")),
+    }
+    if args.flock.verbose > 0 {
+        say(&summary.line(store.url(), &name));
     }
     Ok(exit::code(code))
 }

@@ -25,6 +25,7 @@ mod lock_cli;
 mod lock_counter;
 mod lock_detached;
 mod lock_first_contact;
+mod lock_flock;
 mod lock_guard;
 mod lock_hung;
 mod lock_terminal;

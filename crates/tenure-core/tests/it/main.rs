@@ -11,4 +11,5 @@ mod fuzz_record;
 mod hung_store;
 mod keepalive;
 mod late_grant;
+mod metrics;
 mod model_lease;
