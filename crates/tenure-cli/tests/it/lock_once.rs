@@ -206,7 +206,15 @@ fn hold_at_least_keeps_the_lease_after_the_command_ended_until_a_signal() {
 #[test]
 fn once_per_refuses_a_shared_lease_and_periods_out_of_range() {
     let store = FileStore::new();
-    for flags in [&["--once-per", "1h", "--shared"][..], &["--once-per", "10ms"], &["--count-failures"]] {
+    let flags: [&[&str]; 6] = [
+        &["--once-per", "1h", "--shared"],
+        &["--once-per", "10ms"],
+        &["--once-per", "0"],
+        &["--once-per", "11y"],
+        &["--hold-at-least", "11y"],
+        &["--count-failures"],
+    ];
+    for flags in flags {
         let out = run(&mut lock(&store.url(), "job", flags, &["true"]), LIMIT);
         assert_eq!(out.status.code(), Some(64), "{flags:?}: {}", stderr(&out));
     }
