@@ -20,7 +20,9 @@
 //!   the lease held (the keep-alive renewing it) until `D` after it was taken.
 //!   A signal to `tenure` during the hold ends it at once: the lease is released
 //!   (the mark written if the run counts) and `tenure` exits with the command's
-//!   status. A lease lost during the hold ends it too, and the run does not count.
+//!   status. A lease lost during the hold ends it too, and the run does not
+//!   count; nor does it if `tenure` is killed during the hold (the guard has
+//!   ended with the command: the lease expires after its TTL, unmarked).
 
 use std::time::{Duration, SystemTime};
 
