@@ -162,6 +162,8 @@ macro_rules! conformance_tests {
             multi_lease_is_all_or_nothing_in_canonical_order,
             same_holder_retakes_its_abandoned_lease_at_once,
             release_publishes_watermark_to_the_next_holder,
+            metadata_is_carried_forward_until_a_holder_leaves_its_own,
+            once_per_period_counts_only_runs_that_ended_well,
             concurrent_workers_increment_a_fenced_counter_exactly,
             waiters_are_granted_in_the_order_they_queued,
             a_multi_lease_waiter_takes_its_turn_in_a_queue_that_never_empties,

@@ -29,7 +29,8 @@ pub struct LeaseOptions {
     pub backoff_initial: Duration,
     /// Longest wait between polls of a busy lease.
     pub backoff_max: Duration,
-    /// Metadata stored with the grant.
+    /// Metadata stored with the grant; `None` keeps the predecessor's (see
+    /// [`crate::Predecessor::meta`]).
     pub meta: Option<String>,
 }
 

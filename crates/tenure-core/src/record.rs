@@ -40,6 +40,10 @@
 //!   A new holder writes strictly above it.
 //! - `last` is how the most recent grant ended, returned to the next holder as its
 //!   [`Predecessor`].
+//! - an entry's `meta` is what its holder asked for or left on release; a holder
+//!   that gives none inherits its predecessor's (in [`grant`]), so metadata is
+//!   carried forward by holders that do not use it, however their grants end
+//!   (this is where [`crate::once`] keeps its mark).
 
 use std::sync::Arc;
 
@@ -95,6 +99,8 @@ pub struct Entry {
     pub renewals: u64,
     /// Free-form metadata, e.g. where the holder stores its updates
     /// (`docs/design/leases-on-dumb-storage.md#one-record-per-name-with-a-version`).
+    /// A grant asked for without any starts with its predecessor's: metadata
+    /// is carried forward until a holder leaves its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<String>,
 }
@@ -448,6 +454,9 @@ pub fn grant(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge, admitte
         }
     }
     let predecessor = record.predecessor();
+    // An ask without metadata carries its predecessor's forward, so that it
+    // survives however this grant ends (released, dropped, expired, broken).
+    let meta = ask.meta.map(str::to_string).or_else(|| predecessor.as_ref().and_then(|p| p.meta.clone()));
     let entry = Entry {
         token,
         holder: ask.holder.clone(),
@@ -455,7 +464,7 @@ pub fn grant(record: &mut LeaseRecord, ask: &Ask<'_>, judge: &dyn Judge, admitte
         deadline_ms: ask.now_ms.saturating_add(ask.ttl_ms).min(MAX_TIME_MS),
         acquired_ms: ask.now_ms.min(MAX_TIME_MS),
         renewals: 0,
-        meta: ask.meta.map(str::to_string),
+        meta,
     };
     match ask.mode {
         Mode::Exclusive => record.exclusive = Some(entry),

@@ -118,7 +118,9 @@ pub struct Predecessor {
     /// Upper bound of the timestamps of everything written under this name so far:
     /// write strictly above it. `None` if nobody ever published one.
     pub watermark_ms: Option<u64>,
-    /// Metadata the predecessor left, e.g. where it stored its updates.
+    /// Metadata the predecessor left, e.g. where it stored its updates; a
+    /// predecessor that asked for none and left none passes on the metadata it
+    /// inherited, so this is the latest metadata any holder left.
     pub meta: Option<String>,
     /// Who broke it and why, if it was broken.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -44,12 +44,12 @@ pub use tenure_client as remote;
 pub use tenure_core::{
     AcquireRequest, AllAttempt, Attempt, BoxError, BreakNote, Busy, CasOptions, Client, Clock, EndedHow, Error,
     FINISH_GRACE, Fenced, FencedRecord, Grant, Health, Holder, HolderView, Lease, LeaseName, LeaseOptions, LeaseSet,
-    LeaseState, LeaseStore, LossReason, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS, ManualClock, Mode, Mono,
-    OpenOptions, Predecessor, ReleaseRequest, Released, Result, StoreUrl, SystemClock, Version,
+    LeaseState, LeaseStore, LossReason, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS, ManualClock, Mode, Mono, Once,
+    OnceLease, OncePer, OpenOptions, Predecessor, ReleaseRequest, Released, Result, StoreUrl, SystemClock, Version,
 };
 /// The storage layer under the lease logic: [`backend::Backend`] and its
 /// writes, for a store of your own (run it through [`cas::CasStore`]).
-pub use tenure_core::{backend, cas, clock, limits, meter, record, report, store, store_url};
+pub use tenure_core::{backend, cas, clock, limits, meter, once, record, report, store, store_url};
 #[cfg(feature = "etcd")]
 pub use tenure_etcd as etcd;
 /// The directory store (`file:///dir` or a plain path).

@@ -90,7 +90,11 @@
 //!    grant that cannot be vouched for. Under `--timeout`, passing store
 //!    failures are retried until it runs out, first contact included.
 //!
-//! Exit codes: the command's own status; 64 usage (bad name, missing command, a
+//! 8. **Once per period, held at least.** `--once-per`, `--count-failures`
+//!    and `--hold-at-least`: see [`once`].
+//!
+//! Exit codes: the command's own status (0 when `--once-per` found the
+//! period's run done and did not run it); 64 usage (bad name, missing command, a
 //! duration out of range: `--ttl` above 30 days, any other above 10 years), 69
 //! store unreachable, failing or not answering within its deadline, 70 a bug,
 //! 71 the guard could not start or was killed before the command started, 75
@@ -118,6 +122,7 @@ use crate::supervise::{Leader, MIN_SILENCE, Spec, Start, Status, Supervisor, is_
 
 pub(crate) mod flock;
 mod hold;
+mod once;
 mod summary;
 mod take;
 
@@ -159,6 +164,19 @@ pub(crate) struct LockArgs {
     /// the TTL minus its safety margin, so that SIGKILL lands before the deadline).
     #[arg(long, value_parser = duration, default_value = "5s", value_name = "DURATION")]
     pub(crate) kill_grace: Duration,
+    /// Run the command at most once per period of this length (aligned to the
+    /// Unix epoch, by this machine's clock when tenure starts) across every
+    /// machine that uses the lease: the others exit 0 without running it.
+    #[arg(long, value_parser = duration, conflicts_with = "shared", value_name = "DURATION")]
+    pub(crate) once_per: Option<Duration>,
+    /// With --once-per: a run that exits non-zero counts too (by default only
+    /// a zero exit does, and the next machine runs the command).
+    #[arg(long, requires = "once_per")]
+    pub(crate) count_failures: bool,
+    /// Keep the lease at least this long after it was taken, even when the
+    /// command ends sooner (a signal to tenure ends the hold).
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub(crate) hold_at_least: Option<Duration>,
     /// The command and its arguments.
     #[arg(last = true, required_unless_present = "shell_command", value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
@@ -195,6 +213,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     opts.validate()?;
     let grace = args.kill_grace.min(args.ttl.saturating_sub(opts.safety()) / 2);
     let op_timeout = args.store.op_timeout();
+    let once = once::Plan::new(&args)?;
 
     // Before any handler is installed: what was ignored stays ignored (nohup).
     let keep_ignored: Vec<i32> = FORWARDED.into_iter().filter(|&s| is_ignored(s)).collect();
@@ -208,9 +227,11 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
 
     // The guard starts now and waits for the grant (see `crate::supervise`),
     // unless tenure is not to wait: a busy lease then costs no second process.
+    let mut env = vec![("TENURE_LEASE", name.to_string()), ("TENURE_STORE", args.store.url.clone())];
+    env.extend(once.as_ref().map(once::Plan::env));
     let spec = Spec {
         command: &args.command,
-        env: vec![("TENURE_LEASE", name.to_string()), ("TENURE_STORE", args.store.url.clone())],
+        env,
         grace,
         foreground,
         keep_ignored,
@@ -241,6 +262,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         Ok(taken) => taken?,
         Err(sig) => return Ok(exit::code(Status::Signal(sig).exit_code())),
     };
+    let taken_at = tokio::time::Instant::now();
     let grant = lease.grant();
     tracing::info!(token = grant.token, "acquired lease {name} in {}", store.url());
     if let Some(p) = grant.predecessor.as_ref().filter(|p| p.how == tenure::EndedHow::Broken) {
@@ -248,6 +270,15 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         // holder's grant by hand, and the work it did may be half done.
         let by = p.broken.as_ref().map(crate::status::broken_by).unwrap_or_default();
         say(format!("acquired {name}; its previous grant (token {}) was broken {by}", p.token).trim_end());
+    }
+
+    let what = format!("{}: lease {:?} (token {})", store.url(), name.as_str(), grant.token);
+    if once.as_ref().is_some_and(|o| o.already_ran(&grant, &what)) {
+        if let Some(sup) = early {
+            sup.finish().await;
+        }
+        once::let_go(lease, &grant, op_timeout + SLACK).await;
+        return Ok(ExitCode::SUCCESS);
     }
 
     let clock = store.clock().clone();
@@ -283,15 +314,20 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         Err(e) => Outcome::GuardLost { message: format!("{e:#}"), ran: false },
     };
 
+    if let Some(at_least) = args.hold_at_least
+        && matches!(outcome, Outcome::Exited { cause: None, .. })
+    {
+        once::hold(&lease, &mut signals, taken_at, at_least, &name).await;
+    }
+    let release = once::release_request(once.as_ref(), &outcome, &grant, &what);
     let summary = summary::Summary::of(&lease);
     let released = tokio::select! {
-        released = tokio::time::timeout(op_timeout + SLACK, lease.release()) => match released {
+        released = tokio::time::timeout(op_timeout + SLACK, lease.release_with(release)) => match released {
             Ok(released) => released.map_err(|e| e.to_string()),
             Err(_) => Err(format!("the store did not answer within {}", human_duration(op_timeout))),
         },
         sig = signals.recv() => Err(format!("a signal ({sig}) ended the release")),
     };
-    let what = format!("{}: lease {:?} (token {})", store.url(), name.as_str(), grant.token);
     let code = match outcome {
         Outcome::Exited { status, cause: None } => status.exit_code(),
         Outcome::Exited { status, cause: Some(cause) } => {

@@ -106,6 +106,29 @@ fn renewing_moves_the_deadline_and_stamps_the_entry() {
 }
 
 #[test]
+fn metadata_is_carried_forward_by_grants_that_bring_none_however_they_end() {
+    let (a, b, c, d) = (holder("a"), holder("b"), holder("c"), holder("d"));
+    let (rec, ta, _) = grant(None, &ask(&a, Mode::Exclusive, 0), 0);
+    let rec = decide_release(&rec, ta, "a", EndedHow::Released, 10, None, Some("mark-1")).expect("release");
+    // b brings none: it starts with a's, and a plain release leaves it.
+    let (rec, tb, pred) = grant(Some(&rec), &ask(&b, Mode::Exclusive, 20), 20);
+    assert_eq!(pred.and_then(|p| p.meta).as_deref(), Some("mark-1"));
+    assert_eq!(rec.exclusive.as_ref().and_then(|e| e.meta.as_deref()), Some("mark-1"));
+    let rec = decide_release(&rec, tb, "b", EndedHow::Released, 30, None, None).expect("release");
+    // c expires, d is broken: neither loses it.
+    let (rec, _, _) = grant(Some(&rec), &ask(&c, Mode::Exclusive, 40), 40);
+    let (rec, td, pred) = grant(Some(&rec), &ask(&d, Mode::Exclusive, 5_000), 5_000);
+    assert_eq!(pred.map(|p| (p.how, p.meta)), Some((EndedHow::Expired, Some("mark-1".into()))));
+    let rec = decide_break(&rec, Some(td), None, 5_100).expect("break");
+    assert_eq!(rec.predecessor().and_then(|p| p.meta).as_deref(), Some("mark-1"));
+    // An ask that brings its own replaces it.
+    let mut own = ask(&a, Mode::Exclusive, 6_000);
+    own.meta = Some("own");
+    let (rec, _, _) = grant(Some(&rec), &own, 6_000);
+    assert_eq!(rec.exclusive.as_ref().and_then(|e| e.meta.as_deref()), Some("own"));
+}
+
+#[test]
 fn renewing_or_releasing_a_grant_that_is_gone_says_what_happened() {
     let (a, b) = (holder("a"), holder("b"));
     let (rec, t1, _) = grant(None, &ask(&a, Mode::Exclusive, 0), 0);
