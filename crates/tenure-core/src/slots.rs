@@ -306,7 +306,7 @@ impl Client {
                 version: None,
                 failure: None,
             };
-            let holder = format!("all {n} slots: {}", all.describe());
+            let holder = format!("holders of all {n} slots: {}", all.describe());
             if trying {
                 return Err(self.gave_up_on(base, holder, opts, clock.mono().saturating_since(started)));
             }
