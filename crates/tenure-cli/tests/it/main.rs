@@ -27,6 +27,7 @@ mod lock_detached;
 mod lock_first_contact;
 mod lock_guard;
 mod lock_hung;
+mod lock_slots;
 mod lock_terminal;
 mod lock_watchdog;
 mod nfs_bag;
