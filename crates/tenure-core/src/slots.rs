@@ -40,9 +40,12 @@
 //! lease, if it is the first one tried that is not free.
 //!
 //! **Cost.** An uncontended acquire is three lease operations: take the gate,
-//! take slot 0, release the gate (on an object store: 5–6 requests, against 2
-//! for a plain lease; see `docs/recipes.md`). A gate holder that finds slots
-//! held reads each held one once per poll.
+//! take slot 0, release the gate. On an object store that is 5 requests (a GET
+//! and a conditional PUT for each lease taken, a PUT for the gate's release;
+//! 3 PUTs when this process wrote both records last), against 2 for a plain
+//! lease; releasing a slot is one PUT, as for any lease (counted by
+//! `tenure-object`'s request tests). A gate holder that finds slots held reads
+//! each held one once per poll.
 
 use std::time::Duration;
 
