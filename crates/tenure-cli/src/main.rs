@@ -17,6 +17,7 @@ mod lock;
 #[cfg(feature = "server")]
 mod serve;
 mod status;
+mod status_slots;
 mod stores;
 mod supervise;
 mod tree;

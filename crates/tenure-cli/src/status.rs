@@ -134,7 +134,14 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
             _ => None,
         })
     });
+    let slots = crate::status_slots::summarize(found.iter().filter_map(|f| match f {
+        Found::State(s, _) => Some(s),
+        Found::Failed(..) => None,
+    }));
+    // A name with slots (`tenure lock --slots`) is held while any slot is.
+    let asked_slots = args.name.as_deref().and_then(|n| slots.iter().find(|x| x.base == n));
     let code = match asked {
+        _ if asked_slots.is_some_and(|x| x.held > 0) => ExitCode::SUCCESS,
         Some(s) if !s.holders.is_empty() || s.corrupt.is_some() => ExitCode::SUCCESS,
         Some(_) => exit::code(NOT_HELD),
         None => ExitCode::SUCCESS,
@@ -166,6 +173,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
     let absent = |s: &LeaseState| s.version.is_none() && s.corrupt.is_none() && s.last_token == 0;
     if let Some(s) = asked
         && absent(s)
+        && asked_slots.is_none()
     {
         ignore_broken_pipe(writeln!(out, "no lease {} in {url} (it has never been taken)", s.name))?;
     }
@@ -177,7 +185,10 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
             Found::Failed(..) => true,
         })
         .collect();
-    if shown.is_empty() {
+    // Names with slots, shown like leases: held, asked for, or with --all.
+    let slots: Vec<&crate::status_slots::Slots> =
+        slots.iter().filter(|x| args.all || x.held > 0 || args.name.as_deref() == Some(x.base.as_str())).collect();
+    if shown.is_empty() && slots.is_empty() {
         if asked.is_some() {
             return Ok(code);
         }
@@ -191,7 +202,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
     let now = SystemClock::new().wall_ms();
     // A column for the lines only when someone waits in one.
     let lines = shown.iter().any(|f| matches!(f, Found::State(_, Some(n)) if *n > 0));
-    let rows: Vec<Vec<String>> = shown
+    let mut rows: Vec<Vec<String>> = shown
         .iter()
         .map(|f| {
             let (r, waiting) = match f {
@@ -214,6 +225,16 @@ pub(crate) async fn status(args: StatusArgs) -> Result<ExitCode> {
             r.to_vec()
         })
         .collect();
+    // Each name with slots: `k/N slots`, above its slots' rows.
+    for x in slots {
+        let mut r = crate::status_slots::row(x).to_vec();
+        if lines {
+            r.insert(5, "-".into());
+        }
+        let first = format!("{}/{}/", x.base, tenure_core::SLOTS_SEGMENT);
+        let at = rows.iter().position(|r| r[0].starts_with(&first)).unwrap_or(rows.len());
+        rows.insert(at, r);
+    }
     let mut header: Vec<String> =
         ["LEASE", "STATE", "MODE", "TOKEN", "HOLDER", "HELD", "EXPIRES"].map(String::from).to_vec();
     if lines {

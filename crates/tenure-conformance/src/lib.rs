@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod paced;
+mod slots;
 mod suite;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use async_trait::async_trait;
 use tenure_core::{Backend, CasOptions, Clock, ManualClock};
 
 pub use paced::{Paced, RENEWAL_WAIT};
+pub use slots::*;
 pub use suite::*;
 
 /// Lease duration used by the suite.
@@ -169,6 +171,8 @@ macro_rules! conformance_tests {
             a_multi_lease_waiter_takes_its_turn_in_a_queue_that_never_empties,
             two_tasks_of_one_client_never_hold_one_lease_at_once,
             an_exclusive_waiter_is_granted_before_readers_that_came_after_it,
+            slots_never_hold_more_than_n_and_each_slot_counts_exactly,
+            slots_refuse_another_count_and_a_second_slot_and_are_leases_of_their_own,
         );
     };
     (@each $make:path; #[$runtime:meta]; $($name:ident),* $(,)?) => {

@@ -17,7 +17,7 @@ fn opts() -> LeaseOptions {
     LeaseOptions::exclusive().with_ttl(TTL).no_wait()
 }
 
-async fn client(h: &dyn Harness) -> Client {
+pub(crate) async fn client(h: &dyn Harness) -> Client {
     Client::new(h.store().await)
 }
 
@@ -40,7 +40,7 @@ async fn until_queued(onlooker: &Arc<dyn LeaseStore>, lease: &str, n: usize) {
 
 /// Acquires through the store directly, with no keep-alive: a holder that crashes
 /// right after acquiring.
-async fn crashed_holder(store: &Arc<dyn LeaseStore>, lease: &str, holder: Holder) -> Grant {
+pub(crate) async fn crashed_holder(store: &Arc<dyn LeaseStore>, lease: &str, holder: Holder) -> Grant {
     let req = AcquireRequest {
         name: name(lease),
         mode: Mode::Exclusive,
@@ -63,14 +63,14 @@ fn assert_busy<T: std::fmt::Debug>(r: tenure_core::Result<T>, what: &str) {
 }
 
 /// A fenced record on the harness's storage, or in memory for stores without one.
-fn fence(h: &dyn Harness, name: &str) -> FencedRecord {
+pub(crate) fn fence(h: &dyn Harness, name: &str) -> FencedRecord {
     let backend: Arc<dyn Backend> = h.backend().unwrap_or_else(|| Arc::new(MemoryBackend::new(h.time().clock())));
     FencedRecord::new(backend, name).expect("fence")
 }
 
 /// Runs `fut` while time flows: on a manual clock, a ticker advances it, pausing
 /// for renewals in flight as [`advance`] does.
-async fn with_time_flowing<F: std::future::Future>(h: &dyn Harness, fut: F) -> F::Output {
+pub(crate) async fn with_time_flowing<F: std::future::Future>(h: &dyn Harness, fut: F) -> F::Output {
     let Time::Manual(clock) = h.time() else { return fut.await };
     let ticker = async {
         loop {
@@ -153,7 +153,7 @@ pub async fn expired_lease_is_taken_over_after_ttl_and_not_before(h: &dyn Harnes
     lease.release().await.expect("release");
 }
 
-fn wopts_poll() -> Duration {
+pub(crate) fn wopts_poll() -> Duration {
     LeaseOptions::default().backoff_max
 }
 
@@ -598,7 +598,7 @@ pub async fn concurrent_workers_increment_a_fenced_counter_exactly(h: &dyn Harne
     assert_eq!(total, WORKERS * EACH, "increments were lost: holders overlapped");
 }
 
-fn parse(b: &Bytes) -> u64 {
+pub(crate) fn parse(b: &Bytes) -> u64 {
     std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()).expect("counter is a number")
 }
 

@@ -51,7 +51,7 @@ where
 }
 
 /// What a waiter knows of `name` when the store failed it with `e`.
-fn failed_look(name: &LeaseName, e: &Error) -> Busy {
+pub(crate) fn failed_look(name: &LeaseName, e: &Error) -> Busy {
     Busy { name: name.clone(), holders: Vec::new(), corrupt: None, version: None, failure: Some(e.to_string()) }
 }
 
@@ -67,7 +67,7 @@ fn failed_look(name: &LeaseName, e: &Error) -> Busy {
 pub struct Client {
     store: Arc<dyn LeaseStore>,
     holder: Arc<Holder>,
-    held: HeldNames,
+    pub(crate) held: HeldNames,
     turns: Turns,
     rng: Arc<Mutex<SmallRng>>,
 }
@@ -105,11 +105,11 @@ impl Client {
         &self.holder
     }
 
-    fn clock(&self) -> &Arc<dyn Clock> {
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
         self.store.clock()
     }
 
-    fn request(&self, name: &LeaseName, opts: &LeaseOptions) -> AcquireRequest {
+    pub(crate) fn request(&self, name: &LeaseName, opts: &LeaseOptions) -> AcquireRequest {
         AcquireRequest {
             name: name.clone(),
             mode: opts.mode,
@@ -128,6 +128,8 @@ impl Client {
     /// Acquires `name`, waiting up to `opts.timeout`: [`Error::Timeout`] if it
     /// was still busy then. Transient store errors while waiting are waited out
     /// like a busy lease; a wait whose last attempt failed ends with that error.
+    /// With [`LeaseOptions::with_slots`], it takes one of the name's slots
+    /// instead (see [`crate::slots`]): the lease returned is that slot's.
     pub async fn acquire(&self, name: &str, opts: &LeaseOptions) -> Result<Lease> {
         self.acquire_watching(name, opts, |_| {}).await
     }
@@ -141,6 +143,9 @@ impl Client {
         on_wait: impl FnMut(&Busy) + Send,
     ) -> Result<Lease> {
         let name = LeaseName::new(name)?;
+        if let Some(n) = opts.slots {
+            return self.acquire_slot(name, n, opts, on_wait).await;
+        }
         let asked = self.clock().mono();
         let (_turn, left) = self.take_turns(std::slice::from_ref(&name), opts).await?;
         let mut grants = self.acquire_grants(std::slice::from_ref(&name), &left, on_wait).await?;
@@ -175,6 +180,11 @@ impl Client {
         opts: &LeaseOptions,
         on_wait: impl FnMut(&Busy) + Send,
     ) -> Result<LeaseSet> {
+        if opts.slots.is_some() {
+            return Err(Error::InvalidOptions {
+                reason: "slots are taken one name at a time, not by acquire_all".into(),
+            });
+        }
         let mut names = names.iter().map(|n| LeaseName::new(n.as_ref())).collect::<Result<Vec<_>>>()?;
         names.sort();
         names.dedup();
@@ -193,7 +203,11 @@ impl Client {
     /// timeout; a try (a timeout of zero) does not wait for one. Returns the
     /// turns, to keep until the handle holds the names, and `opts` with what is
     /// left of the timeout.
-    async fn take_turns(&self, names: &[LeaseName], opts: &LeaseOptions) -> Result<(Vec<Turn>, LeaseOptions)> {
+    pub(crate) async fn take_turns(
+        &self,
+        names: &[LeaseName],
+        opts: &LeaseOptions,
+    ) -> Result<(Vec<Turn>, LeaseOptions)> {
         // Bad options are said at once, not after a sibling's turn.
         opts.validate()?;
         let clock = self.clock().clone();
@@ -222,7 +236,7 @@ impl Client {
     }
 
     /// Acquires `names` (canonical order, no duplicates): see [`Client::acquire_all`].
-    async fn acquire_grants(
+    pub(crate) async fn acquire_grants(
         &self,
         names: &[LeaseName],
         opts: &LeaseOptions,
@@ -515,7 +529,7 @@ impl Client {
     /// for: its holder would act on it only to stop at once, or after it
     /// expired. It is released (within a renewal interval; else it expires) and
     /// the caller is told, as a transient store error, how late it came.
-    async fn vouch(&self, grants: Vec<Grant>, opts: &LeaseOptions, asked: Mono) -> Result<Vec<Grant>> {
+    pub(crate) async fn vouch(&self, grants: Vec<Grant>, opts: &LeaseOptions, asked: Mono) -> Result<Vec<Grant>> {
         let now = self.clock().mono();
         let usable = |g: &Grant| now + opts.safety() + opts.renew_interval() < g.local_deadline;
         if grants.iter().all(usable) {
@@ -537,7 +551,7 @@ impl Client {
 
     /// Full jitter over `[backoff/2, backoff]`, never past the overall deadline,
     /// and no later than the moment the blocking grant could first be taken over.
-    fn next_sleep(&self, busy: &Busy, backoff: Duration, deadline: Option<Mono>, now: Mono) -> Duration {
+    pub(crate) fn next_sleep(&self, busy: &Busy, backoff: Duration, deadline: Option<Mono>, now: Mono) -> Duration {
         let half = backoff / 2;
         let jitter = Duration::from_nanos(self.rng.lock().random_range(0..=half.as_nanos() as u64));
         let mut sleep = half + jitter;
@@ -566,7 +580,7 @@ impl Client {
     }
 
     /// Busy (a try) or timed out, `holder` holding `name` as far as known.
-    fn gave_up_on(&self, name: &LeaseName, holder: String, opts: &LeaseOptions, waited: Duration) -> Error {
+    pub(crate) fn gave_up_on(&self, name: &LeaseName, holder: String, opts: &LeaseOptions, waited: Duration) -> Error {
         let (store, name) = (self.store.url().to_string(), name.to_string());
         if opts.timeout == Some(Duration::ZERO) {
             Error::Busy { store, name, holder }

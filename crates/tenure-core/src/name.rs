@@ -7,6 +7,12 @@
 //! strict on purpose: a name maps to a directory, an object key or an etcd key, and
 //! it must never escape the store's root, collide with tenure's own files (whose
 //! names start with `~`), or mean different things on different stores.
+//!
+//! One segment is reserved: [`SLOTS_SEGMENT`] (`+slots`), the only segment that may
+//! start with `+`. The slots of a name are leases of their own named
+//! `NAME/+slots/0`, `NAME/+slots/1`, … (and their line, `NAME/+slots/gate`): see
+//! [`crate::slots`]. A user name can never contain `+slots` by accident (no other
+//! segment may start with `+`), and one that names it on purpose names that slot.
 
 use std::fmt;
 
@@ -18,6 +24,8 @@ pub const MAX_NAME_LEN: usize = 255;
 pub const MAX_SEGMENT_LEN: usize = 64;
 /// Most segments in a lease name.
 pub const MAX_SEGMENTS: usize = 16;
+/// The reserved segment that names the slots of a lease (see [`crate::slots`]).
+pub const SLOTS_SEGMENT: &str = "+slots";
 
 /// A validated lease name, such as `deploy/prod` or `backup-repo`.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -71,6 +79,9 @@ fn check_segment(segment: &str, offset: usize) -> Result<(), String> {
     }
     if segment.len() > MAX_SEGMENT_LEN {
         return Err(format!("segment {segment:?} at byte {offset} is longer than {MAX_SEGMENT_LEN} bytes"));
+    }
+    if segment == SLOTS_SEGMENT {
+        return Ok(());
     }
     if let Some(first @ ('.' | '-' | '+' | '=')) = segment.chars().next() {
         return Err(format!(
@@ -156,6 +167,14 @@ mod tests {
         assert!(reason("a\\b").contains("'\\\\' at byte 1"));
         assert!(reason("a\0b").contains("'\\0' at byte 1"));
         assert!(reason("~tmp").contains("'~' at byte 0"));
+    }
+
+    #[test]
+    fn only_the_slots_segment_starts_with_a_plus() {
+        assert!(LeaseName::new("jobs/+slots/0").is_ok());
+        assert!(LeaseName::new("+slots").is_ok(), "a store's listing checks segment by segment");
+        assert!(reason("jobs/+slot/0").contains("starts with '+'"));
+        assert!(reason("jobs/+slotsx").contains("starts with '+'"));
     }
 
     #[test]

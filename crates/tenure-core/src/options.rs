@@ -32,6 +32,9 @@ pub struct LeaseOptions {
     /// Metadata stored with the grant; `None` keeps the predecessor's (see
     /// [`crate::Predecessor::meta`]).
     pub meta: Option<String>,
+    /// Take one of this many slots of the name instead of the name itself (a
+    /// counting semaphore; exclusive mode only): see [`crate::slots`].
+    pub slots: Option<u32>,
 }
 
 impl Default for LeaseOptions {
@@ -46,6 +49,7 @@ impl Default for LeaseOptions {
             backoff_initial: Duration::from_millis(25),
             backoff_max: Duration::from_secs(1),
             meta: None,
+            slots: None,
         }
     }
 }
@@ -105,6 +109,13 @@ impl LeaseOptions {
         self
     }
 
+    /// Takes one of `n` slots of the name (at most `n` holders at once, each
+    /// with a lease and fencing token of its own): see [`crate::slots`].
+    pub fn with_slots(mut self, n: u32) -> Self {
+        self.slots = Some(n);
+        self
+    }
+
     /// The renewal interval in effect.
     pub fn renew_interval(&self) -> Duration {
         self.renew_every.unwrap_or(self.ttl / 8)
@@ -147,6 +158,12 @@ impl LeaseOptions {
                 self.renew_interval(),
                 self.ttl
             ));
+        }
+        if let Some(n) = self.slots {
+            crate::slots::check_count(n)?;
+            if self.mode != Mode::Exclusive {
+                return bad(format!("slots are exclusive: {n} slots cannot be taken in {} mode", self.mode));
+            }
         }
         if self.max_failures == 0 {
             return bad("max_failures must be at least 1".into());

@@ -49,7 +49,7 @@ pub use tenure_core::{
 };
 /// The storage layer under the lease logic: [`backend::Backend`] and its
 /// writes, for a store of your own (run it through [`cas::CasStore`]).
-pub use tenure_core::{backend, cas, clock, limits, meter, once, record, report, store, store_url};
+pub use tenure_core::{backend, cas, clock, limits, meter, once, record, report, slots, store, store_url};
 #[cfg(feature = "etcd")]
 pub use tenure_etcd as etcd;
 /// The directory store (`file:///dir` or a plain path).

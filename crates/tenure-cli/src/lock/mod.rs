@@ -20,6 +20,8 @@
 //!    token), `TENURE_DEADLINE` (the grant's deadline at start, unix ms; renewals
 //!    extend it) and `TENURE_STORE` in its environment. The lease's keep-alive
 //!    renews it every TTL/8.
+//!    With `--slots N` the lease is one of N slots of the name ([`slots`]):
+//!    `TENURE_LEASE` names the slot's lease and `TENURE_SLOT` says which.
 //! 3. **Signals.** SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to `tenure` are
 //!    forwarded to the command's group; `tenure` keeps the lease until the command
 //!    and its group are gone, then releases it and exits with the command's status
@@ -123,6 +125,7 @@ use crate::supervise::{Leader, MIN_SILENCE, Spec, Start, Status, Supervisor, is_
 pub(crate) mod flock;
 mod hold;
 mod once;
+mod slots;
 mod summary;
 mod take;
 
@@ -153,6 +156,10 @@ pub(crate) struct LockArgs {
     /// Take a shared lease (many shared holders at once, no exclusive one).
     #[arg(short = 's', long)]
     pub(crate) shared: bool,
+    /// Take one of N slots of the name: at most N holders at once, each with a
+    /// slot lease of its own (`TENURE_SLOT`, 0…N−1, and its `TENURE_TOKEN`).
+    #[arg(long, value_name = "N", value_parser = slots::count, conflicts_with = "shared")]
+    pub(crate) slots: Option<u32>,
     /// A label stored with the grant, shown to others (e.g. a CI job URL).
     #[arg(long)]
     pub(crate) label: Option<String>,
@@ -202,6 +209,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         return Ok(exit::code(code));
     }
     refuse_nested(&args.store.url, &name)?;
+    slots::refuse_nested(&args.store.url, &name, args.slots)?;
     if args.poll.is_zero() {
         anyhow::bail!(Fail::usage("--poll must be longer than zero"));
     }
@@ -210,6 +218,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     // A poll shorter than the first backoff step polls at that pace from the start.
     opts.backoff_initial = opts.backoff_initial.min(args.poll);
     opts.timeout = if args.no_wait { Some(Duration::ZERO) } else { args.timeout };
+    opts.slots = args.slots;
     opts.validate()?;
     let grace = args.kill_grace.min(args.ttl.saturating_sub(opts.safety()) / 2);
     let op_timeout = args.store.op_timeout();
@@ -229,7 +238,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     // unless tenure is not to wait: a busy lease then costs no second process.
     let mut env = vec![("TENURE_LEASE", name.to_string()), ("TENURE_STORE", args.store.url.clone())];
     env.extend(once.as_ref().map(once::Plan::env));
-    let spec = Spec {
+    let mut spec = Spec {
         command: &args.command,
         env,
         grace,
@@ -237,8 +246,9 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         keep_ignored,
         silence: opts.renew_interval().max(MIN_SILENCE),
     };
-    let spawn = || Supervisor::spawn(&spec).context("starting the guard process");
-    let mut early = if args.no_wait { None } else { Some(spawn()?) };
+    let spawn = |spec: &Spec<'_>| Supervisor::spawn(spec).context("starting the guard process");
+    // A slot's environment is known once it is granted: its guard starts then.
+    let mut early = if args.no_wait || args.slots.is_some() { None } else { Some(spawn(&spec)?) };
 
     // A signal while the store is opened or the lease awaited ends tenure holding
     // nothing (a grant whose request was in flight expires after its TTL); the
@@ -264,6 +274,7 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
     };
     let taken_at = tokio::time::Instant::now();
     let grant = lease.grant();
+    slots::set_env(&mut spec.env, &lease);
     tracing::info!(token = grant.token, "acquired lease {name} in {}", store.url());
     if let Some(p) = grant.predecessor.as_ref().filter(|p| p.how == tenure::EndedHow::Broken) {
         // The one handing-over people must hear of: someone ended the last
@@ -272,7 +283,8 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         say(format!("acquired {name}; its previous grant (token {}) was broken {by}", p.token).trim_end());
     }
 
-    let what = format!("{}: lease {:?} (token {})", store.url(), name.as_str(), grant.token);
+    // The lease as granted: under --slots, the slot's own name.
+    let what = format!("{}: lease {:?} (token {})", store.url(), grant.name.as_str(), grant.token);
     if once.as_ref().is_some_and(|o| o.already_ran(&grant, &what)) {
         if let Some(sup) = early {
             sup.finish().await;
@@ -301,10 +313,10 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    let outcome = match early.map_or_else(spawn, Ok) {
+    let outcome = match early.map_or_else(|| spawn(&spec), Ok) {
         Ok(mut sup) => {
             sup.start(start);
-            sup.orphan(&orphan_break(&args, &name, grant.token));
+            sup.orphan(&orphan_break(&args, &grant.name, grant.token));
             let outcome = supervise(&lease, &mut sup, &mut signals, &*clock, &spec, start.deadline_ns).await;
             if !matches!(outcome, Outcome::Silent { .. }) {
                 sup.finish().await;

@@ -29,6 +29,7 @@ mod lock_flock;
 mod lock_guard;
 mod lock_hung;
 mod lock_once;
+mod lock_slots;
 mod lock_terminal;
 mod lock_watchdog;
 mod nfs_bag;

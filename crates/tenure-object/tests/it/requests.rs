@@ -163,6 +163,33 @@ async fn probe_costs_six_requests_and_leaves_nothing_behind(server: Server) {
     assert!(left.is_empty(), "the probe object must be deleted, found {left:?}");
 }
 
+/// What a slot costs (`tenure_core::slots`): an uncontended acquire takes the
+/// gate, slot 0, and releases the gate — three lease operations.
+async fn an_uncontended_slot_costs_three_lease_operations(server: Server) {
+    let url = server.url();
+    let clock = ManualClock::new();
+    let a = Handle::new(&server, &url, &clock).await;
+    let client = tenure_core::Client::new(Arc::new(CasStore::new(a.backend.clone(), clock.shared(), cas_options())));
+    let opts = tenure_core::LeaseOptions::exclusive().with_ttl(TTL).with_slots(4).no_wait();
+    let (lease, first) = a.counting(client.acquire("s", &opts)).await;
+    let lease = lease.expect("a free slot");
+    let (released, release) = a.counting(lease.release()).await;
+    released.expect("release");
+    let (lease, again) = a.counting(client.acquire("s", &opts)).await;
+    lease.expect("a free slot again").release().await.expect("release");
+    assert_eq!(
+        first,
+        counts(2, 0, 2, 1),
+        "first use: the gate and slot 0 created (GET + PUT If-None-Match each), the gate released"
+    );
+    assert_eq!(release, counts(0, 0, 0, 1), "releasing a slot: one PUT If-Match, as any lease");
+    assert_eq!(
+        again,
+        counts(0, 0, 0, 3),
+        "again by the writer of both records: a PUT If-Match each validates its copy"
+    );
+}
+
 macro_rules! per_server {
     ($($server:ident),*) => {
         $(
@@ -177,6 +204,12 @@ macro_rules! per_server {
                 async fn the_wait_line_costs_a_free_lease_nothing() {
                     if let Some(s) = super::common::$server() {
                         super::the_wait_line_costs_a_free_lease_nothing(s).await;
+                    }
+                }
+                #[tokio::test]
+                async fn an_uncontended_slot_costs_three_lease_operations() {
+                    if let Some(s) = super::common::$server() {
+                        super::an_uncontended_slot_costs_three_lease_operations(s).await;
                     }
                 }
                 #[tokio::test]
