@@ -169,6 +169,7 @@ macro_rules! conformance_tests {
             a_multi_lease_waiter_takes_its_turn_in_a_queue_that_never_empties,
             two_tasks_of_one_client_never_hold_one_lease_at_once,
             an_exclusive_waiter_is_granted_before_readers_that_came_after_it,
+            watch_sees_each_change_in_order,
         );
     };
     (@each $make:path; #[$runtime:meta]; $($name:ident),* $(,)?) => {

@@ -40,3 +40,4 @@ mod serve_status;
 mod serve_tls;
 mod status_cli;
 mod store_dir_cli;
+mod watch_cli;
