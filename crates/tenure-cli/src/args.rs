@@ -47,6 +47,16 @@ pub(crate) enum Command {
     /// there is nothing to break). A holder running `tenure lock` learns of the
     /// break at its next renewal, stops its command and exits 76.
     Break(crate::status::BreakArgs),
+    /// Watch a lease: who holds it now, then one line per change (read-only).
+    ///
+    /// Prints the current holder, then a line for each change — acquired,
+    /// taken_over, released, broken, expired, renewed_late — until
+    /// interrupted (exit 0). Pushed where the store watches keys (a
+    /// directory, etcd), read every --poll elsewhere; an expiry is seen when
+    /// the deadline passes. With `tenure lock … -- service` on every replica
+    /// (the others wait as hot standbys), it shows who leads.
+    #[command(after_help = WATCH_AFTER_HELP)]
+    Watch(crate::watch::WatchArgs),
     /// Run the lease server.
     ///
     /// With --tls-cert and --tls-key, the lease port and the HTTP port speak TLS
@@ -131,6 +141,16 @@ Exit status:
 
 Example:
   if tenure status /mnt/shared/locks deploy/prod; then echo \"a deploy is running\"; fi";
+
+const WATCH_AFTER_HELP: &str = "\
+Exit status:
+  0    interrupted (SIGINT, SIGTERM) or stdout closed
+  64   bad arguments, lease name or store URL; STORE is not a store
+  65   the lease's stored data is corrupt beyond reading
+  69   the store is unreachable on the first read, or has failed for --give-up since
+
+Example:
+  tenure watch /mnt/shared/locks service/leader --json";
 
 const COMPLETIONS_AFTER_HELP: &str = "\
 Install:

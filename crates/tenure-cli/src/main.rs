@@ -22,6 +22,7 @@ mod stores;
 mod supervise;
 mod tree;
 mod waiting;
+mod watch;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -110,6 +111,7 @@ async fn run(command: Command, verbose: u8) -> anyhow::Result<ExitCode> {
         Command::Lock(args) => lock::flock::run(args, verbose).await,
         Command::Status(args) => status::status(args).await,
         Command::Break(args) => status::break_lease(args).await,
+        Command::Watch(args) => watch::run(args).await,
         #[cfg(feature = "server")]
         Command::Serve(args) => serve::run(args).await,
         #[cfg(feature = "bag")]

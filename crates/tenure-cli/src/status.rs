@@ -259,7 +259,7 @@ const NOT_HELD: u8 = 1;
 /// Refuses a directory store that does not exist (a mount that is not there,
 /// or a typo) or is a regular file (or anything but a directory): it holds no
 /// leases, and the user most likely swapped arguments.
-async fn refuse_non_store(url: &str, limit: Duration) -> Result<()> {
+pub(crate) async fn refuse_non_store(url: &str, limit: Duration) -> Result<()> {
     let Some(root) = dir_store(url) else { return Ok(()) };
     let path = root.root().display().to_string();
     match look(limit, move || root.root().metadata()).await {

@@ -814,3 +814,42 @@ pub async fn an_exclusive_waiter_is_granted_before_readers_that_came_after_it(h:
         r.await.expect("reader");
     }
 }
+
+/// Leader election's view (`Client::watch`): the state first, then each
+/// change in order — acquired, released, acquired by a holder that then died,
+/// expired when its deadline passed (with no write to wake the watcher),
+/// taken over, broken.
+pub async fn watch_sees_each_change_in_order(h: &dyn Harness) {
+    use futures::StreamExt;
+    let store = h.store().await;
+    let watcher = client(h).await;
+    let mut changes = Box::pin(watcher.watch("watched", Duration::from_millis(200)).expect("watch"));
+    let mut next = async |what: &str| {
+        let item = with_time_flowing(h, changes.next()).await.expect("the watch never ends by itself");
+        let held = item.unwrap_or_else(|e| panic!("watching for {what}: {e}"));
+        (held.change, held.token)
+    };
+    let (first, _) = next("the state now").await;
+    assert_eq!(first, tenure_core::Change::Current);
+
+    let a = client(h).await.try_acquire("watched", &opts()).await.expect("acquire");
+    assert_eq!(next("an acquire").await, (tenure_core::Change::Acquired, Some(a.token())));
+    let t1 = a.token();
+    a.release().await.expect("release");
+    assert_eq!(next("a release").await, (tenure_core::Change::Released, Some(t1)));
+
+    let dead = crashed_holder(&store, "watched", Holder::current()).await;
+    assert_eq!(next("a second acquire").await, (tenure_core::Change::Acquired, Some(dead.token)));
+    assert_eq!(next("the expiry").await, (tenure_core::Change::Expired, Some(dead.token)));
+    // A contender that has not watched the record may have to wait a little
+    // longer than the watcher (clock discipline): it waits.
+    let b = with_time_flowing(h, client(h).await.acquire("watched", &opts().with_timeout(TTL * 5)))
+        .await
+        .expect("take over");
+    assert_eq!(next("the takeover").await, (tenure_core::Change::TakenOver, Some(b.token())));
+
+    let admin = client(h).await;
+    break_token(&admin, "watched", b.token()).await;
+    assert_eq!(next("the break").await, (tenure_core::Change::Broken, Some(b.token())));
+    drop(b);
+}

@@ -594,6 +594,23 @@ impl Client {
         self.store.inspect(&LeaseName::new(name)?).await
     }
 
+    /// Watches a lease: its state now ([`crate::Change::Current`]), then one
+    /// [`crate::Holding`] per change — acquired, taken over, released, broken,
+    /// expired — until the stream is dropped. Pushed where the store watches
+    /// keys (a directory, etcd), else read every `poll` at most; a holder's
+    /// expiry is seen when it happens, writes or not. A failed read is an
+    /// `Err` item, and the watch goes on after `poll`. See [`crate::watch`].
+    ///
+    /// # Errors
+    /// `InvalidName` for a name that is not a lease name.
+    pub fn watch(
+        &self,
+        name: &str,
+        poll: std::time::Duration,
+    ) -> Result<impl futures::Stream<Item = Result<crate::Holding>> + Send + use<>> {
+        Ok(crate::watch::watch(self.store.clone(), LeaseName::new(name)?, poll))
+    }
+
     /// Names of the leases under `prefix`.
     pub async fn list(&self, prefix: &str) -> Result<Vec<LeaseName>> {
         self.store.list(prefix).await

@@ -57,6 +57,7 @@ pub mod store;
 pub mod store_url;
 mod turn;
 mod types;
+pub mod watch;
 
 pub use backend::{Backend, Key, Put, PutMode, PutOptions, Stored};
 pub use cas::{CasOptions, CasStore};
@@ -78,3 +79,4 @@ pub use types::{
     Attempt, BreakNote, Busy, EndedHow, Grant, Health, HolderView, LeaseState, LossReason, Mode, Predecessor, Released,
     Version,
 };
+pub use watch::{Change, Holding};

@@ -42,14 +42,15 @@ pub use tenure_client as remote;
 // What a program that takes leases needs, at the root; what a store's
 // implementer needs, in the modules below.
 pub use tenure_core::{
-    AcquireRequest, AllAttempt, Attempt, BoxError, BreakNote, Busy, CasOptions, Client, Clock, EndedHow, Error,
-    FINISH_GRACE, Fenced, FencedRecord, Grant, Health, Holder, HolderView, Lease, LeaseName, LeaseOptions, LeaseSet,
-    LeaseState, LeaseStore, LossReason, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS, ManualClock, Mode, Mono, Once,
-    OnceLease, OncePer, OpenOptions, Predecessor, ReleaseRequest, Released, Result, StoreUrl, SystemClock, Version,
+    AcquireRequest, AllAttempt, Attempt, BoxError, BreakNote, Busy, CasOptions, Change, Client, Clock, EndedHow, Error,
+    FINISH_GRACE, Fenced, FencedRecord, Grant, Health, Holder, HolderView, Holding, Lease, LeaseName, LeaseOptions,
+    LeaseSet, LeaseState, LeaseStore, LossReason, MAX_NAME_LEN, MAX_SEGMENT_LEN, MAX_SEGMENTS, ManualClock, Mode, Mono,
+    Once, OnceLease, OncePer, OpenOptions, Predecessor, ReleaseRequest, Released, Result, StoreUrl, SystemClock,
+    Version,
 };
 /// The storage layer under the lease logic: [`backend::Backend`] and its
 /// writes, for a store of your own (run it through [`cas::CasStore`]).
-pub use tenure_core::{backend, cas, clock, limits, meter, once, record, report, slots, store, store_url};
+pub use tenure_core::{backend, cas, clock, limits, meter, once, record, report, slots, store, store_url, watch};
 #[cfg(feature = "etcd")]
 pub use tenure_etcd as etcd;
 /// The directory store (`file:///dir` or a plain path).

@@ -41,3 +41,4 @@ mod serve_status;
 mod serve_tls;
 mod status_cli;
 mod store_dir_cli;
+mod watch_cli;
