@@ -62,15 +62,17 @@ fn status_and_body(e: &object_store::Error) -> Option<(Option<u16>, String, bool
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
         let text = err.to_string();
-        if let Some(rest) = text.strip_prefix(STATUS_PREFIX) {
+        // The first occurrence is object_store's: a body can only follow it.
+        if let Some(at) = text.find(STATUS_PREFIX) {
+            let rest = &text[at + STATUS_PREFIX.len()..];
             let status = rest.split(' ').next().and_then(|s| s.parse().ok());
             let body = rest.split_once(": ").map_or("", |(_, b)| b);
             return Some((status, body.to_string(), false));
         }
-        if let Some(body) = text.strip_prefix(RESPONSE_PREFIX) {
-            return Some((None, body.to_string(), false));
+        if let Some(at) = text.find(RESPONSE_PREFIX) {
+            return Some((None, text[at + RESPONSE_PREFIX.len()..].to_string(), false));
         }
-        if text.starts_with(BARE_REDIRECT) {
+        if text.contains(BARE_REDIRECT) {
             return Some((None, String::new(), true));
         }
         cur = err.source();
@@ -221,6 +223,43 @@ mod tests {
         assert_eq!(json_reason(gcs).as_deref(), Some("notFound"));
         assert!(gcs_no_bucket(gcs));
         assert_eq!(xml_tag(&"x".repeat(10_000), "Code"), None);
+    }
+
+    /// An error as `object_store` words an answer of `status` with `body`.
+    fn answered(status: &str, body: &str) -> object_store::Error {
+        let text = format!("Error performing GET x - {STATUS_PREFIX}{status}: {body}");
+        object_store::Error::Generic { store: "test", source: text.into() }
+    }
+
+    #[test]
+    fn gcs_and_azure_answers_map_like_s3s() {
+        let gcs_404 = r#"{"error": {"code": 404, "message": "The specified bucket does not exist.", "errors": [{"message": "The specified bucket does not exist.", "domain": "global", "reason": "notFound"}]}}"#;
+        assert_eq!(problem(&answered("404 Not Found", gcs_404)), Some(Problem::NoBucket { code: "notFound".into() }));
+        let gcs_denied = r#"{"error": {"code": 403, "message": "x@y.iam.gserviceaccount.com does not have storage.objects.create access", "errors": [{"reason": "forbidden"}]}}"#;
+        assert_eq!(problem(&answered("403 Forbidden", gcs_denied)), Some(Problem::Denied { code: "forbidden".into() }));
+        assert_eq!(
+            problem(&answered("401 Unauthorized", "")),
+            Some(Problem::BadCredentials { code: "HTTP 401".into() })
+        );
+        let azure = |code: &str| {
+            format!("\u{feff}<?xml version=\"1.0\"?><Error><Code>{code}</Code><Message>m</Message></Error>")
+        };
+        assert_eq!(
+            problem(&answered("404 The specified container does not exist.", &azure("ContainerNotFound"))),
+            Some(Problem::NoBucket { code: "ContainerNotFound".into() })
+        );
+        assert_eq!(
+            problem(&answered("403 Forbidden", &azure("AuthorizationPermissionMismatch"))),
+            Some(Problem::Denied { code: "AuthorizationPermissionMismatch".into() })
+        );
+        assert_eq!(
+            problem(&answered("403 Forbidden", &azure("AuthenticationFailed"))),
+            Some(Problem::BadCredentials { code: "AuthenticationFailed".into() })
+        );
+        // An absent object is no configuration problem.
+        assert_eq!(problem(&answered("404 Not Found", &azure("BlobNotFound"))), None);
+        assert_eq!(problem(&answered("404 Not Found", "<Error><Code>NoSuchKey</Code></Error>")), None);
+        assert_eq!(problem(&object_store::Error::NotFound { path: "p".into(), source: "gone".into() }), None);
     }
 
     #[test]
