@@ -314,6 +314,12 @@ fn aws_region_and_credentials(
     #[cfg(feature = "aws-profiles")]
     let profile = crate::profile::load(profile_option).map_err(|r| url.invalid(r))?;
     #[cfg(not(feature = "aws-profiles"))]
+    if std::env::var_os("AWS_PROFILE").is_some() && profile_option.is_none() {
+        tracing::warn!(
+            "AWS_PROFILE is set, but this build of tenure reads no AWS profiles (cargo feature aws-profiles): it is ignored"
+        );
+    }
+    #[cfg(not(feature = "aws-profiles"))]
     if profile_option.is_some() {
         return Err(url.invalid(
             "this build of tenure reads no AWS profiles (cargo feature aws-profiles of tenure-object): \
