@@ -20,8 +20,9 @@ use tenure_core::backend::{Key, check_key};
 use tenure_core::limits::MAX_RECORD_BYTES;
 use tenure_core::{Backend, BoxError, Error, Put, PutMode, PutOptions, Result, Stored, Version};
 
-use crate::config::Provider;
+use crate::config::{Context, Provider};
 use crate::counts::{Counters, RequestCounts};
+use crate::explain::{self, Problem};
 use crate::ops::{Objects, modified_ms};
 
 /// Name of the object that holds a key's value, inside the key's "directory".
@@ -53,6 +54,8 @@ pub struct ObjectBackend {
     /// credentials left (none were configured): its failures mean "no
     /// credentials", and say so.
     metadata_only: Option<String>,
+    /// The bucket, region and credentials' source, for messages.
+    context: Context,
 }
 
 /// The ETag as a version tag: without the quotes HTTP puts around it, so that
@@ -75,7 +78,16 @@ impl ObjectBackend {
             conditional_get: AtomicBool::new(true),
             quoted_if_match: AtomicBool::new(false),
             metadata_only: None,
+            context: Context::default(),
         }
+    }
+
+    /// Says what error messages name: the bucket, region and source of
+    /// credentials (set by [`crate::open`] from the URL and configuration).
+    #[must_use]
+    pub(crate) fn with_context(mut self, context: Context) -> Self {
+        self.context = context;
+        self
     }
 
     /// Says that no credentials were configured, so that `endpoint` (the
@@ -87,9 +99,74 @@ impl ObjectBackend {
         self
     }
 
-    /// An object store error as the user should read it.
+    /// The bucket (container) as messages name it.
+    fn bucket(&self) -> String {
+        if self.context.bucket.is_empty() { self.url.clone() } else { format!("{:?}", self.context.bucket) }
+    }
+
+    /// A failed request `op` as the user should read it: a configuration
+    /// problem (no such bucket, wrong region, access denied, bad credentials)
+    /// in one line saying what to do (see the `explain` module), anything else
+    /// as [`Error::Store`] with the store's answer summarised, never quoted.
+    pub(crate) fn fail(&self, op: &str, e: object_store::Error) -> Error {
+        let Some(problem) = explain::problem(&e) else {
+            return Error::store(&self.url, op, self.explain(e));
+        };
+        tracing::debug!(store = %self.url, op, error = %explain::sanitized(&e), "store error");
+        let what = match self.provider {
+            Provider::Azure => "container",
+            Provider::S3 | Provider::Gcs => "bucket",
+        };
+        let bucket = self.bucket();
+        let credentials = &self.context.credentials;
+        match problem {
+            Problem::NoBucket { code } => self.invalid(format!(
+                "{what} {bucket} does not exist ({code}): create it, or fix the URL{}",
+                match self.provider {
+                    Provider::Azure => " (and the storage account)",
+                    _ => "",
+                }
+            )),
+            Problem::WrongRegion { region } => {
+                let ours = self.context.region.as_deref().unwrap_or("us-east-1");
+                self.invalid(match region.filter(|r| r != ours) {
+                    Some(r) => format!("bucket {bucket} is in region {r}, not {ours}: add ?aws_region={r} (or set AWS_REGION={r})"),
+                    None => format!(
+                        "bucket {bucket} is not in region {ours} (the store redirected the request, as S3 does for another region): \
+                         add ?aws_region=REGION with the bucket's region (`aws s3api head-bucket --bucket {}` shows it)",
+                        self.context.bucket
+                    ),
+                })
+            }
+            Problem::Denied { code } => Error::store(
+                &self.url,
+                op,
+                explain::permanent(format!(
+                    "access denied ({code}): the credentials ({credentials}) lack a permission tenure needs on {}: \
+                     {}; see docs/object-stores.md#permissions",
+                    self.url,
+                    self.provider.permissions()
+                )),
+            ),
+            Problem::BadCredentials { code } => Error::store(
+                &self.url,
+                op,
+                explain::permanent(format!(
+                    "the store refused the credentials ({credentials}) as invalid ({code}): check the key and secret, \
+                     or renew them if they expired"
+                )),
+            ),
+        }
+    }
+
+    fn invalid(&self, reason: String) -> Error {
+        Error::InvalidStore { url: self.url.clone(), reason }
+    }
+
+    /// An object store error as the user should read it (summarised, with
+    /// the hint a missing credential needs).
     pub(crate) fn explain(&self, e: object_store::Error) -> BoxError {
-        let text = e.to_string();
+        let text = explain::sanitized(&e);
         match &self.metadata_only {
             Some(endpoint) if text.contains(endpoint.trim_end_matches('/')) => format!(
                 "no AWS credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the store \
@@ -98,7 +175,7 @@ impl ObjectBackend {
                  gave none ({text})"
             )
             .into(),
-            _ => Box::new(e),
+            _ => text.into(),
         }
     }
 
@@ -252,7 +329,7 @@ impl ObjectBackend {
                 ),
             );
         }
-        Error::store(&self.url, format!("{op} {key:?} ({path})"), self.explain(e))
+        self.fail(&format!("{op} {key:?} ({path})"), e)
     }
 
     /// One conditional PUT, counted.
@@ -315,7 +392,7 @@ impl ObjectBackend {
     /// A failed request `op` as the user should read it (with the hint a
     /// missing credential needs).
     pub fn error(&self, op: impl Into<String>, e: object_store::Error) -> Error {
-        Error::store(&self.url, op.into(), self.explain(e))
+        self.fail(&op.into(), e)
     }
 
     async fn read_capped(
@@ -479,7 +556,10 @@ impl Backend for ObjectBackend {
                     "the store answered 304 Not Modified to a GET that had no condition",
                 )),
             },
-            Err(object_store::Error::NotFound { .. }) => {
+            // A missing bucket answers 404 too: that is no absent record.
+            Err(e @ object_store::Error::NotFound { .. })
+                if !matches!(explain::problem(&e), Some(Problem::NoBucket { .. })) =>
+            {
                 self.cache.lock().remove(key);
                 Ok(None)
             }
@@ -549,7 +629,7 @@ impl Backend for ObjectBackend {
             .list(Some(&under))
             .try_collect()
             .await
-            .map_err(|e| Error::store(&self.url, format!("listing leases under {under}"), self.explain(e)))?;
+            .map_err(|e| self.fail(&format!("listing leases under {under}"), e))?;
         let mut keys: Vec<String> = metas.iter().filter_map(|m| self.key_of(&m.location)).collect();
         keys.sort();
         keys.dedup();

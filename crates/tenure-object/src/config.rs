@@ -8,6 +8,11 @@
 //! 2. the URL's query (`s3://bucket/locks?aws_region=eu-west-1`);
 //! 3. `params` (the CLI's `--store-opt key=value`), which override both.
 //!
+//! On S3, `profile=NAME` (or `aws_profile`) names the AWS profile to read
+//! credentials and region from (feature `aws-profiles`, see the `profile`
+//! module), and a store on AWS itself without a region is refused (see
+//! [`aws_region_and_credentials`]).
+//!
 //! Keys are `object_store` config keys, case-insensitive: `aws_endpoint`,
 //! `aws_region`, `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http`,
 //! `aws_virtual_hosted_style_request`, `google_service_account_key`,
@@ -66,6 +71,32 @@ impl Provider {
         }
     }
 
+    /// Where `object_store` takes credentials from, for error messages (S3's
+    /// are worked out from the configuration).
+    fn credential_sources(self) -> &'static str {
+        match self {
+            Self::S3 => "the configured AWS credentials",
+            Self::Gcs => {
+                "google_service_account(_key), GOOGLE_APPLICATION_CREDENTIALS, or application default credentials"
+            }
+            Self::Azure => {
+                "the azure_* options or AZURE_* variables, the Azure CLI (azure_use_azure_cli) or a managed identity"
+            }
+        }
+    }
+
+    /// The permissions tenure needs, for error messages (see
+    /// docs/object-stores.md#permissions).
+    pub(crate) fn permissions(self) -> &'static str {
+        match self {
+            Self::S3 => "s3:GetObject, s3:PutObject and s3:DeleteObject on its objects and s3:ListBucket on the bucket",
+            Self::Gcs => "roles/storage.objectUser on the bucket (storage.objects.get, create, delete, list)",
+            Self::Azure => {
+                "the Storage Blob Data Contributor role on the container (or a SAS with read, write, delete, list)"
+            }
+        }
+    }
+
     /// Examples of config keys, for error messages.
     fn example_keys(self) -> &'static str {
         match self {
@@ -91,12 +122,24 @@ pub(crate) struct Built {
     /// The instance metadata endpoint, if no credentials were configured and
     /// it is the only place left to get them (S3 only).
     pub(crate) metadata_only: Option<String>,
+    /// The bucket, region and credentials, for error messages.
+    pub(crate) context: Context,
+}
+
+/// What error messages say about a store: its bucket (container), its
+/// region and where its credentials come from (never the credentials).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Context {
+    pub(crate) bucket: String,
+    pub(crate) region: Option<String>,
+    pub(crate) credentials: String,
 }
 
 impl Built {
     /// The backend over this store.
     pub(crate) fn backend(self) -> crate::ObjectBackend {
-        let b = crate::ObjectBackend::new(self.store, self.prefix, self.provider, self.display);
+        let b =
+            crate::ObjectBackend::new(self.store, self.prefix, self.provider, self.display).with_context(self.context);
         match self.metadata_only {
             Some(endpoint) => b.with_metadata_only_credentials(endpoint),
             None => b,
@@ -193,17 +236,30 @@ pub(crate) fn build_url(url: &StoreUrl) -> Result<Built> {
         invalid(format!("cannot configure the store: {message}"))
     };
     let mut metadata_only = None;
+    // abfs[s]://container@account.dfs.core.windows.net: the container is the user part.
+    let bucket = match url.user() {
+        Some(container) if provider == Provider::Azure && !container.is_empty() => container.to_string(),
+        _ => url.hosts().first().map(|h| h.to_string()).unwrap_or_default(),
+    };
+    let mut context = Context { bucket, region: None, credentials: provider.credential_sources().into() };
     let store: Arc<dyn ObjectStore> = match provider {
         Provider::S3 => {
             let mut b = AmazonS3Builder::from_env().with_url(base).with_retry(retry);
+            let mut profile = None;
             for (k, v) in &options {
+                if PROFILE_KEYS.contains(&k.as_str()) {
+                    profile = Some(v.as_str());
+                    continue;
+                }
                 let key: AmazonS3ConfigKey = k.parse().map_err(|_| unknown(k))?;
                 b = b.with_config(key, v);
             }
             let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint);
             let allow_http = b.get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp));
             check_http(&display, endpoint.as_deref(), allow_http.as_deref(), "aws_allow_http")?;
-            metadata_only = aws_metadata_only(&b);
+            let (b, aws) = aws_region_and_credentials(b, profile, url)?;
+            metadata_only = aws.metadata_only;
+            context = aws.context;
             Arc::new(b.build().map_err(built)?)
         }
         Provider::Gcs => {
@@ -229,7 +285,98 @@ pub(crate) fn build_url(url: &StoreUrl) -> Result<Built> {
             Arc::new(b.build().map_err(built)?)
         }
     };
-    Ok(Built { store, prefix, provider, display, metadata_only })
+    Ok(Built { store, prefix, provider, display, metadata_only, context })
+}
+
+/// The store options that name an AWS profile (read by tenure, not passed
+/// to `object_store`).
+const PROFILE_KEYS: &[&str] = &["profile", "aws_profile"];
+
+/// What [`aws_region_and_credentials`] settled.
+struct Aws {
+    metadata_only: Option<String>,
+    context: Context,
+}
+
+/// The region and the credentials of an S3 store, from where the AWS CLI
+/// and SDKs take them: the URL's options, the environment, then the
+/// profile (see the `profile` module). A store on AWS itself (no
+/// `aws_endpoint`) without a region is refused, naming where it was looked
+/// for; an S3-compatible endpoint keeps `object_store`'s `us-east-1`, which
+/// such servers ignore or expect.
+#[cfg_attr(not(feature = "aws-profiles"), allow(unused_mut))]
+fn aws_region_and_credentials(
+    mut b: AmazonS3Builder,
+    profile_option: Option<&str>,
+    url: &StoreUrl,
+) -> Result<(AmazonS3Builder, Aws)> {
+    use AmazonS3ConfigKey as K;
+    #[cfg(feature = "aws-profiles")]
+    let profile = crate::profile::load(profile_option).map_err(|r| url.invalid(r))?;
+    #[cfg(not(feature = "aws-profiles"))]
+    if std::env::var_os("AWS_PROFILE").is_some() && profile_option.is_none() {
+        tracing::warn!(
+            "AWS_PROFILE is set, but this build of tenure reads no AWS profiles (cargo feature aws-profiles): it is ignored"
+        );
+    }
+    #[cfg(not(feature = "aws-profiles"))]
+    if profile_option.is_some() {
+        return Err(url.invalid(
+            "this build of tenure reads no AWS profiles (cargo feature aws-profiles of tenure-object): \
+             give the region and credentials as store options or AWS_* environment variables",
+        ));
+    }
+
+    let mut region = b.get_config_value(&K::Region);
+    #[cfg(feature = "aws-profiles")]
+    if region.is_none()
+        && let Some(r) = profile.as_ref().and_then(|p| p.region.clone())
+    {
+        b = b.with_region(&r);
+        region = Some(r);
+    }
+    let endpoint = b.get_config_value(&K::Endpoint).or_else(|| b.get_config_value(&K::S3Endpoint));
+    if region.is_none() && endpoint.is_none() {
+        #[cfg(feature = "aws-profiles")]
+        let profile_place = format!(
+            ", the region of AWS profile {:?} in {}",
+            profile.as_ref().map_or_else(|| "default".to_string(), |p| p.name.clone()),
+            crate::profile::files()
+        );
+        #[cfg(not(feature = "aws-profiles"))]
+        let profile_place = String::new();
+        return Err(url.invalid(format!(
+            "no AWS region: looked in the store options (aws_region), AWS_REGION, AWS_DEFAULT_REGION{profile_place}; \
+             add ?aws_region=REGION (the bucket's region) or set AWS_REGION"
+        )));
+    }
+
+    let set = |b: &AmazonS3Builder, k: K| b.get_config_value(&k).is_some();
+    let mut credentials = if set(&b, K::AccessKeyId) {
+        "the access key from aws_access_key_id or AWS_ACCESS_KEY_ID".to_string()
+    } else if b.get_config_value(&K::SkipSignature).as_deref().is_some_and(truthy) {
+        "none: aws_skip_signature=true".to_string()
+    } else if set(&b, K::WebIdentityTokenFile) && set(&b, K::RoleArn) {
+        "the web identity role AWS_ROLE_ARN".to_string()
+    } else if set(&b, K::ContainerCredentialsRelativeUri) || set(&b, K::ContainerCredentialsFullUri) {
+        "the container's role".to_string()
+    } else {
+        "the instance's role from the instance metadata service".to_string()
+    };
+    let mut metadata_only = aws_metadata_only(&b);
+    // The AWS SDKs' order: keys in the environment, then the profile, then
+    // web identity, the container's role and the instance's.
+    #[cfg(feature = "aws-profiles")]
+    if let Some(p) = profile.as_ref().filter(|p| p.has_credentials)
+        && !set(&b, K::AccessKeyId)
+        && !b.get_config_value(&K::SkipSignature).as_deref().is_some_and(truthy)
+    {
+        b = b.with_credentials(crate::profile::credentials(p));
+        credentials = format!("AWS profile {:?}", p.name);
+        metadata_only = None;
+    }
+    let bucket = url.hosts().first().map(|h| h.to_string()).unwrap_or_default();
+    Ok((b, Aws { metadata_only, context: Context { bucket, region, credentials } }))
 }
 
 /// The instance metadata endpoint, if `object_store` will ask it for

@@ -23,6 +23,22 @@
 //! `aws_access_key_id`, `aws_secret_access_key`. For Azurite:
 //! `azure_storage_use_emulator=true`.
 //!
+//! With the `aws-profiles` feature (off by default here, on in the CLI), S3
+//! also takes credentials and region from the AWS shared config and
+//! credentials files (`profile=NAME`, `AWS_PROFILE`), as the AWS SDKs do. On
+//! AWS itself (no `aws_endpoint`) a store without a region is refused,
+//! naming where it was looked for, rather than sent to `us-east-1`.
+//!
+//! # Errors the store answers
+//!
+//! A missing bucket or container, a wrong region, denied access and refused
+//! credentials are each one line naming the bucket and what to do
+//! ([`tenure_core::Error::InvalidStore`] for the first two, a
+//! non-transient [`tenure_core::Error::Store`] for the others); the store's
+//! XML or JSON is never shown, only its error code (see `src/explain.rs`).
+//! A read of a lease in a bucket that does not exist is that error, never
+//! "no such lease".
+//!
 //! # Layout
 //!
 //! A backend key (a lease name, optionally with a `~suffix`) is a "directory"
@@ -163,9 +179,12 @@
 mod backend;
 mod config;
 mod counts;
+mod explain;
 mod line;
 mod ops;
 mod probe;
+#[cfg(feature = "aws-profiles")]
+mod profile;
 
 use std::sync::Arc;
 

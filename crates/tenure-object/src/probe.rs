@@ -126,23 +126,25 @@ async fn run(backend: &ObjectBackend, path: &Path, created: &mut bool) -> Result
                 ),
             );
         }
-        Error::store(url, format!("probing conditional writes: {step} {path}"), backend.explain(e))
+        backend.fail(&format!("probing conditional writes: {step} {path}"), e)
     };
     let body = |n: u8| Bytes::from(format!("tenure conditional-write probe, write {n}\n"));
 
     match backend.put_object(path, body(1), PutMode::Create).await {
         Ok(_) => *created = true,
-        Err(object_store::Error::PermissionDenied { source, .. }) => {
+        Err(denied @ object_store::Error::PermissionDenied { .. }) => {
             // Read-only credentials, or wrong ones? Only the former may read.
             return match backend.get_object(path, None).await {
-                Err(object_store::Error::NotFound { .. }) => Ok(Probe::ReadOnly { detail: source.to_string() }),
+                Err(e @ object_store::Error::NotFound { .. }) if crate::explain::problem(&e).is_none() => {
+                    Ok(Probe::ReadOnly { detail: crate::explain::sanitized(&denied) })
+                }
                 Ok(_) => Err(refuse(url, "a write was refused, yet the object it would have created exists")),
-                Err(e) => Err(Error::store(
-                    url,
-                    format!("probing conditional writes: creating and reading {path}"),
-                    format!(
-                        "both were refused ({e}); check the credentials (for read-only use without permission to list, pass --trust-store to skip the probe)"
+                Err(e) => Err(backend.fail(
+                    &format!(
+                        "probing conditional writes: creating and reading {path}, both refused (for read-only use without \
+                         permission to list, pass --trust-store to skip the probe)"
                     ),
+                    e,
                 )),
             };
         }

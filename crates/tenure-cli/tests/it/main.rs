@@ -35,6 +35,8 @@ mod lock_watchdog;
 mod nfs_bag;
 mod nfs_lock;
 mod nfs_outage;
+#[cfg(feature = "object")]
+mod object_store_cli;
 mod overlap;
 mod serve_restart;
 mod serve_status;

@@ -6,6 +6,7 @@ mod common;
 mod fuzz_support;
 
 mod conformance;
+mod errors;
 mod fuzz_url;
 mod gcs_generations;
 mod line;
