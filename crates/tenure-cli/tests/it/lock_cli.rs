@@ -516,9 +516,10 @@ fn s3_without_credentials_says_none_were_found_not_the_metadata_request() {
     }
     cmd.env_remove("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").env_remove("AWS_CONTAINER_CREDENTIALS_FULL_URI");
     let store_opt = format!("aws_metadata_endpoint={metadata}");
+    // A region is given: on AWS itself, a missing one is refused before credentials are looked for.
     let out = run(
         cmd.args(["lock", "s3://tenure-no-such-bucket/locks", "x", "--timeout", "5s", "--store-opt", &store_opt])
-            .args(["--", "true"]),
+            .args(["--store-opt", "aws_region=us-east-1", "--", "true"]),
         LIMIT,
     );
     let err = stderr(&out);
