@@ -46,8 +46,12 @@ pub(crate) fn lease_options(
     shared: bool,
     renew_every: Option<&Bound<'_, PyAny>>,
     meta: Option<String>,
+    slots: Option<u32>,
 ) -> PyResult<LeaseOptions> {
     let mut opts = if shared { LeaseOptions::shared() } else { LeaseOptions::exclusive() };
+    if let Some(n) = slots {
+        opts = opts.with_slots(n);
+    }
     if let Some(ttl) = opt_duration(ttl, "ttl")? {
         opts = opts.with_ttl(ttl);
     }

@@ -15,6 +15,7 @@ mod errors;
 mod lease;
 mod runtime;
 mod store;
+mod watch;
 mod witness;
 
 use pyo3::prelude::*;
@@ -57,6 +58,8 @@ fn _tenure(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BagWriter>()?;
     m.add_class::<BagMessage>()?;
     m.add_class::<Witness>()?;
+    m.add_class::<watch::Watch>()?;
+    m.add_class::<watch::LeaseChange>()?;
     for (name, ty) in [
         ("TenureError", py.get_type::<TenureError>()),
         ("ConfigError", py.get_type::<ConfigError>()),

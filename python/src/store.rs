@@ -108,7 +108,8 @@ impl Client {
     }
 
     /// Acquires `name` once, without waiting: raises `Busy` if it is held.
-    #[pyo3(signature = (name, *, ttl=None, shared=false, renew_every=None, meta=None))]
+    #[pyo3(signature = (name, *, ttl=None, shared=false, renew_every=None, meta=None, slots=None))]
+    #[allow(clippy::too_many_arguments)]
     fn try_acquire(
         &self,
         py: Python<'_>,
@@ -117,9 +118,10 @@ impl Client {
         shared: bool,
         renew_every: Option<&Bound<'_, PyAny>>,
         meta: Option<String>,
+        slots: Option<u32>,
     ) -> PyResult<Lease> {
         same_process(self.pid, "client")?;
-        let opts = lease_options(ttl, None, shared, renew_every, meta)?.no_wait();
+        let opts = lease_options(ttl, None, shared, renew_every, meta, slots)?.no_wait();
         let client = self.inner.clone();
         let clock = client.store().clock().clone();
         let lease = block_on(py, async move { client.try_acquire(&name, &opts).await })?.map_err(to_py)?;
@@ -129,7 +131,7 @@ impl Client {
     /// Acquires `name`, waiting up to `timeout` (None: for ever): raises
     /// `Timeout` if it is still held then. Ctrl-C while waiting raises
     /// `KeyboardInterrupt` and leaves no grant behind.
-    #[pyo3(signature = (name, *, ttl=None, timeout=None, shared=false, renew_every=None, meta=None))]
+    #[pyo3(signature = (name, *, ttl=None, timeout=None, shared=false, renew_every=None, meta=None, slots=None))]
     #[allow(clippy::too_many_arguments)]
     fn acquire(
         &self,
@@ -140,9 +142,10 @@ impl Client {
         shared: bool,
         renew_every: Option<&Bound<'_, PyAny>>,
         meta: Option<String>,
+        slots: Option<u32>,
     ) -> PyResult<Lease> {
         same_process(self.pid, "client")?;
-        let opts = lease_options(ttl, timeout, shared, renew_every, meta)?;
+        let opts = lease_options(ttl, timeout, shared, renew_every, meta, slots)?;
         let client = self.inner.clone();
         let clock = client.store().clock().clone();
         let lease = block_on(py, async move { client.acquire(&name, &opts).await })?.map_err(to_py)?;
@@ -150,7 +153,7 @@ impl Client {
     }
 
     /// Like `acquire`, awaitable; cancelling it withdraws the wait.
-    #[pyo3(signature = (name, *, ttl=None, timeout=None, shared=false, renew_every=None, meta=None))]
+    #[pyo3(signature = (name, *, ttl=None, timeout=None, shared=false, renew_every=None, meta=None, slots=None))]
     #[allow(clippy::too_many_arguments)]
     fn acquire_async<'py>(
         &self,
@@ -161,9 +164,10 @@ impl Client {
         shared: bool,
         renew_every: Option<&Bound<'py, PyAny>>,
         meta: Option<String>,
+        slots: Option<u32>,
     ) -> PyResult<Bound<'py, PyAny>> {
         same_process(self.pid, "client")?;
-        let opts = lease_options(ttl, timeout, shared, renew_every, meta)?;
+        let opts = lease_options(ttl, timeout, shared, renew_every, meta, slots)?;
         let client = self.inner.clone();
         let clock = client.store().clock().clone();
         awaitable(py, async move {
@@ -187,7 +191,7 @@ impl Client {
         meta: Option<String>,
     ) -> PyResult<LeaseSet> {
         same_process(self.pid, "client")?;
-        let opts = lease_options(ttl, timeout, shared, renew_every, meta)?;
+        let opts = lease_options(ttl, timeout, shared, renew_every, meta, None)?;
         let client = self.inner.clone();
         let clock = client.store().clock().clone();
         let set = block_on(py, async move { client.acquire_all(&names, &opts).await })?.map_err(to_py)?;
@@ -208,13 +212,27 @@ impl Client {
         meta: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         same_process(self.pid, "client")?;
-        let opts = lease_options(ttl, timeout, shared, renew_every, meta)?;
+        let opts = lease_options(ttl, timeout, shared, renew_every, meta, None)?;
         let client = self.inner.clone();
         let clock = client.store().clock().clone();
         awaitable(py, async move {
             let set = client.acquire_all(&names, &opts).await.map_err(to_py)?;
             Ok(LeaseSet::new(set, clock))
         })
+    }
+
+    /// Watches `name`: an iterator of its changes, the first its state now
+    /// (`tenure watch`). Pushed where the store watches keys (a directory,
+    /// etcd), read every `poll` elsewhere.
+    #[pyo3(signature = (name, *, poll=None))]
+    fn watch(&self, name: String, poll: Option<&Bound<'_, PyAny>>) -> PyResult<crate::watch::Watch> {
+        same_process(self.pid, "client")?;
+        let poll = crate::convert::opt_duration(poll, "poll")?.unwrap_or(std::time::Duration::from_secs(1));
+        if poll.is_zero() {
+            return Err(ConfigError::new_err("poll must be longer than zero"));
+        }
+        let changes = self.inner.watch(&name, poll).map_err(to_py)?;
+        Ok(crate::watch::Watch::new(Box::pin(changes)))
     }
 
     /// What the store holds for `name` now, read without writing (`tenure status`).

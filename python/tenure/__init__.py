@@ -58,6 +58,7 @@ from ._tenure import (
     ForkedError,
     HolderInfo,
     Lease,
+    LeaseChange,
     LeaseSet,
     LeaseState,
     Lost,
@@ -67,6 +68,7 @@ from ._tenure import (
     Timeout,
     TokensExhausted,
     Unsupported,
+    Watch,
     Witness,
     WitnessError,
     __version__,
@@ -95,6 +97,7 @@ __all__ = [
     "ForkedError",
     "HolderInfo",
     "Lease",
+    "LeaseChange",
     "LeaseSet",
     "LeaseState",
     "Lost",
@@ -104,6 +107,7 @@ __all__ = [
     "Timeout",
     "TokensExhausted",
     "Unsupported",
+    "Watch",
     "Witness",
     "WitnessError",
     "__version__",
@@ -160,6 +164,7 @@ def lock(
     ttl: Duration = "30s",
     timeout: Optional[Duration] = "10m",
     shared: bool = False,
+    slots: Optional[int] = None,
     meta: Optional[str] = None,
     create: bool = False,
     options: Optional[Mapping[str, str]] = None,
@@ -170,9 +175,13 @@ def lock(
     the lease renewed in the background while the block runs, and releases it
     when the block ends, also by an exception. Check ``lease.lost`` (or use
     ``lease.wait_lost()`` / ``lease.on_lost()``) in long work, and pass
-    ``lease.token`` to what you write as a fence.
+    ``lease.token`` to what you write as a fence. With ``slots=N``, holds one
+    of N slots of the name (at most N holders at once; ``lease.name`` is the
+    slot's own lease).
     """
-    lease = client(url, create=create, options=options).acquire(name, ttl=ttl, timeout=timeout, shared=shared, meta=meta)
+    lease = client(url, create=create, options=options).acquire(
+        name, ttl=ttl, timeout=timeout, shared=shared, slots=slots, meta=meta
+    )
     try:
         yield lease
     finally:
@@ -187,6 +196,7 @@ async def alock(
     ttl: Duration = "30s",
     timeout: Optional[Duration] = "10m",
     shared: bool = False,
+    slots: Optional[int] = None,
     meta: Optional[str] = None,
     create: bool = False,
     options: Optional[Mapping[str, str]] = None,
@@ -197,7 +207,7 @@ async def alock(
     behind.
     """
     c = await _client_async(url, create, options)
-    lease = await c.acquire_async(name, ttl=ttl, timeout=timeout, shared=shared, meta=meta)
+    lease = await c.acquire_async(name, ttl=ttl, timeout=timeout, shared=shared, slots=slots, meta=meta)
     try:
         yield lease
     finally:

@@ -202,6 +202,7 @@ class Client:
         shared: bool = False,
         renew_every: Optional[_Duration] = None,
         meta: Optional[str] = None,
+        slots: Optional[int] = None,
     ) -> Lease: ...
     def acquire(
         self,
@@ -212,6 +213,7 @@ class Client:
         shared: bool = False,
         renew_every: Optional[_Duration] = None,
         meta: Optional[str] = None,
+        slots: Optional[int] = None,
     ) -> Lease: ...
     def acquire_async(
         self,
@@ -222,6 +224,7 @@ class Client:
         shared: bool = False,
         renew_every: Optional[_Duration] = None,
         meta: Optional[str] = None,
+        slots: Optional[int] = None,
     ) -> Awaitable[Lease]: ...
     def acquire_all(
         self,
@@ -243,9 +246,34 @@ class Client:
         renew_every: Optional[_Duration] = None,
         meta: Optional[str] = None,
     ) -> Awaitable[LeaseSet]: ...
+    def watch(self, name: str, *, poll: Optional[_Duration] = None) -> Watch:
+        """Who holds ``name`` now, then each change (``tenure watch``)."""
     def inspect(self, name: str) -> LeaseState: ...
     def list(self, prefix: str = "") -> List[str]: ...
     def break_(self, name: str, *, token: Optional[int] = None, reason: Optional[str] = None) -> List[int]: ...
+
+class LeaseChange:
+    """One change of a watched lease."""
+
+    @property
+    def change(self) -> str:
+        """"current", "acquired", "taken_over", "released", "broken", "expired", "renewed_late", "ended" or "corrupt"."""
+    @property
+    def token(self) -> Optional[int]: ...
+    @property
+    def holder(self) -> Optional[str]: ...
+    @property
+    def broken_by(self) -> Optional[str]: ...
+    @property
+    def state(self) -> LeaseState: ...
+    @property
+    def seen_ms(self) -> int: ...
+
+class Watch:
+    """An iterator of a lease's changes; each ``next()`` waits for one."""
+
+    def __iter__(self) -> Watch: ...
+    def __next__(self) -> LeaseChange: ...
 
 class BagMessage:
     """One message of a bag."""

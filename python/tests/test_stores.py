@@ -162,3 +162,38 @@ def test_witness_verifies_with_the_servers_key(lease_server: Optional[Server], t
             tenure.verify_witness("not hex", lease.witness)
         with pytest.raises(tenure.WitnessError):
             tenure.verify_witness(lease_server.public_key, b"")
+
+
+def test_slots_hold_at_most_n(store: StoreUnderTest) -> None:
+    """slots=2: two holders at once, each on a slot lease of its own; a third is busy."""
+    name = store.name("slots")
+    clients = [tenure.Client(tenure.open(store.url)) for _ in range(3)]
+    one = clients[0].acquire(name, slots=2, ttl="10s", timeout="10s")
+    two = clients[1].acquire(name, slots=2, ttl="10s", timeout="10s")
+    assert {one.name, two.name} == {f"{name}/+slots/0", f"{name}/+slots/1"}
+    with pytest.raises(tenure.Busy):
+        clients[2].try_acquire(name, slots=2, ttl="10s")
+    # Another N while slots are held is refused, not a second semaphore.
+    with pytest.raises(tenure.ConfigError):
+        clients[2].try_acquire(name, slots=3, ttl="10s")
+    freed = one.name
+    assert one.release()
+    with clients[2].acquire(name, slots=2, ttl="10s", timeout="10s") as three:
+        assert three.name == freed
+        assert three.token > one.token
+    assert two.release()
+
+
+def test_watch_sees_acquire_then_release(store: StoreUnderTest) -> None:
+    name = store.name("watched")
+    client = tenure.Client(tenure.open(store.url))
+    changes = client.watch(name, poll="100ms")
+    first = next(changes)
+    assert (first.change, first.token) == ("current", None)
+    lease = client.acquire(name, ttl="10s", timeout="10s")
+    acquired = next(changes)
+    assert (acquired.change, acquired.token) == ("acquired", lease.token)
+    assert acquired.state.holders
+    assert lease.release()
+    released = next(changes)
+    assert (released.change, released.token) == ("released", lease.token)
