@@ -77,14 +77,7 @@ impl LeaseChange {
         });
         let holder = h.grant.as_ref().map(|g| g.holder.to_string());
         let state = Py::new(py, LeaseState::from(h.state))?;
-        Ok(Self {
-            change: h.change.as_str(),
-            token: h.token,
-            holder,
-            broken_by,
-            state,
-            seen_ms: h.seen_ms,
-        })
+        Ok(Self { change: h.change.as_str(), token: h.token, holder, broken_by, state, seen_ms: h.seen_ms })
     }
 }
 
