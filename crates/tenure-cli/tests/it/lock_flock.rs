@@ -207,27 +207,7 @@ fn n_and_e_give_a_busy_lease_the_conflict_code_on_the_lease_server() {
 #[cfg(feature = "object")]
 #[test]
 fn n_and_e_give_a_busy_lease_the_conflict_code_on_s3_moto() {
-    let Ok(endpoint) = std::env::var("TENURE_TEST_S3_MOTO") else {
-        assert_ne!(
-            std::env::var("TENURE_REQUIRE_SERVERS").as_deref(),
-            Ok("1"),
-            "TENURE_TEST_S3_MOTO is not set and TENURE_REQUIRE_SERVERS=1"
-        );
-        eprintln!("skipped: TENURE_TEST_S3_MOTO is not set (start the servers: eval \"$(scripts/servers.sh env)\")");
-        return;
-    };
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let url = format!("s3://tenure/lock-flock-{}-{nanos}", std::process::id());
-    let extra: Vec<String> = [
-        format!("aws_endpoint={endpoint}"),
-        "aws_allow_http=true".into(),
-        "aws_access_key_id=test".into(),
-        "aws_secret_access_key=test".into(),
-        "aws_region=us-east-1".into(),
-    ]
-    .into_iter()
-    .flat_map(|kv| ["--store-opt".to_string(), kv])
-    .collect();
+    let Some((url, extra)) = moto_store("lock-flock") else { return };
     let scratch = tempfile::tempdir().expect("tempdir");
     busy_lease_exits_with_the_conflict_code(&url, &extra, scratch.path());
 }

@@ -102,23 +102,8 @@ fn eight_machines_run_a_job_once_per_period_on_the_lease_server() {
 #[cfg(feature = "object")]
 #[test]
 fn eight_machines_run_a_job_once_per_period_on_s3_moto() {
-    let Ok(endpoint) = std::env::var("TENURE_TEST_S3_MOTO") else {
-        assert_ne!(std::env::var("TENURE_REQUIRE_SERVERS").as_deref(), Ok("1"), "TENURE_TEST_S3_MOTO is not set");
-        eprintln!("skipped: TENURE_TEST_S3_MOTO is not set (start the servers: eval \"$(scripts/servers.sh env)\")");
-        return;
-    };
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let args: Vec<String> = [
-        format!("aws_endpoint={endpoint}"),
-        "aws_allow_http=true".into(),
-        "aws_access_key_id=test".into(),
-        "aws_secret_access_key=test".into(),
-        "aws_region=us-east-1".into(),
-    ]
-    .into_iter()
-    .flat_map(|kv| ["--store-opt".to_string(), kv])
-    .collect();
-    eight_machines_two_periods(&format!("s3://tenure/lock-once-{}-{nanos}", std::process::id()), &args);
+    let Some((url, args)) = moto_store("lock-once") else { return };
+    eight_machines_two_periods(&url, &args);
 }
 
 /// `tenure lock <store> <name> --once-per LONG <flags> -- sh -c <script>` to its end.

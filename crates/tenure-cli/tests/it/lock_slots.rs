@@ -9,7 +9,7 @@ use crate::serve_common::serve;
 
 use std::path::Path;
 use std::process::{Child, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 
@@ -130,21 +130,6 @@ fn slots_on_the_lease_server() {
 #[cfg(feature = "object")]
 #[test]
 fn slots_on_s3_moto() {
-    let Ok(endpoint) = std::env::var("TENURE_TEST_S3_MOTO") else {
-        assert_ne!(std::env::var("TENURE_REQUIRE_SERVERS").as_deref(), Ok("1"), "TENURE_TEST_S3_MOTO is not set");
-        eprintln!("skipped: TENURE_TEST_S3_MOTO is not set (start the servers: eval \"$(scripts/servers.sh env)\")");
-        return;
-    };
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let extra: Vec<String> = [
-        format!("aws_endpoint={endpoint}"),
-        "aws_allow_http=true".into(),
-        "aws_access_key_id=test".into(),
-        "aws_secret_access_key=test".into(),
-        "aws_region=us-east-1".into(),
-    ]
-    .into_iter()
-    .flat_map(|kv| ["--store-opt".to_string(), kv])
-    .collect();
-    slots_on(&format!("s3://tenure/lock-slots-{}-{nanos}", std::process::id()), &extra);
+    let Some((url, extra)) = moto_store("lock-slots") else { return };
+    slots_on(&url, &extra);
 }

@@ -11,7 +11,7 @@ use crate::serve_common;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 
@@ -135,31 +135,19 @@ fn watch_sees_acquire_release_and_a_takeover_after_sigkill_on_the_lease_server()
 #[cfg(feature = "object")]
 #[test]
 fn watch_sees_acquire_release_and_a_takeover_after_sigkill_on_s3_moto() {
-    let Ok(endpoint) = std::env::var("TENURE_TEST_S3_MOTO") else {
-        assert_ne!(std::env::var("TENURE_REQUIRE_SERVERS").as_deref(), Ok("1"), "TENURE_TEST_S3_MOTO is not set");
-        eprintln!("skipped: TENURE_TEST_S3_MOTO is not set (start the servers: eval \"$(scripts/servers.sh env)\")");
-        return;
-    };
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let args: Vec<String> = [
-        format!("aws_endpoint={endpoint}"),
-        "aws_allow_http=true".into(),
-        "aws_access_key_id=test".into(),
-        "aws_secret_access_key=test".into(),
-        "aws_region=us-east-1".into(),
-    ]
-    .into_iter()
-    .flat_map(|kv| ["--store-opt".to_string(), kv])
-    .collect();
-    acquire_release_kill_takeover(&format!("s3://tenure/watch-{}-{nanos}", std::process::id()), &args);
+    let Some((url, args)) = moto_store("watch") else { return };
+    acquire_release_kill_takeover(&url, &args);
 }
 
 #[test]
-fn watch_of_a_missing_directory_or_a_bad_name_fails_at_once() {
+fn watch_of_a_missing_directory_a_bad_name_or_a_zero_poll_fails_at_once() {
     let store = FileStore::new();
     let out = run(tenure().args(["watch", &store.path("nope").display().to_string(), "x"]), LIMIT);
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
     let out = run(tenure().args(["watch", &store.url(), "../x"]), LIMIT);
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
     assert_one_line_error(&out);
+    // A poll of zero would read the store in a tight loop: refused.
+    let out = run(tenure().args(["watch", &store.url(), "x", "--poll", "0s"]), LIMIT);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
 }

@@ -265,3 +265,26 @@ pub fn lease_is_free(store: &FileStore, name: &str) -> bool {
     let out = run(&mut lock(&store.url(), name, &["--no-wait"], &["true"]), LIMIT);
     out.status.code() == Some(0)
 }
+
+/// A fresh prefix of the S3 test server (moto, `TENURE_TEST_S3_MOTO`) and the
+/// `--store-opt` arguments that reach it, or `None` (saying why) when it is not
+/// set; under `TENURE_REQUIRE_SERVERS=1` a missing server fails the test.
+pub fn moto_store(what: &str) -> Option<(String, Vec<String>)> {
+    let Ok(endpoint) = std::env::var("TENURE_TEST_S3_MOTO") else {
+        assert_ne!(std::env::var("TENURE_REQUIRE_SERVERS").as_deref(), Ok("1"), "TENURE_TEST_S3_MOTO is not set");
+        eprintln!("skipped: TENURE_TEST_S3_MOTO is not set (start the servers: eval \"$(scripts/servers.sh env)\")");
+        return None;
+    };
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let args = [
+        format!("aws_endpoint={endpoint}"),
+        "aws_allow_http=true".into(),
+        "aws_access_key_id=test".into(),
+        "aws_secret_access_key=test".into(),
+        "aws_region=us-east-1".into(),
+    ]
+    .into_iter()
+    .flat_map(|kv| ["--store-opt".to_string(), kv])
+    .collect();
+    Some((format!("s3://tenure/{what}-{}-{nanos}", std::process::id()), args))
+}
