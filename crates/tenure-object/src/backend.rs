@@ -164,17 +164,18 @@ impl ObjectBackend {
     }
 
     /// An object store error as the user should read it (summarised, with
-    /// the hint a missing credential needs).
+    /// the hint a missing credential needs). No credentials at all is a
+    /// configuration error, not retried under `--timeout` (the metadata
+    /// service was already asked again by `object_store`'s own retries).
     pub(crate) fn explain(&self, e: object_store::Error) -> BoxError {
         let text = explain::sanitized(&e);
         match &self.metadata_only {
-            Some(endpoint) if text.contains(endpoint.trim_end_matches('/')) => format!(
+            Some(endpoint) if text.contains(endpoint.trim_end_matches('/')) => explain::permanent(format!(
                 "no AWS credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the store \
                  options aws_access_key_id and aws_secret_access_key), a web identity (AWS_WEB_IDENTITY_TOKEN_FILE \
                  and AWS_ROLE_ARN) or a container role; the instance metadata service at {endpoint}, asked last, \
                  gave none ({text})"
-            )
-            .into(),
+            )),
             _ => text.into(),
         }
     }

@@ -518,7 +518,8 @@ fn s3_without_credentials_says_none_were_found_not_the_metadata_request() {
     let store_opt = format!("aws_metadata_endpoint={metadata}");
     // A region is given: on AWS itself, a missing one is refused before credentials are looked for.
     let out = run(
-        cmd.args(["lock", "s3://tenure-no-such-bucket/locks", "x", "--timeout", "5s", "--store-opt", &store_opt])
+        // Under --timeout too: no credentials is said at once, not retried until the timeout.
+        cmd.args(["lock", "s3://tenure-no-such-bucket/locks", "x", "--timeout", "1m", "--store-opt", &store_opt])
             .args(["--store-opt", "aws_region=us-east-1", "--", "true"]),
         LIMIT,
     );

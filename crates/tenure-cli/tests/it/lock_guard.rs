@@ -342,8 +342,12 @@ fn the_guard_waits_beside_a_waiter_and_leaves_with_it_having_run_nothing() {
             "no guard started beside the waiter"
         );
         let guard = guard_of(waiter);
-        let cmdline = std::fs::read(format!("/proc/{guard}/cmdline")).unwrap_or_default();
-        assert!(String::from_utf8_lossy(&cmdline).contains("__guard"), "{}", survivors(&[guard]));
+        // Between its fork and its exec, the child still shows the waiter's command line.
+        let is_guard = || {
+            let cmdline = std::fs::read(format!("/proc/{guard}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains("__guard")
+        };
+        assert!(eventually(LIMIT, is_guard), "{}", survivors(&[guard]));
         guard
     };
     let note_run = format!("echo ran >> '{}'", ran.display());
