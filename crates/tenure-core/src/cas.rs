@@ -22,7 +22,10 @@
 //!   release can never free a grant it did not see
 //!   (`docs/design/object-store-lock.md#unintended-release`);
 //! - a release keeps the record, marked released, so the token counter and the
-//!   watermark are never lost.
+//!   watermark are never lost. A release that leaves no metadata is written
+//!   [volatile](PutOptions::volatile): a crash of the machine may lose it, which
+//!   leaves the acquisition's durable record, read as a grant whose holder
+//!   crashed (see `release_put`).
 //!
 //! Requests per operation (uncontended): acquire = 1 read + 1 write, or just the
 //! write when this store wrote the record last (it decides from its cached copy and
