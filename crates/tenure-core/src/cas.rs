@@ -22,7 +22,10 @@
 //!   release can never free a grant it did not see
 //!   (`docs/design/object-store-lock.md#unintended-release`);
 //! - a release keeps the record, marked released, so the token counter and the
-//!   watermark are never lost.
+//!   watermark are never lost. A release that leaves no metadata is written
+//!   [volatile](PutOptions::volatile): a crash of the machine may lose it, which
+//!   leaves the acquisition's durable record, read as a grant whose holder
+//!   crashed (see `release_put`).
 //!
 //! Requests per operation (uncontended): acquire = 1 read + 1 write, or just the
 //! write when this store wrote the record last (it decides from its cached copy and
@@ -164,6 +167,22 @@ impl CasStore {
     }
 }
 
+/// The write of a release: volatile unless it leaves metadata of its own.
+///
+/// A crash of the machine that loses a release leaves the record as it was
+/// before, the acquisition's, which was durable: the token counter is there
+/// (and the version sequence past it floors the next token should the release
+/// be torn instead), the predecessor's metadata too, and the grant then reads
+/// as one whose holder crashed — it ends by its deadline (or, torn, by its
+/// age), its watermark raised to its deadline. That is the record a holder
+/// killed by the same crash leaves anyway: a lost release costs a wait, never
+/// a second holder. Metadata the holder leaves (an `--once-per` mark, slot
+/// assignments) would be lost with it, so those releases stay durable.
+fn release_put(version: Version, req: &ReleaseRequest) -> PutOptions {
+    let put = PutOptions::update(version);
+    if req.meta.is_none() { put.volatile() } else { put }
+}
+
 impl CasStore {
     /// Writes the release of `grant` into its record.
     async fn release_record(&self, grant: &Grant, req: &ReleaseRequest) -> Result<Released> {
@@ -195,7 +214,7 @@ impl CasStore {
                     return Ok(Released::NotHeld);
                 }
             };
-            match self.put(&key, &rec, PutOptions::update(version)).await? {
+            match self.put(&key, &rec, release_put(version, req)).await? {
                 Put::Done(version) => {
                     self.remember(name, version, rec);
                     return Ok(Released::Released);

@@ -82,13 +82,15 @@
 //! # Durability
 //!
 //! By default each temp file is `fsync`ed before it is linked and the directory is
-//! `fsync`ed after the link, so a version that was reported written survives a
-//! power loss of the machine that holds the directory: fencing tokens never go
-//! back. (On NFS, `close` already commits the data and the server applies `link`
+//! `fsync`ed after the link and the collection of old versions (one commit for
+//! both), so a version that was reported written survives a power loss of the
+//! machine that holds the directory: fencing tokens never go back. (On NFS, `close` already commits the data and the server applies `link`
 //! synchronously on `sync` exports.) `?fsync=false` skips both for scratch
 //! directories and tmpfs; a power loss may then lose the newest versions. Writes
 //! marked [`PutOptions::volatile`] skip both too: a lease's wait line, where a
-//! lost or torn record only costs the order of the waiters, never a lease.
+//! lost or torn record only costs the order of the waiters, never a lease, and a
+//! release without metadata, whose loss leaves the durable record of the
+//! acquisition (see `docs/file-store.md#what-survives-a-crash`).
 //!
 //! # Threads and deadlines
 //!
@@ -409,9 +411,6 @@ impl FileBackend {
                 return Err(self.err(format!("linking the new version of key {key:?}"), &dir.path().join(&name), e));
             }
         }
-        if fsync {
-            dir.sync().map_err(|e| self.err(format!("syncing the directory of key {key:?}"), dir.path(), e))?;
-        }
         let scan = self.scan(&dir).map_err(|e| self.err(format!("listing key {key:?}"), dir.path(), e))?;
         if scan.max().is_some_and(|max| max > target + KEEP) {
             // Either our slot had been collected and we re-created it (ABA: the
@@ -429,6 +428,16 @@ impl FileBackend {
             ));
         }
         self.collect(&scan, &dir, target);
+        // One fsync of the directory after the link and the collection: the
+        // link is durable before the write is reported done, and the unlinks
+        // ride along in the same commit instead of waiting behind it (on ext4
+        // an unlink right after an fsync waits for that journal commit). The
+        // unlinks only remove versions more than KEEP below ours, never the
+        // newest one before it, so a crash that keeps them and loses the link
+        // leaves the record as it was before this write.
+        if fsync {
+            dir.sync().map_err(|e| self.err(format!("syncing the directory of key {key:?}"), dir.path(), e))?;
+        }
         Ok(Put::Done(Version::seq(target)))
     }
 

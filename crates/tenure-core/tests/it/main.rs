@@ -7,6 +7,7 @@ mod fuzz_support;
 mod client_turns;
 mod clock_discipline;
 mod conformance_memory;
+mod durability;
 mod fuzz_record;
 mod hung_store;
 mod keepalive;
