@@ -63,6 +63,19 @@ impl Spin {
         stream: &mut S,
         buf: &mut BytesMut,
     ) -> Option<std::io::Result<usize>> {
+        self.read_unless(stream, buf, || false).await
+    }
+
+    /// [`Spin::read`], that also gives up the spin as soon as `other()` says
+    /// there is other work (a lease server's queued acquisition granted while
+    /// it polls its client: the grant must not wait for the window to pass).
+    /// Giving up for that does not make the peer slow.
+    pub async fn read_unless<S: TryRead + ?Sized>(
+        &mut self,
+        stream: &mut S,
+        buf: &mut BytesMut,
+        mut other: impl FnMut() -> bool,
+    ) -> Option<std::io::Result<usize>> {
         self.since = Instant::now();
         if !self.quick {
             return None;
@@ -71,6 +84,9 @@ impl Spin {
             match stream.try_read_buf(buf) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 r => return Some(r),
+            }
+            if other() {
+                return None;
             }
             if self.since.elapsed() >= self.window {
                 self.quick = false;
@@ -147,6 +163,28 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(spin.read(&mut b, &mut buf).await.is_none());
         assert_eq!(&buf[..], b"x");
+    }
+
+    #[tokio::test]
+    async fn other_work_ends_the_spin_without_making_the_peer_slow() {
+        let (mut a, mut b) = pair().await;
+        let mut spin = Spin::new(Duration::from_secs(3600));
+        let mut buf = BytesMut::new();
+        // Nothing to read, and other work on the third look: the spin ends
+        // there, long before its window.
+        let mut looks = 0;
+        assert!(
+            spin.read_unless(&mut b, &mut buf, || {
+                looks += 1;
+                looks == 3
+            })
+            .await
+            .is_none()
+        );
+        assert_eq!(looks, 3);
+        // The peer is still quick: the next wait spins and reads.
+        a.write_all(b"z").await.expect("write");
+        assert_eq!(spin.read(&mut b, &mut buf).await.expect("spun").expect("read"), 1);
     }
 
     #[tokio::test]

@@ -110,6 +110,11 @@ impl Target for EtcdLock {
         true
     }
 
+    async fn server_cpu(&self) -> Result<Option<f64>> {
+        let urls: Vec<String> = self.endpoint.split(',').map(|h| format!("http://{h}/metrics")).collect();
+        super::cpu::prometheus_seconds(&urls).await.map(Some)
+    }
+
     async fn hold(&self, w: usize) -> Result<()> {
         let lease = self.session(w).await?;
         let name = format!("tenure-bench-lock/{}/handover", self.run).into_bytes();

@@ -49,6 +49,10 @@ impl Target for EtcdRaw {
         true
     }
 
+    async fn server_cpu(&self) -> Result<Option<f64>> {
+        super::cpu::prometheus_seconds(&[format!("{}/metrics", self.endpoint)]).await.map(Some)
+    }
+
     async fn op(&self, w: usize) -> Result<()> {
         let key = format!("tenure-bench/{}/w{w}", self.run);
         let id =

@@ -176,6 +176,10 @@ pub(crate) async fn measure(target: Arc<dyn Target>, clients: usize, args: &Benc
         retakes: Some(Retakes { per_sec: retakes as f64 / secs, share: retakes as f64 / grants as f64 }),
         rounds: None,
         store_ratio: None,
+        cpu: None,
+        store_server_cpu_ratio: None,
+        store_pair_cpu_ratio: None,
+        gap_rtt_ratio: None,
     })
 }
 

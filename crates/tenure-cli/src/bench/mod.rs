@@ -12,9 +12,18 @@
 //! `flock(2)` anchor on the same directory. An anchor whose server does not
 //! answer (`redis://`, `etcd-lock://`, `etcd-raw://`) is skipped with a line
 //! saying so; the other targets still run.
+//!
+//! CPU per cycle ([`cpu`]): each line shows the CPU the load generator (this
+//! process) used per operation, and for a target on a server the server's
+//! (`tenure://` with `--server-metrics`, `redis://`, `etcd…://`); an anchor's
+//! line compares the store's server CPU, and the pair's (server + load
+//! generator: the two processes that share the machine), with its own.
+//! `--op handover` also measures a loopback TCP round trip ([`rtt`]) in each
+//! round, and compares each target's hand-over gap with it.
 
 #[cfg(feature = "server")]
 mod core;
+mod cpu;
 #[cfg(feature = "etcd")]
 mod etcd_lock;
 #[cfg(feature = "etcd")]
@@ -22,6 +31,7 @@ mod etcd_raw;
 mod fs_raw;
 mod handover;
 mod redis;
+mod rtt;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -103,6 +113,13 @@ pub(crate) struct BenchArgs {
     /// the same machine; the in-process `core://` wants one per core.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub(crate) threads: u16,
+    /// The Prometheus metrics of the `tenure serve` behind the `tenure://`
+    /// targets (`http://HOST:PORT/metrics`, its `--http` address): the bench
+    /// reads its `process_cpu_seconds_total` before and after each measured
+    /// phase and shows the server's CPU per operation. Without it, a
+    /// `tenure://` target's server CPU is not shown.
+    #[arg(long, value_name = "URL", value_parser = cpu::metrics_url)]
+    pub(crate) server_metrics: Option<String>,
     /// Store flags (the URL given here is ignored; targets name the stores).
     #[command(flatten)]
     pub(crate) store: BenchStoreFlags,
@@ -191,6 +208,51 @@ pub(crate) trait Target: Send + Sync {
     async fn teardown(&self) -> Result<()> {
         Ok(())
     }
+    /// The CPU seconds the target's server has used so far (see [`cpu`]);
+    /// `None` when it has no server, or none the bench can ask.
+    async fn server_cpu(&self) -> Result<Option<f64>> {
+        Ok(None)
+    }
+}
+
+/// CPU per measured operation, in µs.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub(crate) struct CpuPerOp {
+    /// The target's server, when it has one the bench can ask.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) server_us: Option<f64>,
+    /// The load generator: this process, every thread.
+    pub(crate) bench_us: f64,
+}
+
+/// CPU readings at one moment: the server's (if any) and this process's.
+struct CpuReading {
+    server: Option<f64>,
+    own: f64,
+}
+
+impl CpuReading {
+    async fn take(target: &dyn Target) -> Self {
+        let server = match target.server_cpu().await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("{}: server CPU not read: {e:#}", target.label());
+                None
+            }
+        };
+        Self { server, own: cpu::own_seconds() }
+    }
+
+    /// Per operation from `self` to `later`, over `ops` operations.
+    fn per_op(&self, later: &Self, ops: u64) -> Option<CpuPerOp> {
+        let n = ops as f64;
+        let us = |a: f64, b: f64| (b >= a && ops > 0).then(|| (b - a) * 1e6 / n);
+        let server_us = match (self.server, later.server) {
+            (Some(a), Some(b)) => us(a, b),
+            _ => None,
+        };
+        Some(CpuPerOp { server_us, bench_us: us(self.own, later.own)? })
+    }
 }
 
 /// Figures for one target at one client count.
@@ -220,6 +282,28 @@ pub(crate) struct Figures {
     /// An anchor's store rate ÷ its rate: the median of the rounds' ratios.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) store_ratio: Option<f64>,
+    /// CPU per operation (cycles and renewals).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cpu: Option<CpuPerOp>,
+    /// An anchor's store server CPU per operation ÷ its own (median of rounds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) store_server_cpu_ratio: Option<f64>,
+    /// The same for server + load generator, the pair sharing the machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) store_pair_cpu_ratio: Option<f64>,
+    /// Hand-overs: gap p50 ÷ the loopback round trip p50 of the same round
+    /// (median of rounds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) gap_rtt_ratio: Option<f64>,
+}
+
+/// Per round, an anchor's comparisons with the store measured before it.
+#[derive(Default)]
+struct Ratios {
+    rate: Vec<f64>,
+    server_cpu: Vec<f64>,
+    pair_cpu: Vec<f64>,
+    gap_rtt: Vec<f64>,
 }
 
 /// Grants of a hand-over run back to the client that had just released.
@@ -268,44 +352,112 @@ pub(crate) async fn run(args: BenchArgs) -> Result<ExitCode> {
             Op::Handover => ("hand-overs/s", "gap p50 µs", "gap p99 µs", "gap max µs"),
             _ => ("ops/s", "p50 µs", "p99 µs", "max µs"),
         };
-        writeln!(out, "{:<width$} {:>7} {:>12} {:>10} {:>10} {:>10}", "target", "clients", rate, p50, p99, max)?;
+        writeln!(
+            out,
+            "{:<width$} {:>7} {:>12} {:>10} {:>10} {:>10} {:>11} {:>11}",
+            "target", "clients", rate, p50, p99, max, "srv CPU µs", "bench CPU µs"
+        )?;
     }
+    let width = width.max(RTT_LABEL.chars().count());
     for &clients in &args.clients {
         // Every round measures every target once; an anchor is compared with
         // the store measured just before it in the same round.
         let mut runs: Vec<Vec<Figures>> = targets.iter().map(|_| Vec::new()).collect();
-        let mut ratios: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
+        let mut ratios: Vec<Ratios> = targets.iter().map(|_| Ratios::default()).collect();
+        let mut rtts: Vec<Figures> = Vec::new();
         for _ in 0..args.rounds {
-            let mut store_rate: Option<f64> = None;
+            // Hand-overs: the loopback round trip of this round first.
+            let rtt_p50 = if args.op == Op::Handover {
+                let f = loopback(clients, &args).await?;
+                let p50 = f.p50_us;
+                if args.rounds == 1 {
+                    show(&mut out, &f, width, args.json)?;
+                } else {
+                    rtts.push(f);
+                }
+                Some(p50)
+            } else {
+                None
+            };
+            let mut store: Option<(f64, Option<CpuPerOp>)> = None;
             for (i, t) in targets.iter().enumerate() {
-                let f = match args.op {
+                let mut f = match args.op {
                     Op::Handover => handover::measure(t.clone(), clients, &args).await,
                     _ => measure(t.clone(), clients, &args).await,
                 }
                 .with_context(|| t.label())?;
-                match (f.anchor, store_rate) {
-                    (true, Some(store)) => ratios[i].push(store / f.cycles_per_sec),
-                    (false, _) => store_rate = Some(f.cycles_per_sec),
+                let r = &mut ratios[i];
+                match (f.anchor, store) {
+                    (true, Some((rate, cpu))) => {
+                        r.rate.push(rate / f.cycles_per_sec);
+                        if let (Some(s), Some(a)) = (cpu, f.cpu)
+                            && let (Some(ss), Some(aa)) = (s.server_us, a.server_us)
+                        {
+                            r.server_cpu.push(ss / aa);
+                            r.pair_cpu.push((ss + s.bench_us) / (aa + a.bench_us));
+                        }
+                    }
+                    (false, _) => store = Some((f.cycles_per_sec, f.cpu)),
                     (true, None) => {}
+                }
+                if let Some(rtt) = rtt_p50.filter(|r| *r > 0.0 && f.p50_us.is_finite()) {
+                    r.gap_rtt.push(f.p50_us / rtt);
                 }
                 if args.rounds == 1 {
                     // One round: each line as soon as it is measured.
-                    let mut f = f;
-                    f.store_ratio = ratios[i].pop();
+                    f.store_ratio = r.rate.pop();
+                    f.store_server_cpu_ratio = r.server_cpu.pop();
+                    f.store_pair_cpu_ratio = r.pair_cpu.pop();
+                    f.gap_rtt_ratio = r.gap_rtt.pop();
                     show(&mut out, &f, width, args.json)?;
                 } else {
                     runs[i].push(f);
                 }
             }
         }
-        for (figures, ratios) in runs.into_iter().zip(ratios) {
+        if let Some(f) = median_round(rtts) {
+            show(&mut out, &f, width, args.json)?;
+        }
+        for (figures, r) in runs.into_iter().zip(ratios) {
             if let Some(mut f) = median_round(figures) {
-                f.store_ratio = median(ratios);
+                f.store_ratio = median(r.rate);
+                f.store_server_cpu_ratio = median(r.server_cpu);
+                f.store_pair_cpu_ratio = median(r.pair_cpu);
+                f.gap_rtt_ratio = median(r.gap_rtt);
                 show(&mut out, &f, width, args.json)?;
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How the loopback round trip is shown.
+const RTT_LABEL: &str = "loopback TCP round trip, 1 byte (anchor)";
+
+/// The loopback round trip as a line of figures (round trips per second).
+async fn loopback(clients: usize, args: &BenchArgs) -> Result<Figures> {
+    let hist = rtt::measure(args.seconds).await?;
+    let secs = args.seconds.as_secs_f64();
+    Ok(Figures {
+        target: RTT_LABEL.into(),
+        anchor: true,
+        op: args.op,
+        clients,
+        threads: args.threads,
+        ops: hist.len(),
+        seconds: secs,
+        cycles_per_sec: hist.len() as f64 / secs,
+        p50_us: hist.value_at_quantile(0.5) as f64,
+        p99_us: hist.value_at_quantile(0.99) as f64,
+        max_us: hist.max() as f64,
+        retakes: None,
+        rounds: None,
+        store_ratio: None,
+        cpu: None,
+        store_server_cpu_ratio: None,
+        store_pair_cpu_ratio: None,
+        gap_rtt_ratio: None,
+    })
 }
 
 /// Writes one target's figures: a JSON object, or a line of the table.
@@ -314,7 +466,16 @@ fn show(out: &mut impl Write, f: &Figures, width: usize, json: bool) -> Result<(
         writeln!(out, "{}", serde_json::to_string(f)?)?;
         return Ok(out.flush()?);
     }
-    let ratio = f.store_ratio.map(|r| format!("  store: {} this rate", times(r))).unwrap_or_default();
+    let mut ratio = f.store_ratio.map(|r| format!("  store: {} this rate", times(r))).unwrap_or_default();
+    if let Some(r) = f.store_server_cpu_ratio {
+        ratio.push_str(&format!(", {} its server CPU/op", times(r)));
+    }
+    if let Some(r) = f.store_pair_cpu_ratio {
+        ratio.push_str(&format!(", {} the pair's (server + bench)", times(r)));
+    }
+    if let Some(r) = f.gap_rtt_ratio {
+        ratio.push_str(&format!("  gap p50: {} the loopback round trip", times(r)));
+    }
     let spread = f.rounds.as_ref().map(|rates| {
         let (lo, hi) = rates.iter().fold((f64::MAX, 0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
         format!("  {} rounds: {lo:.0}–{hi:.0}/s", rates.len())
@@ -326,15 +487,19 @@ fn show(out: &mut impl Write, f: &Figures, width: usize, json: bool) -> Result<(
         .map(|r| format!("  re-takes by the releaser: {:.0}/s ({:.0}% of grants)", r.per_sec, r.share * 100.0));
     // A hand-over run in which nobody else ever got the lease has no gap.
     let us = |v: f64| if v.is_nan() { "-".to_string() } else { format!("{v:.1}") };
+    let server_cpu = f.cpu.and_then(|c| c.server_us).map_or("-".into(), us);
+    let bench_cpu = f.cpu.map_or("-".into(), |c| us(c.bench_us));
     writeln!(
         out,
-        "{:<width$} {:>7} {:>12.0} {:>10} {:>10} {:>10}{ratio}{}{}",
+        "{:<width$} {:>7} {:>12.0} {:>10} {:>10} {:>10} {:>11} {:>11}{ratio}{}{}",
         f.target,
         f.clients,
         f.cycles_per_sec,
         us(f.p50_us),
         us(f.p99_us),
         us(f.max_us),
+        server_cpu,
+        bench_cpu,
         spread.unwrap_or_default(),
         same.unwrap_or_default()
     )?;
@@ -405,7 +570,9 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
         "fs-raw+fsync" => vec![Arc::new(fs_raw::RawFs::new(url.trim_start_matches("fs-raw+fsync://"), true, false)?)],
         _ => {
             let store = args.store.store_args(url)?.open().await?;
-            let mut v: Vec<Arc<dyn Target>> = vec![Arc::new(StoreTarget::new(url, store, args.op, args.ttl))];
+            let mut target = StoreTarget::new(url, store, args.op, args.ttl);
+            target.metrics = server_metrics(scheme, url, args)?;
+            let mut v: Vec<Arc<dyn Target>> = vec![Arc::new(target)];
             if scheme == "file" && !args.no_anchor {
                 let params = args.store.store_opts.iter().cloned().collect();
                 let dir = tenure::file::DirUrl::parse(url, &params)?;
@@ -421,6 +588,21 @@ async fn make_targets(url: &str, args: &BenchArgs) -> Result<Vec<Arc<dyn Target>
             }
             v
         }
+    })
+}
+
+/// Where a store's server says how much CPU it has used: the `--server-metrics`
+/// URL for `tenure://`, every endpoint's `/metrics` for `etcd://`.
+fn server_metrics(scheme: &str, url: &str, args: &BenchArgs) -> Result<Vec<String>> {
+    Ok(match scheme {
+        s if s.starts_with("tenure") => args.server_metrics.iter().cloned().collect(),
+        #[cfg(feature = "etcd")]
+        "etcd" => {
+            let params = args.store.store_opts.iter().cloned().collect();
+            let parsed = tenure_etcd::EtcdUrl::parse(url, &params)?;
+            parsed.endpoints.iter().filter(|e| e.starts_with("http://")).map(|e| format!("{e}/metrics")).collect()
+        }
+        _ => Vec::new(),
     })
 }
 
@@ -451,6 +633,11 @@ async fn measure(target: Arc<dyn Target>, clients: usize, args: &BenchArgs) -> R
             anyhow::Ok(hist)
         }));
     }
+    // CPU of the measured phase only: read when it starts and when it ends.
+    tokio::time::sleep_until(measure_from.into()).await;
+    let before = CpuReading::take(&*target).await;
+    tokio::time::sleep_until(end.into()).await;
+    let after = CpuReading::take(&*target).await;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     for t in tasks {
         hist.add(t.await??)?;
@@ -475,6 +662,10 @@ async fn measure(target: Arc<dyn Target>, clients: usize, args: &BenchArgs) -> R
         retakes: None,
         rounds: None,
         store_ratio: None,
+        cpu: before.per_op(&after, hist.len()),
+        store_server_cpu_ratio: None,
+        store_pair_cpu_ratio: None,
+        gap_rtt_ratio: None,
     })
 }
 
@@ -496,6 +687,8 @@ struct StoreTarget {
     /// Hand-overs: each worker's client (a holder of its own) and lease.
     contenders: std::sync::Mutex<Vec<Option<Contender>>>,
     run: String,
+    /// The server's Prometheus metrics, for its CPU (see [`cpu`]).
+    metrics: Vec<String>,
 }
 
 impl StoreTarget {
@@ -510,6 +703,7 @@ impl StoreTarget {
             held: Mutex::new(Vec::new()),
             contenders: std::sync::Mutex::new(Vec::new()),
             run: tenure_core::random_nonce()[..6].to_string(),
+            metrics: Vec::new(),
         }
     }
 
@@ -547,6 +741,13 @@ impl Target for StoreTarget {
 
     fn contends(&self) -> bool {
         true
+    }
+
+    async fn server_cpu(&self) -> Result<Option<f64>> {
+        if self.metrics.is_empty() {
+            return Ok(None);
+        }
+        cpu::prometheus_seconds(&self.metrics).await.map(Some)
     }
 
     async fn hold(&self, w: usize) -> Result<()> {
@@ -654,6 +855,10 @@ mod tests {
             retakes: None,
             rounds: None,
             store_ratio: None,
+            cpu: None,
+            store_server_cpu_ratio: None,
+            store_pair_cpu_ratio: None,
+            gap_rtt_ratio: None,
         }
     }
 

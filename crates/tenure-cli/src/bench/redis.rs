@@ -118,6 +118,10 @@ impl Target for RedisLock {
         true
     }
 
+    async fn server_cpu(&self) -> Result<Option<f64>> {
+        super::cpu::redis_info_seconds(&mut self.conn.clone()).await.map(Some)
+    }
+
     async fn hold(&self, w: usize) -> Result<()> {
         let (key, holder) = (self.handover_key(), format!("{}-w{w}", self.holder));
         let mut backoff = Backoff::new();

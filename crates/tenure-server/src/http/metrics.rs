@@ -79,6 +79,16 @@ pub(super) async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoRespo
         "When this incarnation started (unix seconds).",
         core.started_us() / 1_000_000,
     );
+    // The standard process gauge (no `tenure_` prefix), as Prometheus client
+    // libraries and etcd name it: user + system CPU of every thread, so a
+    // benchmark can divide it by the cycles it drove.
+    let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    let _ = writeln!(
+        m.0,
+        "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n\
+         # TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {}.{:09}",
+        cpu.tv_sec, cpu.tv_nsec
+    );
     c.latency.render(&mut m.0);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], m.0)
 }

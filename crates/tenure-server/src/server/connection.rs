@@ -397,8 +397,22 @@ impl Connection {
             // first: cheaper than sleeping and being woken (see `spin`).
             let woke = if let Some(wait) = expired {
                 Woke::Late(wait)
-            } else if let Some(read) = self.spin.read(&mut self.stream, &mut self.rbuf).await {
+            } else if let Some(read) = self
+                .spin
+                .read_unless(&mut self.stream, &mut self.rbuf, || match self.waits.try_join_next() {
+                    // A queued acquisition was granted (or cancelled) meanwhile:
+                    // answer it now, not when the spin's window has passed.
+                    Some(done) => {
+                        self.pushed.push(done);
+                        true
+                    }
+                    None => false,
+                })
+                .await
+            {
                 Woke::Read(read)
+            } else if !self.pushed.is_empty() {
+                Woke::Answered
             } else {
                 // A client with queued waits is not idle: it waits for their answers.
                 let idle = if self.waits.is_empty() { opts.idle_timeout } else { FOREVER };

@@ -138,10 +138,14 @@ async fn metrics_are_prometheus_text_with_grant_and_contention_counters() {
     // Prometheus naming: counters end in `_total`, nothing is in milliseconds.
     for line in body.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
         let (name, kind) = line.split_once(' ').expect("# TYPE name kind");
-        assert!(name.starts_with("tenure_"), "{line}");
+        // The one standard process gauge, as etcd and client libraries name it.
+        assert!(name.starts_with("tenure_") || name == "process_cpu_seconds_total", "{line}");
         assert_eq!(kind == "counter", name.ends_with("_total"), "counters, and only they, end in _total: {line}");
         assert!(!name.ends_with("_ms") && !name.contains("_millis"), "base units (seconds): {line}");
     }
+    // The server's own CPU time: a number of seconds, more than none by now.
+    let cpu = body.lines().find_map(|l| l.strip_prefix("process_cpu_seconds_total ")).expect("process CPU");
+    assert!(cpu.parse::<f64>().is_ok_and(|s| s > 0.0 && s.is_finite()), "{cpu}");
     // Request latency, per kind of request: the two acquisitions above were timed.
     assert!(body.lines().any(|l| l == "# TYPE tenure_request_duration_seconds histogram"), "{body}");
     let sample = |series: &str| -> u64 {
