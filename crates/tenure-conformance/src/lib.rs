@@ -8,7 +8,9 @@
 
 #![forbid(unsafe_code)]
 
+mod line;
 mod paced;
+mod recipes;
 mod slots;
 mod suite;
 
@@ -18,7 +20,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_core::{Backend, CasOptions, Clock, ManualClock};
 
+pub use line::*;
 pub use paced::{Paced, RENEWAL_WAIT};
+pub use recipes::*;
 pub use slots::*;
 pub use suite::*;
 

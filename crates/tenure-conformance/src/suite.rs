@@ -13,7 +13,7 @@ use tenure_core::{
 
 use crate::{CORRUPT_TTL, Harness, MAX_SKEW, TTL, Time, advance};
 
-fn opts() -> LeaseOptions {
+pub(crate) fn opts() -> LeaseOptions {
     LeaseOptions::exclusive().with_ttl(TTL).no_wait()
 }
 
@@ -21,12 +21,12 @@ pub(crate) async fn client(h: &dyn Harness) -> Client {
     Client::new(h.store().await)
 }
 
-fn name(s: &str) -> LeaseName {
+pub(crate) fn name(s: &str) -> LeaseName {
     LeaseName::new(s).expect("valid test name")
 }
 
 /// Waits (in real time) until `n` wait in `lease`'s line, as `onlooker` reads it.
-async fn until_queued(onlooker: &Arc<dyn LeaseStore>, lease: &str, n: usize) {
+pub(crate) async fn until_queued(onlooker: &Arc<dyn LeaseStore>, lease: &str, n: usize) {
     let mut queued = 0;
     for _ in 0..1000 {
         queued = onlooker.waiting(&name(lease)).await.expect("read the line").expect("a line");
@@ -55,7 +55,7 @@ pub(crate) async fn crashed_holder(store: &Arc<dyn LeaseStore>, lease: &str, hol
     }
 }
 
-fn assert_busy<T: std::fmt::Debug>(r: tenure_core::Result<T>, what: &str) {
+pub(crate) fn assert_busy<T: std::fmt::Debug>(r: tenure_core::Result<T>, what: &str) {
     match r {
         Err(Error::Busy { .. }) => {}
         other => panic!("{what}: expected the lease to be busy, got {other:?}"),
@@ -462,7 +462,7 @@ pub async fn release_publishes_watermark_to_the_next_holder(h: &dyn Harness) {
 
 /// Breaks grant `token` of `lease` as an administrator would, looking again
 /// when a renewal in flight moved the record.
-async fn break_token(admin: &Client, lease: &str, token: u64) {
+pub(crate) async fn break_token(admin: &Client, lease: &str, token: u64) {
     for attempt in 0.. {
         let seen = admin.inspect(lease).await.expect("inspect");
         match admin.break_lease(&seen, Some(token), None).await {
@@ -471,90 +471,6 @@ async fn break_token(admin: &Client, lease: &str, token: u64) {
             Err(e) => panic!("breaking token {token} of {lease} must succeed: {e}"),
         }
     }
-}
-
-/// Metadata is carried forward by holders that leave none, however their
-/// grants end — released, expired, broken, dropped — until one leaves its own
-/// (what `tenure lock --once-per` keeps its mark in: `tenure_core::once`).
-pub async fn metadata_is_carried_forward_until_a_holder_leaves_its_own(h: &dyn Harness) {
-    let store = h.store().await;
-    let (a, admin) = (client(h).await, client(h).await);
-    let meta_after = |l: &tenure_core::Lease| l.grant().predecessor.and_then(|p| p.meta);
-    let la = a.try_acquire("carry", &opts()).await.expect("acquire");
-    la.release_with(ReleaseRequest { meta: Some("mark-1".into()), ..Default::default() }).await.expect("release");
-    // Released without metadata.
-    let lb = client(h).await.try_acquire("carry", &opts()).await.expect("acquire");
-    assert_eq!(meta_after(&lb).as_deref(), Some("mark-1"));
-    lb.release().await.expect("release");
-    // A holder that died without releasing, taken over after its TTL.
-    crashed_holder(&store, "carry", Holder::current()).await;
-    let waiting = opts().with_timeout(TTL * 5);
-    let ld = with_time_flowing(h, client(h).await.acquire("carry", &waiting)).await.expect("take over");
-    assert_eq!(ld.grant().predecessor.map(|p| (p.how, p.meta)), Some((EndedHow::Expired, Some("mark-1".into()))));
-    ld.release().await.expect("release");
-    // A holder broken by an administrator.
-    let broken = crashed_holder(&store, "carry", Holder::current()).await;
-    break_token(&admin, "carry", broken.token).await;
-    let lf = client(h).await.try_acquire("carry", &opts()).await.expect("acquire after the break");
-    assert_eq!(lf.grant().predecessor.map(|p| (p.how, p.meta)), Some((EndedHow::Broken, Some("mark-1".into()))));
-    // A handle dropped without a release.
-    drop(lf);
-    let lg = with_time_flowing(h, client(h).await.acquire("carry", &waiting)).await.expect("acquire after the drop");
-    assert_eq!(meta_after(&lg).as_deref(), Some("mark-1"), "{:?}", lg.grant().predecessor);
-    // A holder that leaves its own replaces it.
-    lg.release_with(ReleaseRequest { meta: Some("mark-2".into()), ..Default::default() }).await.expect("release");
-    let lh = client(h).await.try_acquire("carry", &opts()).await.expect("acquire");
-    assert_eq!(meta_after(&lh).as_deref(), Some("mark-2"));
-    lh.release().await.expect("release");
-}
-
-/// At most once per period (`tenure_core::once`): of the holders stamped in
-/// one period, one runs; a run counts only if it ended well with its grant
-/// still in the record — failed, dropped (its process died) or broken, the
-/// next holder of the period runs — and holders that only looked, even one
-/// that died holding the lease, never erase the mark.
-pub async fn once_per_period_counts_only_runs_that_ended_well(h: &dyn Harness) {
-    use tenure_core::{Once, OncePer};
-    let once = OncePer::new(Duration::from_secs(60)).expect("a minute");
-    let t0 = 1_000 * 60_000; // the start of period 1000
-    let (a, b, c, admin) = (client(h).await, client(h).await, client(h).await, client(h).await);
-    let waiting = opts().with_timeout(TTL * 5);
-    let run = |o: Once, what: &str| match o {
-        Once::Run(run) => run,
-        Once::AlreadyRan(mark) => panic!("{what} must run, but the record says it ran: {mark:?}"),
-    };
-    let ran = |o: Once, what: &str| match o {
-        Once::AlreadyRan(mark) => mark,
-        Once::Run(_) => panic!("{what} must not run: the period's run already counted"),
-    };
-    // Nothing ran yet: a runs; b, asking meanwhile, finds the lease busy.
-    let ra = run(a.acquire_once_at("nightly", &once, t0 + 1, &opts()).await.expect("a"), "the first");
-    assert_busy(b.acquire_once_at("nightly", &once, t0 + 2, &opts()).await, "while a runs");
-    // a failed: it does not count, and b runs.
-    assert_eq!(ra.failed().await.expect("release"), Released::Released);
-    let rb = run(b.acquire_once_at("nightly", &once, t0 + 2, &opts()).await.expect("b"), "after a failure");
-    assert_eq!(rb.period_start_ms(), t0);
-    assert_eq!(rb.ran().await.expect("release"), Released::Released);
-    // Everyone else in the period — a clock a little behind, in the period
-    // before, too — learns that it ran, and when.
-    let mark = ran(c.acquire_once_at("nightly", &once, t0 + 59_999, &opts()).await.expect("c"), "c");
-    assert_eq!(mark.ran_ms, t0 + 2);
-    ran(c.acquire_once_at("nightly", &once, t0 - 1, &opts()).await.expect("c behind"), "a clock behind");
-    // The next period: a's run dies with its process; b's runs after it; a
-    // run whose grant is broken does not count either.
-    let t1 = t0 + 60_000;
-    drop(run(a.acquire_once_at("nightly", &once, t1, &opts()).await.expect("a"), "the next period"));
-    let rb = run(with_time_flowing(h, b.acquire_once_at("nightly", &once, t1 + 1, &waiting)).await.expect("b"), "b");
-    break_token(&admin, "nightly", rb.lease().token()).await;
-    assert_eq!(rb.ran().await.expect("release"), Released::NotHeld, "a broken run never counts");
-    let rc = run(c.acquire_once_at("nightly", &once, t1 + 2, &opts()).await.expect("c"), "after a broken run");
-    assert_eq!(rc.last().map(|m| m.ran_ms), Some(t0 + 2), "the last counted run, a period before");
-    assert_eq!(rc.ran().await.expect("release"), Released::Released);
-    // A holder that dies while only looking (it never releases) keeps the mark.
-    let store = h.store().await;
-    crashed_holder(&store, "nightly", Holder::current()).await;
-    let mark = ran(with_time_flowing(h, a.acquire_once_at("nightly", &once, t1 + 3, &waiting)).await.expect("a"), "a");
-    assert_eq!(mark.ran_ms, t1 + 2);
 }
 
 /// The race: N workers × M increments of a counter under the lease, each a plain
@@ -600,256 +516,4 @@ pub async fn concurrent_workers_increment_a_fenced_counter_exactly(h: &dyn Harne
 
 pub(crate) fn parse(b: &Bytes) -> u64 {
     std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()).expect("counter is a number")
-}
-
-/// Waiters are granted the lease in the order they queued, and one that gives
-/// up (its future dropped, as when its process is interrupted) leaves the line
-/// and is skipped, on every store that keeps a wait line (a directory with
-/// change notifications, memory, etcd, object stores); a store without one (a
-/// directory on NFS polls) is skipped, and so is the lease server, whose queue
-/// its own tests cover. Time flows while waiters wait: a polled line (object
-/// stores) is looked at again on the store's clock.
-pub async fn waiters_are_granted_in_the_order_they_queued(h: &dyn Harness) {
-    if h.backend().is_none() {
-        return;
-    }
-    let lease = "conf/line";
-    let store = h.store().await;
-    let first = crashed_holder(&store, lease, Holder::current().with_label("first")).await;
-    let ask = |label: String| AcquireRequest {
-        name: name(lease),
-        mode: Mode::Exclusive,
-        ttl: TTL,
-        holder: Arc::new(Holder::current().with_label(label)),
-        retake: false,
-        meta: None,
-    };
-    // A wait of no time says whether the store queues at all.
-    if store.acquire_queued(&ask("probe".into()), Duration::ZERO).await.is_none() {
-        return;
-    }
-    let onlooker = h.store().await;
-    let until_queued = async |n: usize| until_queued(&onlooker, lease, n).await;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut waiters = Vec::new();
-    for i in 0..5 {
-        let (s, tx, r) = (h.store().await, tx.clone(), ask(format!("w{i}")));
-        waiters.push(tokio::spawn(async move {
-            let granted = s.acquire_queued(&r, Duration::from_secs(600)).await.expect("a queue").expect("wait");
-            let Attempt::Granted(g) = granted else { panic!("w{i}: the wait ran out") };
-            let _ = tx.send((i, g, s));
-        }));
-        until_queued(i + 1).await;
-    }
-    // The third waiter gives up: it leaves the line, and the lease skips it.
-    waiters.remove(2).abort();
-    until_queued(4).await;
-    let (mut last, mut last_store) = (first, store);
-    for i in [0, 1, 3, 4] {
-        last_store.release(&last, &ReleaseRequest::default()).await.expect("release");
-        let got = with_time_flowing(h, tokio::time::timeout(Duration::from_secs(60), rx.recv()))
-            .await
-            .expect("a grant")
-            .expect("open");
-        assert_eq!(got.0, i, "granted out of order");
-        assert!(got.1.token > last.token, "tokens grow along the line");
-        (last, last_store) = (got.1, got.2);
-    }
-    for w in waiters {
-        w.await.expect("waiter");
-    }
-    until_queued(0).await;
-}
-
-/// A multi-lease waiter on a store that keeps queues takes its turn: while
-/// others keep the queue of one of its leases full, it is granted after those
-/// ahead of it and before those behind it, instead of being refused for as
-/// long as anyone waits (it holds the leases before that one meanwhile).
-pub async fn a_multi_lease_waiter_takes_its_turn_in_a_queue_that_never_empties(h: &dyn Harness) {
-    let (hot, cold) = ("conf/turn/hot", "conf/turn/cold");
-    let store = h.store().await;
-    let ask = |label: &str| AcquireRequest {
-        name: name(hot),
-        mode: Mode::Exclusive,
-        ttl: TTL,
-        holder: Arc::new(Holder::current().with_label(label)),
-        retake: false,
-        meta: None,
-    };
-    let first = crashed_holder(&store, hot, Holder::current().with_label("first")).await;
-    // A wait of no time says whether the store queues at all.
-    if store.acquire_queued(&ask("probe"), Duration::ZERO).await.is_none() {
-        return;
-    }
-    let onlooker = h.store().await;
-    let until_queued = async |n: usize| until_queued(&onlooker, hot, n).await;
-    let waiter = |label: &'static str, s: Arc<dyn LeaseStore>| {
-        let r = ask(label);
-        tokio::spawn(async move {
-            match s.acquire_queued(&r, Duration::from_secs(600)).await.expect("a queue").expect("wait") {
-                Attempt::Granted(g) => (g, s),
-                Attempt::Busy(_) => panic!("{label}: the wait ran out"),
-            }
-        })
-    };
-    // One waits ahead; then the multi-lease waiter; then one more behind it.
-    let ahead = waiter("ahead", h.store().await);
-    until_queued(1).await;
-    let multi = client(h).await;
-    let both = LeaseOptions::exclusive().with_ttl(TTL).with_timeout(Duration::from_secs(600));
-    let set = tokio::spawn(async move { multi.acquire_all(&[hot, cold], &both).await });
-    until_queued(2).await;
-    let behind = waiter("behind", h.store().await);
-    until_queued(3).await;
-    // The lease passes along the queue: to the one ahead, then to the set.
-    store.release(&first, &ReleaseRequest::default()).await.expect("release");
-    let (g, s) = with_time_flowing(h, tokio::time::timeout(Duration::from_secs(60), ahead))
-        .await
-        .expect("ahead's turn")
-        .expect("join");
-    s.release(&g, &ReleaseRequest::default()).await.expect("release");
-    let set = with_time_flowing(h, async { tokio::time::timeout(Duration::from_secs(60), set).await })
-        .await
-        .expect("the set's turn came before the one behind it")
-        .expect("join")
-        .expect("the set");
-    let names: Vec<String> = set.grants().iter().map(|g| g.name.to_string()).collect();
-    assert_eq!(names, [cold, hot], "both, in canonical order");
-    assert!(!behind.is_finished(), "the one behind the set got the lease first");
-    set.release().await.expect("release the set");
-    let (g, s) = with_time_flowing(h, tokio::time::timeout(Duration::from_secs(60), behind))
-        .await
-        .expect("behind's turn")
-        .expect("join");
-    s.release(&g, &ReleaseRequest::default()).await.expect("release");
-}
-
-/// Two tasks of one client (one holder identity: a cloned [`Client`]) waiting
-/// for one lease: it goes to one of them, and to the other only once the first
-/// lets it go. A fresh grant of the identity is no abandoned grant to re-take,
-/// so the lease is never held twice, whether the store hands it along a line
-/// (both tasks woken by one release) or the tasks poll.
-pub async fn two_tasks_of_one_client_never_hold_one_lease_at_once(h: &dyn Harness) {
-    let lease = "conf/siblings";
-    let store = h.store().await;
-    let first = crashed_holder(&store, lease, Holder::current().with_label("first")).await;
-    let siblings = client(h).await;
-    let wait = LeaseOptions::exclusive().with_ttl(TTL).with_timeout(Duration::from_secs(600));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let tasks: Vec<_> = (0..2)
-        .map(|i| {
-            let (c, wait, tx) = (siblings.clone(), wait.clone(), tx.clone());
-            tokio::spawn(async move {
-                let _ = tx.send((i, c.acquire(lease, &wait).await));
-            })
-        })
-        .collect();
-    // Both are waiting: in the store's line, or polling.
-    with_time_flowing(h, tokio::time::sleep(Duration::from_millis(300))).await;
-    store.release(&first, &ReleaseRequest::default()).await.expect("release");
-    let mut next = async |within: Duration| with_time_flowing(h, tokio::time::timeout(within, rx.recv())).await;
-    let (i, one) = next(Duration::from_secs(60)).await.expect("a sibling's grant").expect("open");
-    let one = one.expect("granted");
-    if let Ok(Some((_, Ok(other)))) = next(Duration::from_millis(500)).await {
-        panic!(
-            "both tasks of one client hold the lease: tokens {} and {} ({:?} / {:?})",
-            one.token(),
-            other.token(),
-            one.grant().predecessor,
-            other.grant().predecessor
-        );
-    }
-    let token = one.token();
-    one.release().await.expect("the first sibling still held the lease");
-    let (j, other) = next(Duration::from_secs(60)).await.expect("the other sibling's turn").expect("open");
-    let other = other.expect("granted");
-    assert_ne!(i, j, "one task granted twice");
-    assert!(other.token() > token, "tokens grow from one sibling to the other");
-    other.release().await.expect("release");
-    for t in tasks {
-        t.await.expect("sibling");
-    }
-}
-
-/// An exclusive waiter is not starved by readers, on every store: one that
-/// queued while a reader held the lease (a garbage collector behind a backup)
-/// is granted before the readers that came after it, which wait behind it
-/// instead of joining the reader that holds the lease.
-pub async fn an_exclusive_waiter_is_granted_before_readers_that_came_after_it(h: &dyn Harness) {
-    let lease = "conf/gc";
-    let reader = LeaseOptions::shared().with_ttl(TTL);
-    let first = client(h).await.try_acquire(lease, &reader.clone().no_wait()).await.expect("the first reader");
-    let onlooker = h.store().await;
-    let wait = |o: LeaseOptions| o.with_ttl(TTL).with_timeout(Duration::from_secs(600));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let spawn = |who: &'static str, c: Client, opts: LeaseOptions| {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let _ = tx.send((who, c.acquire(lease, &opts).await.expect("granted")));
-        })
-    };
-    let gc = spawn("collector", client(h).await, wait(LeaseOptions::exclusive()));
-    until_queued(&onlooker, lease, 1).await;
-    let mut readers = Vec::new();
-    for _ in 0..2 {
-        readers.push(spawn("reader", client(h).await, wait(LeaseOptions::shared())));
-    }
-    // Both readers wait, behind the collector: neither joined the first reader.
-    until_queued(&onlooker, lease, 3).await;
-    if let Ok((who, _)) = rx.try_recv() {
-        panic!("a {who} was granted while the first reader held the lease and the collector waited");
-    }
-    first.release().await.expect("the first reader releases");
-    let mut next = async || with_time_flowing(h, tokio::time::timeout(Duration::from_secs(60), rx.recv())).await;
-    let (who, collector) = next().await.expect("a grant").expect("open");
-    assert_eq!(who, "collector", "a reader that came after the waiting collector was granted before it");
-    collector.release().await.expect("the collector releases");
-    for _ in 0..2 {
-        let (who, r) = next().await.expect("the readers' turn").expect("open");
-        assert_eq!(who, "reader");
-        r.release().await.expect("release");
-    }
-    gc.await.expect("collector");
-    for r in readers {
-        r.await.expect("reader");
-    }
-}
-
-/// Leader election's view (`Client::watch`): the state first, then each
-/// change in order — acquired, released, acquired by a holder that then died,
-/// expired when its deadline passed (with no write to wake the watcher),
-/// taken over, broken.
-pub async fn watch_sees_each_change_in_order(h: &dyn Harness) {
-    use futures::StreamExt;
-    let store = h.store().await;
-    let watcher = client(h).await;
-    let mut changes = Box::pin(watcher.watch("watched", Duration::from_millis(200)).expect("watch"));
-    let mut next = async |what: &str| {
-        let item = with_time_flowing(h, changes.next()).await.expect("the watch never ends by itself");
-        let held = item.unwrap_or_else(|e| panic!("watching for {what}: {e}"));
-        (held.change, held.token)
-    };
-    let (first, _) = next("the state now").await;
-    assert_eq!(first, tenure_core::Change::Current);
-
-    let a = client(h).await.try_acquire("watched", &opts()).await.expect("acquire");
-    assert_eq!(next("an acquire").await, (tenure_core::Change::Acquired, Some(a.token())));
-    let t1 = a.token();
-    a.release().await.expect("release");
-    assert_eq!(next("a release").await, (tenure_core::Change::Released, Some(t1)));
-
-    let dead = crashed_holder(&store, "watched", Holder::current()).await;
-    assert_eq!(next("a second acquire").await, (tenure_core::Change::Acquired, Some(dead.token)));
-    assert_eq!(next("the expiry").await, (tenure_core::Change::Expired, Some(dead.token)));
-    // A contender that has not watched the record may have to wait a little
-    // longer than the watcher (clock discipline): it waits.
-    let b = with_time_flowing(h, client(h).await.acquire("watched", &opts().with_timeout(TTL * 5)))
-        .await
-        .expect("take over");
-    assert_eq!(next("the takeover").await, (tenure_core::Change::TakenOver, Some(b.token())));
-
-    let admin = client(h).await;
-    break_token(&admin, "watched", b.token()).await;
-    assert_eq!(next("the break").await, (tenure_core::Change::Broken, Some(b.token())));
-    drop(b);
 }
