@@ -6,7 +6,9 @@
 //! accepts any key, so it could not tell a profile's key from none).
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
+#[cfg(feature = "aws-profiles")]
+use std::process::Output;
 use std::time::Duration;
 
 use crate::common::{assert_one_line_error, run, stderr, tenure};
@@ -100,6 +102,7 @@ fn status_of_a_missing_bucket_is_one_line() {
 }
 
 /// Shared config and credentials files with a good and a bad profile.
+#[cfg(feature = "aws-profiles")]
 fn profiles(dir: &Path) -> Vec<(&'static str, String)> {
     let config = dir.join("config");
     let credentials = dir.join("credentials");
@@ -117,6 +120,7 @@ fn profiles(dir: &Path) -> Vec<(&'static str, String)> {
     ]
 }
 
+#[cfg(feature = "aws-profiles")]
 fn lock_with(home: &Path, env: &[(&str, String)], url: &str, extra: &[&str], endpoint: &str) -> Output {
     run(
         clean_tenure(home)
