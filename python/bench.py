@@ -63,6 +63,18 @@ def tenure_cycle(url: str) -> Callable[[], None]:
     return cycle
 
 
+def inspect_call(url: str) -> Callable[[], None]:
+    """One call into the extension that does almost nothing in the store (a read
+    of a lease nobody holds): what crossing from Python into Rust and back costs,
+    which an acquire + release pays twice."""
+    client = tenure.Client(tenure.open(url))
+
+    def call() -> None:
+        client.inspect("bench")
+
+    return call
+
+
 def filelock_cycle(path: Path) -> Optional[Callable[[], None]]:
     try:
         import filelock
@@ -153,6 +165,7 @@ def main() -> None:
             targets: Dict[str, Callable[[], None]] = {
                 "tenure memory://": tenure_cycle("memory://"),
                 "tenure directory": tenure_cycle(str(locks)),
+                "memory:// inspect (1 call)": inspect_call("memory://"),
             }
             if server is not None:
                 targets["tenure tenure://"] = tenure_cycle(server_url)

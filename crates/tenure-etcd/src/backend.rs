@@ -17,9 +17,10 @@ use crate::proto::etcdserverpb::{LeaseGrantRequest, RangeRequest, RangeResponse,
 use crate::rpc::{self, Etcd};
 use crate::url::EtcdUrl;
 
-/// Appended to a record's etcd key to name its shadow: the persistent copy of
-/// the last value written with an expiry, which etcd does not delete. No valid
-/// backend key contains `~~`, so a shadow never collides with a record.
+/// Appended to a record's etcd key to name its shadow: a persistent key written
+/// with every create of a record with an expiry (holding the created value),
+/// which etcd does not delete. No valid backend key contains `~~`, so a shadow
+/// never collides with a record.
 pub const SHADOW_SUFFIX: &str = "~~last";
 
 /// A [`Backend`] on etcd: each key is one etcd key under the store's prefix.
@@ -260,7 +261,14 @@ impl EtcdBackend {
             compare.push(rpc::mod_revision_below(&shadow, token));
         }
         let lease = self.lease_for(k, d).await?;
-        let success = vec![rpc::put_op(k, value.to_vec(), lease), rpc::put_op(&shadow, value.to_vec(), 0)];
+        let mut success = vec![rpc::put_op(k, value.to_vec(), lease)];
+        if opts.mode == PutMode::Create {
+            // Only a create writes the shadow: a grant after a read that saw the
+            // record absent must create it first, which moves the shadow above
+            // that read's revision (see the crate docs, "Fencing tokens").
+            // Updates and renewals write one key, not two.
+            success.push(rpc::put_op(&shadow, value.to_vec(), 0));
+        }
         Ok((TxnRequest { compare, success, failure: Vec::new() }, Some(lease)))
     }
 }
@@ -481,8 +489,9 @@ impl Backend for EtcdBackend {
         Ok(Some(Stored::new(Bytes::from(found.value), self.version(&k, found.mod_revision)?, None)))
     }
 
-    /// One `Txn`: compare, then put (with the shadow, when it expires); plus, now
-    /// and then, one `LeaseKeepAlive` or `LeaseGrant` first.
+    /// One `Txn`: compare, then put (with the shadow, when it creates a record
+    /// that expires); plus, now and then, one `LeaseKeepAlive` or `LeaseGrant`
+    /// first.
     async fn put(&self, key: &Key, value: Bytes, opts: PutOptions) -> Result<Put> {
         let key = key.as_str();
         let k = self.etcd_key(key);

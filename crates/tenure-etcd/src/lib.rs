@@ -16,8 +16,8 @@
 //! Lease `deploy/prod` in store `etcd://…/locks` is the etcd key
 //! `locks/deploy/prod`, holding tenure's JSON lease record (see
 //! [`tenure_core::record`]). Next to it, `locks/deploy/prod~~last` is its *shadow*:
-//! a persistent copy of the last value written with an expiry, which etcd never
-//! deletes (see below). Fenced records live at `locks/<name>~fence`, and the
+//! a persistent key written with every record that is *created* with an expiry
+//! (holding that first value), which etcd never deletes (see below). Fenced records live at `locks/<name>~fence`, and the
 //! waiters in line for a lease at `locks/<name>~line/<nonce>` ([`line`](mod@line)).
 //!
 //! # Operations, as etcd requests
@@ -25,7 +25,7 @@
 //! | tenure | etcd | cost |
 //! |---|---|---|
 //! | read a record | `Range` (linearizable) | 1 round trip, no disk write |
-//! | acquire / renew (write with expiry) | `Txn`: if `create_revision == 0` (create) or `mod_revision == seen` (update), put the record attached to our etcd lease and put its shadow | 1 round trip, 1 Raft write |
+//! | acquire / renew (write with expiry) | `Txn`: if `create_revision == 0` (create) or `mod_revision == seen` (update), put the record attached to our etcd lease (and, for a create, its shadow) | 1 round trip, 1 Raft write |
 //! | release / break (write without expiry) | `Txn`: if `mod_revision == seen`, put the record with no etcd lease | 1 round trip, 1 Raft write |
 //! | token floor of a vanished record | count-only `Range` → header revision | 1 round trip |
 //! | list | keys-only prefix `Range` | 1 round trip |
@@ -85,11 +85,16 @@
 //! create, another holder could create the record and it could vanish again,
 //! and the create would then repeat that holder's token. So the creating `Txn`
 //! also compares the shadow: `mod_revision(shadow) < new token`. The shadow is
-//! written in every transaction that writes a record with an expiry, so its
-//! `mod_revision` is at least every token ever granted under the name, and the
-//! comparison is exactly "this token is above all earlier ones", checked by etcd
-//! atomically with the grant. (The backend reads the new token from the lease
-//! record it is writing; values that are not lease records skip the check.)
+//! written in every transaction that creates a record with an expiry (lease
+//! records are only ever created that way). The new token is one above the
+//! revision at which the record was read absent; any grant after that read
+//! needs the record to exist again, so a create at a later revision, which
+//! moved the shadow to that revision or above: the comparison fails exactly
+//! when someone granted under the name since the read, and etcd checks it
+//! atomically with the grant. Writes that update an existing record (acquire,
+//! renew, release) leave the shadow alone: one key per write, not two. (The
+//! backend reads the new token from the lease record it is writing; values
+//! that are not lease records skip the check.)
 //!
 //! # Caveats
 //!
@@ -98,8 +103,9 @@
 //!   no predecessor and no watermark ([`tenure_core::Predecessor`] is `None`). etcd
 //!   deletes the record at least `ttl + max_skew` after the holder's last write
 //!   on etcd's clock, so a next holder whose clock is within `max_skew` of
-//!   etcd's writes above the lost holder's deadline anyway. The shadow keeps the
-//!   last content for humans (`etcdctl get <key>~~last`). A contender that was
+//!   etcd's writes above the lost holder's deadline anyway. The shadow keeps
+//!   only the record as it was created (`etcdctl get <key>~~last`), not its
+//!   last content. A contender that was
 //!   already waiting usually takes over before etcd deletes the record, and then
 //!   gets the full predecessor.
 //! - **No modification time**: etcd keeps none, so an unreadable record is

@@ -88,13 +88,18 @@ async fn a_create_racing_a_vanished_record_cannot_repeat_its_token() {
     // The slow creator reads "absent" and its floor...
     assert_eq!(slow.get(&tenure_core::Key::new("r").expect("key")).await.expect("get"), None);
     let slow_floor = slow.absent_floor(&tenure_core::Key::new("r").expect("key")).await.expect("floor");
-    // ...then another holder creates the record, and it vanishes (etcd expiry).
+    // ...then another holder creates the record, acquires it again (an update,
+    // which leaves the shadow alone), and it vanishes (etcd expiry).
     assert_eq!(fast.get(&tenure_core::Key::new("r").expect("key")).await.expect("get"), None);
     let fast_token = fast.absent_floor(&tenure_core::Key::new("r").expect("key")).await.expect("floor") + 1;
-    assert!(matches!(
-        fast.put(&tenure_core::Key::new("r").expect("key"), record(fast_token), expiring()).await.expect("put"),
-        Put::Done(_)
-    ));
+    let Put::Done(created) =
+        fast.put(&tenure_core::Key::new("r").expect("key"), record(fast_token), expiring()).await.expect("put")
+    else {
+        panic!("the fast creator's create must land");
+    };
+    let again = PutOptions::update(created).with_expires_after(TTL);
+    let updated = fast.put(&tenure_core::Key::new("r").expect("key"), record(fast_token + 1), again).await;
+    assert!(matches!(updated.expect("put"), Put::Done(_)));
     s.raw.delete(&s.key("r")).await.expect("raw delete");
 
     // The slow creator's token would not exceed the vanished one's: refused.
