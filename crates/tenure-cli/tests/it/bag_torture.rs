@@ -149,8 +149,16 @@ impl Torture {
             .collect();
         let mut closers: Vec<Child> = (0..CLOSERS).map(|_| self.closer()).collect();
         let (mut writer_kills, mut closer_kills) = (0, 0);
-        let end = Instant::now() + Duration::from_secs(seconds);
-        while Instant::now() < end {
+        // The run lasts `seconds`, and longer (up to four times) until both
+        // verdicts were seen: on a loaded machine a slow store can answer no
+        // late append before its writer is killed.
+        let started = Instant::now();
+        let (end, last) = (started + Duration::from_secs(seconds), started + Duration::from_secs(4 * seconds));
+        let both_seen = || {
+            let v = self.verdicts.lock().expect("lock");
+            !v.accepted.is_empty() && !v.rejected.is_empty()
+        };
+        while Instant::now() < end || (Instant::now() < last && !both_seen()) {
             std::thread::sleep(Duration::from_millis(self.pace.kill_every_ms + rng.below(self.pace.kill_every_ms * 2)));
             if rng.below(2) == 0 {
                 let slot = rng.below(writers.len() as u64) as usize;
