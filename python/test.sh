@@ -23,8 +23,13 @@ fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     "maturin==1.16.0" "pytest==9.2.0" "mypy==2.4.1" "filelock==4.3.1" "redis==8.1.0"
 
-cargo build -p tenure-cli --all-features
-export TENURE_BIN="${TENURE_BIN:-$target/debug/tenure}"
+# The `tenure` command for the lease server: the one given (scripts/test
+# passes the one its tests built: a build of tenure-cli alone would resolve
+# features apart from the workspace's and compile tokio and the rest again).
+if [ -z "${TENURE_BIN:-}" ]; then
+    cargo build -p tenure-cli --all-features
+    export TENURE_BIN="$target/debug/tenure"
+fi
 
 (cd "$here" && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --quiet)
 
