@@ -297,6 +297,41 @@ pub(crate) struct Figures {
     pub(crate) gap_rtt_ratio: Option<f64>,
 }
 
+impl Figures {
+    /// The figures of `hist` (latencies in µs), measured over `secs`; the
+    /// comparisons with other targets are filled in later.
+    fn of(
+        target: String,
+        anchor: bool,
+        clients: usize,
+        args: &BenchArgs,
+        hist: &Histogram<u64>,
+        secs: f64,
+        cpu: Option<CpuPerOp>,
+    ) -> Self {
+        Figures {
+            target,
+            anchor,
+            op: args.op,
+            clients,
+            threads: args.threads,
+            ops: hist.len(),
+            seconds: secs,
+            cycles_per_sec: hist.len() as f64 / secs,
+            p50_us: hist.value_at_quantile(0.5) as f64,
+            p99_us: hist.value_at_quantile(0.99) as f64,
+            max_us: hist.max() as f64,
+            retakes: None,
+            rounds: None,
+            store_ratio: None,
+            cpu,
+            store_server_cpu_ratio: None,
+            store_pair_cpu_ratio: None,
+            gap_rtt_ratio: None,
+        }
+    }
+}
+
 /// Per round, an anchor's comparisons with the store measured before it.
 #[derive(Default)]
 struct Ratios {
@@ -437,27 +472,7 @@ const RTT_LABEL: &str = "loopback TCP round trip, 1 byte (anchor)";
 /// The loopback round trip as a line of figures (round trips per second).
 async fn loopback(clients: usize, args: &BenchArgs) -> Result<Figures> {
     let hist = rtt::measure(args.seconds).await?;
-    let secs = args.seconds.as_secs_f64();
-    Ok(Figures {
-        target: RTT_LABEL.into(),
-        anchor: true,
-        op: args.op,
-        clients,
-        threads: args.threads,
-        ops: hist.len(),
-        seconds: secs,
-        cycles_per_sec: hist.len() as f64 / secs,
-        p50_us: hist.value_at_quantile(0.5) as f64,
-        p99_us: hist.value_at_quantile(0.99) as f64,
-        max_us: hist.max() as f64,
-        retakes: None,
-        rounds: None,
-        store_ratio: None,
-        cpu: None,
-        store_server_cpu_ratio: None,
-        store_pair_cpu_ratio: None,
-        gap_rtt_ratio: None,
-    })
+    Ok(Figures::of(RTT_LABEL.into(), true, clients, args, &hist, args.seconds.as_secs_f64(), None))
 }
 
 /// Writes one target's figures: a JSON object, or a line of the table.
@@ -647,26 +662,8 @@ async fn measure(target: Arc<dyn Target>, clients: usize, args: &BenchArgs) -> R
     if hist.is_empty() {
         bail!("{}: no operation completed in {secs}s", target.label());
     }
-    Ok(Figures {
-        target: target.label(),
-        anchor: target.is_anchor(),
-        op: args.op,
-        clients,
-        threads: args.threads,
-        ops: hist.len(),
-        seconds: secs,
-        cycles_per_sec: hist.len() as f64 / secs,
-        p50_us: hist.value_at_quantile(0.5) as f64,
-        p99_us: hist.value_at_quantile(0.99) as f64,
-        max_us: hist.max() as f64,
-        retakes: None,
-        rounds: None,
-        store_ratio: None,
-        cpu: before.per_op(&after, hist.len()),
-        store_server_cpu_ratio: None,
-        store_pair_cpu_ratio: None,
-        gap_rtt_ratio: None,
-    })
+    let cpu = before.per_op(&after, hist.len());
+    Ok(Figures::of(target.label(), target.is_anchor(), clients, args, &hist, secs, cpu))
 }
 
 /// A hand-over client: its own holder identity, and its lease while it holds it.
