@@ -75,7 +75,11 @@ fn slots_on(url: &str, extra: &[String]) {
     std::fs::write(dir.join("go"), "").expect("go");
     for c in first.iter_mut().chain(rest.iter_mut()) {
         let code = wait_status(c, Duration::from_secs(180)).code();
-        assert_eq!(code, Some(0), "a holder failed");
+        let mut said = String::new();
+        if let Some(mut err) = c.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut err, &mut said);
+        }
+        assert_eq!(code, Some(0), "a holder failed: {said}");
     }
     let status = run(tenure().arg("status").arg(url).arg("jobs").args(extra), LIMIT);
     assert_eq!(status.status.code(), Some(1), "no slot held: {}", stdout(&status));
