@@ -75,7 +75,10 @@
 //! [`MIN_SILENCE`]), and still nothing in the [`CONFIRM`] after `tenure` itself
 //! woke up (so that a loaded machine's scheduling delay is not taken for a
 //! hang), the guard is stopped or hung and enforces nothing: `tenure`
-//! takes over ([`Supervisor::take_over`]). It stops the command's processes
+//! takes over ([`Supervisor::take_over`]). Before the guard said the command
+//! started, silence is allowed until the last moment it may start it (the
+//! first deadline less the grace, which the child checks before `exec`): a
+//! guard slow to start holds up nothing, and a late one cannot start it. It stops the command's processes
 //! itself on the same schedule (SIGTERM, SIGKILL within the grace and never later
 //! than `stop_by`), kills the guard, and only then lets the lease go. Silence is
 //! measured on `CLOCK_MONOTONIC` (tokio's timers): a suspend stops both
@@ -244,8 +247,10 @@ pub(crate) enum Leader {
     Running,
     /// It had ended by itself, with this status.
     Ended(Status),
-    /// It had ended (or never started), and its status cannot be known.
+    /// It had ended, and its status cannot be known.
     Unknown,
+    /// It never started: nothing of it ran.
+    NotStarted,
 }
 
 /// What the guard needs before the lease is granted.
@@ -275,6 +280,10 @@ pub(crate) struct Supervisor {
     leader: Option<Status>,
     silence: Duration,
     last_heard: Instant,
+    grace: Duration,
+    /// Once the lease is granted: the last moment the guard may start the
+    /// command (the first deadline less the grace; see `guard::child`).
+    start_by: Option<Instant>,
     /// Set when the silence limit passed: until when we listen again before
     /// calling the guard silent (kept here: [`Supervisor::next`] is cancel-safe).
     confirm_until: Option<Instant>,
@@ -351,6 +360,8 @@ impl Supervisor {
             leader: None,
             silence: spec.silence,
             last_heard: Instant::now(),
+            grace: spec.grace,
+            start_by: None,
             confirm_until: None,
         })
     }
@@ -380,7 +391,23 @@ impl Supervisor {
     pub(crate) fn start(&mut self, start: Start) {
         let Start { deadline_ns, token, deadline_ms } = start;
         self.send(&format!("start {deadline_ns} {token} {deadline_ms}\n"));
-        self.last_heard = Instant::now();
+        let now = Instant::now();
+        self.last_heard = now;
+        let start_by_ns = deadline_ns.saturating_sub(u64::try_from(self.grace.as_nanos()).unwrap_or(u64::MAX));
+        self.start_by = Some(now + Duration::from_nanos(start_by_ns.saturating_sub(boot_now_ns())));
+    }
+
+    /// When a guard that said nothing since `last_heard` is called silent.
+    /// Before it said the command started, not before the last moment it may
+    /// start it: until then a slow guard (a loaded machine, its first page
+    /// faults on a slow disk) holds up nothing, since nothing runs, and after
+    /// it the command cannot start at all.
+    fn silent_at(&self) -> Instant {
+        let heard = self.last_heard + self.silence;
+        match self.start_by {
+            Some(by) if self.pgid.is_none() => heard.max(by),
+            _ => heard,
+        }
     }
 
     /// How the guard releases the lease should `tenure` die while the command
@@ -442,7 +469,7 @@ impl Supervisor {
             if self.eof {
                 return self.guard_lost().await;
             }
-            match tokio::time::timeout_at(self.last_heard + self.silence, self.report.readable()).await {
+            match tokio::time::timeout_at(self.silent_at(), self.report.readable()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => self.eof = true,
                 // The timer may fire before the reactor saw a line that did come
@@ -518,7 +545,17 @@ impl Supervisor {
         self.control = None;
         let leader = match (self.leader, self.pgid) {
             (Some(status), _) => Leader::Ended(status),
-            (None, None) => Leader::Unknown,
+            // Not said to have started: whatever the guard started is a process
+            // below it (stopped below as the command's).
+            (None, None) => {
+                let me = rustix::process::getpid();
+                let guard = self.guard_pid.map(raw);
+                if tree::descendants(me).into_iter().any(|p| Some(p) != guard) {
+                    Leader::Running
+                } else {
+                    Leader::NotStarted
+                }
+            }
             (None, Some(pgid)) => match tree::stat(pgid.as_raw_nonzero().get()) {
                 Some(st) if !st.zombie => Leader::Running,
                 // A zombie: it ended, and its silent parent never reaped it.

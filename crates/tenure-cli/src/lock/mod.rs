@@ -371,6 +371,9 @@ pub(crate) async fn run(args: LockArgs) -> Result<ExitCode> {
                     format!("the command had ended ({}); tenure stopped what it left running", describe(status)),
                 ),
                 Leader::Unknown => (exit::OS_ERROR, "the command had ended, how is unknown".to_string()),
+                Leader::NotStarted => {
+                    (exit::TIMEOUT, "the command did not run (it had not started, and now cannot)".to_string())
+                }
             };
             say(&format!("{silent}; {how}, killed the guard and released the lease"));
             code

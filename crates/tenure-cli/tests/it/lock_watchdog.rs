@@ -114,3 +114,65 @@ fn a_guard_stopped_while_it_drains_what_the_command_left_is_taken_over_with_the_
     assert!(rest.contains("stopped answering"), "{rest}");
     assert!(lease_is_free(&store, "draining"), "the lease was not released");
 }
+
+/// The guard of a waiting `tenure`, stopped while the lease is awaited: once
+/// granted, the command cannot start until the guard runs again.
+fn waiter_with_a_stopped_guard(store: &FileStore, name: &str, marks: &std::path::Path) -> (std::process::Child, u32) {
+    let waiter =
+        lock(&store.url(), name, &["--ttl", "16s"], &["sh", "-c", &format!("echo ran > '{}'", marks.display())])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn tenure lock");
+    // The guard is started while the lease is awaited.
+    let mut guard = None;
+    let seen = eventually(LIMIT, || {
+        let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", waiter.id()));
+        guard = children.ok().and_then(|c| c.split_whitespace().next()?.parse::<u32>().ok());
+        guard.is_some()
+    });
+    let guard = guard.filter(|_| seen).expect("the waiter's guard");
+    signal(guard, Signal::STOP);
+    (waiter, guard)
+}
+
+#[test]
+fn a_guard_slow_to_start_the_command_after_the_grant_is_waited_for_and_the_command_runs() {
+    let store = FileStore::new();
+    let marks = store.path("ran");
+    let go = store.path("go");
+    let mut first =
+        start(&store, "slow-start", &[], &format!("while [ ! -e '{}' ]; do sleep 0.02; done", go.display()));
+    assert!(eventually(LIMIT, || !holders(&store.url(), "slow-start").is_empty()), "the first holder never held");
+    let (mut waiter, guard) = waiter_with_a_stopped_guard(&store, "slow-start", &marks);
+    let _cleanup = KillOnDrop::new(guard);
+    std::fs::write(&go, "").expect("go");
+    let waiter_pid = u64::from(waiter.id());
+    assert!(
+        eventually(LIMIT, || holders(&store.url(), "slow-start").iter().any(|h| h.0 == waiter_pid)),
+        "the waiter was never granted"
+    );
+    assert_eq!(wait_status(&mut first, LIMIT).code(), Some(0));
+    // Silent past the 2s + 1s that a running command's guard gets, and well
+    // before the grant's start-by (the 16s TTL's grant less its grace, ~7s).
+    std::thread::sleep(Duration::from_millis(4500));
+    signal(guard, Signal::CONT);
+    let (code, err) = finish(&mut waiter);
+    assert_eq!(code, Some(0), "the command ran once its guard did: {err}");
+    assert_eq!(std::fs::read_to_string(&marks).ok().as_deref(), Some("ran\n"), "{err}");
+    assert!(lease_is_free(&store, "slow-start"), "the lease was not released");
+}
+
+#[test]
+fn a_guard_that_never_starts_the_command_is_taken_over_at_the_grants_start_by_and_nothing_runs() {
+    let store = FileStore::new();
+    let marks = store.path("ran");
+    let (mut waiter, guard) = waiter_with_a_stopped_guard(&store, "never-started", &marks);
+    let _cleanup = KillOnDrop::new(guard);
+    let (code, err) = finish(&mut waiter);
+    assert_eq!(code, Some(75), "the command did not run: {err}");
+    assert!(err.contains("stopped answering") && err.contains("the command did not run"), "{err}");
+    assert!(!marks.exists(), "the command ran: {err}");
+    assert!(!running(guard), "the silent guard was not killed");
+    assert!(lease_is_free(&store, "never-started"), "the lease was not released");
+}
