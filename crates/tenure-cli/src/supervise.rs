@@ -78,9 +78,10 @@
 //! takes over ([`Supervisor::take_over`]). Before the guard said the command
 //! started, silence is allowed until the last moment it may start it (the
 //! first deadline less the grace, which the child checks before `exec`): a
-//! guard slow to start holds up nothing, and a late one cannot start it. It stops the command's processes
-//! itself on the same schedule (SIGTERM, SIGKILL within the grace and never later
-//! than `stop_by`), kills the guard, and only then lets the lease go. Silence is
+//! guard slow to start holds up nothing, and a late one cannot start it.
+//! `tenure` stops the command's processes itself on the same schedule
+//! (SIGTERM, SIGKILL within the grace and never later than `stop_by`), kills
+//! the guard, and only then lets the lease go. Silence is
 //! measured on `CLOCK_MONOTONIC` (tokio's timers): a suspend stops both
 //! processes, and must not look like a silent guard. The guard never blocks on
 //! its report pipe: lines that matter wait until `tenure` reads, heartbeats that
@@ -522,6 +523,26 @@ impl Supervisor {
         }
     }
 
+    /// Takes in what the guard wrote since it was last read (it may have woken
+    /// after it was called silent): where the command stands, for
+    /// [`Supervisor::take_over`]. Other reports no longer matter then.
+    fn catch_up(&mut self) {
+        // The pipe holds at most 64 KiB: a few reads take it all.
+        for _ in 0..64 {
+            if !self.read_raw() || self.eof {
+                break;
+            }
+        }
+        while let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.buf.drain(..=end).collect();
+            match parse(String::from_utf8_lossy(&line).trim()) {
+                Some(Report::Event(Event::Started(pid))) => self.pgid = Pid::from_raw(pid),
+                Some(Report::Leader(status)) => self.leader = Some(status),
+                _ => {}
+            }
+        }
+    }
+
     /// The guard closed its report pipe without a final status: it was killed. Its
     /// command's leader died with it (parent-death signal); kill what is left,
     /// in the group and outside it (re-parented to us, a subreaper).
@@ -543,6 +564,7 @@ impl Supervisor {
         // leaves the release to `tenure`, which is alive.
         self.send("orphan -\n");
         self.control = None;
+        self.catch_up();
         let leader = match (self.leader, self.pgid) {
             (Some(status), _) => Leader::Ended(status),
             // Not said to have started: whatever the guard started is a process
