@@ -113,7 +113,9 @@ Exit status: COMMAND's own (128 + n if signal n ended it), or
   71   the guard process could not start or was killed before COMMAND started
   75   the lease is busy (--no-wait) or the wait timed out (--timeout); or no
        grant came in time to start COMMAND under (the store answered too slowly);
-       -E CODE gives these CODE instead
+       -E CODE gives these CODE instead. Also (-E leaves it 75): granted, but
+       COMMAND could not start before the grant's last moment to (its guard was
+       held up), so it did not run
   76   COMMAND ran and was stopped: the lease was lost, or its guard was killed
   126  COMMAND cannot be run, 127 COMMAND not found (the lease is not taken)
 
