@@ -93,10 +93,14 @@ fn nfs_server_hang_stops_the_holder_before_its_deadline_and_nothing_is_granted_t
     c.server("stop");
     let stopped_at = unix_now();
 
-    let out = holder.wait_with_output().expect("holder");
-    let (rc, a_done) = rc_of(&out, "nfs-client-a", &clocks);
-    assert_eq!(rc, 76, "the holder loses its lease loudly: {}", String::from_utf8_lossy(&out.stderr));
-    let a_said = String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("").to_string();
+    // Everything up to the deadline's read happens while the server is hung.
+    let end = gone_at(holder_gone, "nfs-client-a", &clocks);
+    let said_a = c.work().join("holds-a.err");
+    assert!(
+        eventually(Duration::from_secs(30), || std::fs::read_to_string(&said_a)
+            .is_ok_and(|s| s.contains("at risk") || s.contains("lost"))),
+        "tenure on a did not say, during the hang, that it lost its lease"
+    );
     let out = term.wait_with_output().expect("signalled waiter");
     let (rc, term_took) = signalled(&out);
     assert_eq!(rc, 143, "SIGTERM ends a waiting tenure with 128+15: {}", String::from_utf8_lossy(&out.stderr));
@@ -106,18 +110,32 @@ fn nfs_server_hang_stops_the_holder_before_its_deadline_and_nothing_is_granted_t
     // during the hang is carried out only after it: a did not count on it).
     let a_token = holds(&[c.work().join("holds-a")], &clocks)[0].token;
     let deadline = deadline_on_server(&c, a_token, &clocks);
+    // tenure on a normally exits during the hang too. But a release it gave up
+    // on may have left a file with unwritten data on the hung mount: the kernel
+    // writes it back when the file is closed, at the latest as the process
+    // exits, and on a hard mount that waits for the server. So a's exit is
+    // waited for while the server is hung (bounded), then the server goes on.
+    let mut holder = holder;
+    let exited_in_hang = eventually(Duration::from_secs(20), || holder.try_wait().is_ok_and(|st| st.is_some()));
     let hung_for = unix_now() - stopped_at;
     c.server("cont");
 
+    let out = holder.wait_with_output().expect("holder");
+    let (rc, a_done) = rc_of(&out, "nfs-client-a", &clocks);
+    assert_eq!(rc, 76, "the holder loses its lease loudly: {}", String::from_utf8_lossy(&out.stderr));
+    let a_said = String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("").to_string();
     let holds_a = holds(&[c.work().join("holds-a")], &clocks);
-    let end = gone_at(holder_gone, "nfs-client-a", &clocks);
     assert!(holds_a[0].end.is_some_and(|e| e <= end), "the holder's command logged its SIGTERM");
     assert!(end < deadline, "the holder's command ran until {end:.3}, past its lease's deadline {deadline:.3}");
-    assert!(
-        a_done - stopped_at < 6.0 + 5.0,
-        "tenure on a took {:.1}s to exit after the server hung",
-        a_done - stopped_at
-    );
+    if exited_in_hang {
+        assert!(
+            a_done - stopped_at < 6.0 + 5.0,
+            "tenure on a took {:.1}s to exit after the server hung",
+            a_done - stopped_at
+        );
+    } else {
+        println!("tenure on a could exit only once the server was back (its abandoned release's data to write back)");
+    }
 
     // The waiter gets the lease once the server is back, after a's hold.
     let out = waiter.wait_with_output().expect("waiter");
