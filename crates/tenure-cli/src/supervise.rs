@@ -395,7 +395,7 @@ impl Supervisor {
         let now = Instant::now();
         self.last_heard = now;
         let start_by_ns = deadline_ns.saturating_sub(u64::try_from(self.grace.as_nanos()).unwrap_or(u64::MAX));
-        self.start_by = Some(now + Duration::from_nanos(start_by_ns.saturating_sub(boot_now_ns())));
+        self.start_by = now.checked_add(Duration::from_nanos(start_by_ns.saturating_sub(boot_now_ns())));
     }
 
     /// When a guard that said nothing since `last_heard` is called silent.
@@ -527,7 +527,8 @@ impl Supervisor {
     /// after it was called silent): where the command stands, for
     /// [`Supervisor::take_over`]. Other reports no longer matter then.
     fn catch_up(&mut self) {
-        // The pipe holds at most 64 KiB: a few reads take it all.
+        // What a guard that just woke wrote is a few lines; the bound (32 KiB)
+        // keeps anything more from holding `tenure` here.
         for _ in 0..64 {
             if !self.read_raw() || self.eof {
                 break;

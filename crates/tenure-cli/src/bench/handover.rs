@@ -159,28 +159,13 @@ pub(crate) async fn measure(target: Arc<dyn Target>, clients: usize, args: &Benc
     if grants == 0 {
         bail!("{}: no grant after a release in {secs}s", target.label());
     }
+    let mut f = Figures::of(target.label(), target.is_anchor(), clients, args, gaps, secs, None);
     // No hand-over at all (the releaser always won): no gap to show.
-    let quantile = |q: f64| if gaps.is_empty() { f64::NAN } else { gaps.value_at_quantile(q) as f64 };
-    Ok(Figures {
-        target: target.label(),
-        anchor: target.is_anchor(),
-        op: args.op,
-        clients,
-        threads: args.threads,
-        ops: gaps.len(),
-        seconds: secs,
-        cycles_per_sec: gaps.len() as f64 / secs,
-        p50_us: quantile(0.5),
-        p99_us: quantile(0.99),
-        max_us: quantile(1.0),
-        retakes: Some(Retakes { per_sec: retakes as f64 / secs, share: retakes as f64 / grants as f64 }),
-        rounds: None,
-        store_ratio: None,
-        cpu: None,
-        store_server_cpu_ratio: None,
-        store_pair_cpu_ratio: None,
-        gap_rtt_ratio: None,
-    })
+    if gaps.is_empty() {
+        (f.p50_us, f.p99_us, f.max_us) = (f64::NAN, f64::NAN, f64::NAN);
+    }
+    f.retakes = Some(Retakes { per_sec: retakes as f64 / secs, share: retakes as f64 / grants as f64 });
+    Ok(f)
 }
 
 /// The kernel's lock: `flock(LOCK_EX)` on one file, each client with its own
