@@ -149,16 +149,8 @@ impl Torture {
             .collect();
         let mut closers: Vec<Child> = (0..CLOSERS).map(|_| self.closer()).collect();
         let (mut writer_kills, mut closer_kills) = (0, 0);
-        // The run lasts `seconds`, and longer (up to four times) until both
-        // verdicts were seen: on a loaded machine a slow store can answer no
-        // late append before its writer is killed.
-        let started = Instant::now();
-        let (end, last) = (started + Duration::from_secs(seconds), started + Duration::from_secs(4 * seconds));
-        let both_seen = || {
-            let v = self.verdicts.lock().expect("lock");
-            !v.accepted.is_empty() && !v.rejected.is_empty()
-        };
-        while Instant::now() < end || (Instant::now() < last && !both_seen()) {
+        let end = Instant::now() + Duration::from_secs(seconds);
+        while Instant::now() < end {
             std::thread::sleep(Duration::from_millis(self.pace.kill_every_ms + rng.below(self.pace.kill_every_ms * 2)));
             if rng.below(2) == 0 {
                 let slot = rng.below(writers.len() as u64) as usize;
@@ -169,7 +161,9 @@ impl Torture {
                 thread.join().expect("writer thread");
                 writer_kills += 1;
             } else {
-                let i = rng.below(CLOSERS as u64) as usize;
+                // Closer 0 is never killed, so buckets are closed however slow
+                // the store is, and late appends race real closes.
+                let i = 1 + rng.below(CLOSERS as u64 - 1) as usize;
                 let mut old = std::mem::replace(&mut closers[i], self.closer());
                 old.kill().expect("SIGKILL closer");
                 let _ = old.wait();
@@ -194,6 +188,7 @@ impl Torture {
         std::thread::sleep(Duration::from_millis(self.pace.width_ms + self.pace.grace_ms + 200));
         let status = self.cmd(&["close", "--lookback", "60s"]).stdout(Stdio::null()).status().expect("close");
         assert!(status.success());
+        self.append_into_a_closed_bucket();
         let readers: Vec<_> = (0..READERS)
             .map(|_| self.cmd(&["read", "--json"]).stdout(Stdio::piped()).spawn().expect("reader"))
             .collect();
@@ -224,6 +219,25 @@ impl Torture {
             .collect()
     }
 
+    /// Whether the races above rejected anything depends on timing (a slow
+    /// store may close nothing before a late writer is killed), so one rejection
+    /// is made for certain: an append stamped inside the closed past.
+    fn append_into_a_closed_bucket(&self) {
+        let payload = "sL-into-closed";
+        let mut late = self
+            .cmd(&["append", "--stdin", "--json", "--writer", "late", "--lag", "5s"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn late writer");
+        writeln!(late.stdin.take().expect("stdin"), "{payload}").expect("write payload");
+        let out = late.wait_with_output().expect("late writer");
+        let told = String::from_utf8_lossy(&out.stdout);
+        let v: serde_json::Value = serde_json::from_str(told.trim()).unwrap_or_else(|e| panic!("{e}: {told:?}"));
+        assert_eq!(v["accepted"], false, "an append into a closed bucket is rejected: {told}");
+        self.verdicts.lock().expect("lock").rejected.insert(payload.to_string());
+    }
+
     fn check(&self, reads: &[Vec<(u64, String, u64, String)>]) {
         for r in &reads[1..] {
             assert_eq!(r, &reads[0], "readers disagree on the set or the order");
@@ -242,13 +256,13 @@ impl Torture {
                 m
             });
         println!(
-            "accepted {}, rejected {} (per slot {per_slot:?}), unknown {} ({unknown_read} of them read), {} messages read",
+            "accepted {}, rejected {} (per slot {per_slot:?}, one of them on purpose), unknown {} ({unknown_read} of them read), {} messages read",
             v.accepted.len(),
             v.rejected.len(),
             v.unknown.len(),
             reads[0].len()
         );
-        assert!(!v.accepted.is_empty() && !v.rejected.is_empty(), "the run must exercise both verdicts");
+        assert!(!v.accepted.is_empty(), "the run must accept appends");
     }
 }
 
