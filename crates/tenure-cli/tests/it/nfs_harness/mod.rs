@@ -265,10 +265,14 @@ impl Drop for Cluster {
 /// zombie) and prints the time it saw that. No process is forked in its loop (a
 /// fork costs tens of ms in a loaded UML guest): it reads /proc with `read`, sleeps
 /// 5 ms with `read -t` on a pipe nobody writes, and reads `$EPOCHREALTIME`.
+/// The pipe is a FIFO under the guest's own /run, opened read-write (so the
+/// open does not block) and unlinked at once: a guest has no /dev/fd, so
+/// `<(:)` cannot give one, and a `read -t` on a bad descriptor returns at once.
 pub const WAIT_GONE: &str = r#"
 wait_gone() {
-  local line st
-  exec 9<> <(:)
+  local line st fifo="/run/wait_gone.$BASHPID.$RANDOM"
+  mkfifo -m 600 "$fifo" && exec 9<> "$fifo" && rm -f "$fifo" \
+    || { echo "wait_gone: no pipe to sleep on at $fifo" >&2; return 1; }
   while { read -r line < "/proc/$1/stat"; } 2>/dev/null; do
     st=${line##*) }; st=${st%% *}
     [ "$st" = Z ] && break
