@@ -177,6 +177,7 @@ macro_rules! conformance_tests {
             an_exclusive_waiter_is_granted_before_readers_that_came_after_it,
             slots_never_hold_more_than_n_and_each_slot_counts_exactly,
             slots_refuse_another_count_and_a_second_slot_and_are_leases_of_their_own,
+            a_dropped_slot_is_let_go_and_its_client_takes_one_again_at_once,
             watch_sees_each_change_in_order,
         );
     };

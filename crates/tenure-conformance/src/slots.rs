@@ -145,9 +145,7 @@ pub async fn slots_refuse_another_count_and_a_second_slot_and_are_leases_of_thei
     assert_eq!(third.slot(), Some(1));
     assert!(third.token() > second.token(), "a slot's tokens grow like any lease's");
     assert_eq!(third.grant().predecessor.map(|p| p.how), Some(EndedHow::Broken));
-    // Released, not dropped: a dropped lease is released in the background,
-    // and its client forgets the slot only when that ends (the release of a
-    // broken slot is refused, and that is not what this test is about).
+    // The release of a broken slot finds it gone; that is not what this test is about.
     let _ = second.release().await;
 
     // Once no slot is held, another count takes effect.
@@ -177,4 +175,30 @@ pub async fn slots_refuse_another_count_and_a_second_slot_and_are_leases_of_thei
     assert!(lease.token() > dead.token);
     assert_eq!(lease.grant().predecessor.map(|p| p.how), Some(EndedHow::Expired));
     lease.release().await.expect("release");
+}
+
+/// A dropped slot is let go at once as far as its client goes: the same client
+/// takes a slot again without waiting, with the same count and with another
+/// (the dropped slot, whose release is still on its way, is not in the way),
+/// and the late release of the dropped grant leaves the new one held.
+pub async fn a_dropped_slot_is_let_go_and_its_client_takes_one_again_at_once(h: &dyn Harness) {
+    let a = client(h).await;
+    let first = a.acquire("conf-slots-drop", &slots(2).no_wait()).await.expect("a free slot");
+    assert_eq!(first.slot(), Some(0));
+    drop(first);
+    let again = match a.acquire("conf-slots-drop", &slots(2).no_wait()).await {
+        Ok(lease) => lease,
+        Err(e) => panic!("the same count right after a drop must be granted at once: {e}"),
+    };
+    assert_eq!(again.slot(), Some(0), "the dropped slot, re-taken");
+    drop(again);
+    let other = match a.acquire("conf-slots-drop", &slots(3).no_wait()).await {
+        Ok(lease) => lease,
+        Err(e) => panic!("another count right after a drop must be granted at once: {e}"),
+    };
+    assert_eq!(other.slot(), Some(0));
+    // Give the dropped leases' background releases time to land.
+    with_time_flowing(h, tokio::time::sleep(Duration::from_millis(300))).await;
+    assert!(matches!(other.health(), tenure_core::Health::Held { .. }), "{:?}", other.health());
+    assert_eq!(other.release().await.expect("release"), tenure_core::Released::Released);
 }

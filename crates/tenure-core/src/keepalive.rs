@@ -55,6 +55,29 @@ pub(crate) fn unregister(held: &HeldNames, grants: &[Grant]) {
     }
 }
 
+/// A handle's names, counted in its client's [`HeldNames`] until the handle is
+/// dropped or its lease ends, whichever comes first (once).
+#[derive(Debug)]
+struct Registration {
+    held: HeldNames,
+    grants: Vec<Grant>,
+    live: std::sync::atomic::AtomicBool,
+}
+
+impl Registration {
+    fn new(held: HeldNames, grants: &[Grant]) -> Arc<Self> {
+        register(&held, grants);
+        Arc::new(Self { held, grants: grants.to_vec(), live: true.into() })
+    }
+
+    /// Forgets the names, so that the same client may re-take them at once.
+    fn end(&self) {
+        if self.live.swap(false, Ordering::AcqRel) {
+            unregister(&self.held, &self.grants);
+        }
+    }
+}
+
 enum Cmd {
     Release(ReleaseRequest, oneshot::Sender<Result<Released>>),
 }
@@ -87,6 +110,7 @@ struct Held {
     ctl: Option<mpsc::Sender<Cmd>>,
     task: Option<JoinHandle<()>>,
     stats: Arc<Stats>,
+    registration: Arc<Registration>,
 }
 
 impl Held {
@@ -105,7 +129,7 @@ impl Held {
         let (health_tx, health) = watch::channel(Health::Held { stop_by });
         let (grants_tx, grants_rx) = watch::channel(Arc::new(grants.clone()));
         let (ctl, ctl_rx) = mpsc::channel(1);
-        register(&held, &grants);
+        let registration = Registration::new(held, &grants);
         let task = KeepAlive {
             store: store.clone(),
             clock: store.clock().clone(),
@@ -113,14 +137,13 @@ impl Held {
             timing,
             health: health_tx,
             grants_tx,
-            held,
-            registered: true,
+            registration: registration.clone(),
             labels,
             stats: stats.clone(),
             lost_at: None,
         };
         let task = tokio::spawn(task.run(ctl_rx));
-        Self { store, health, grants: grants_rx, ctl: Some(ctl), task: Some(task), stats }
+        Self { store, health, grants: grants_rx, ctl: Some(ctl), task: Some(task), stats, registration }
     }
 
     async fn release(mut self, req: ReleaseRequest) -> Result<Released> {
@@ -164,8 +187,11 @@ impl Drop for Held {
     fn drop(&mut self) {
         // Dropping the command sender tells the task to release as "dropped" and
         // end; the task is bounded by the request timeout, so it is not aborted
-        // here (aborting could cut a release in half).
+        // here (aborting could cut a release in half). The client forgets the
+        // names now, not when the task gets to it: a dropped lease is let go,
+        // and the same client may take it again at once.
         self.ctl.take();
+        self.registration.end();
     }
 }
 
@@ -193,8 +219,7 @@ struct KeepAlive {
     timing: Timing,
     health: watch::Sender<Health>,
     grants_tx: watch::Sender<Arc<Vec<Grant>>>,
-    held: HeldNames,
-    registered: bool,
+    registration: Arc<Registration>,
     labels: Labels,
     stats: Arc<Stats>,
     /// When the lease was lost, which ends its hold time.
@@ -217,7 +242,7 @@ impl KeepAlive {
         };
         let ended = self.lost_at.unwrap_or_else(|| self.clock.mono());
         self.labels.held(ended.saturating_since(self.stats.since));
-        self.unregister();
+        self.registration.end();
         let (req, reply) = match stop {
             Stop::Command(Cmd::Release(req, reply)) => (req, Some(reply)),
             Stop::Dropped | Stop::Lost => (ReleaseRequest { dropped: true, ..ReleaseRequest::default() }, None),
@@ -326,15 +351,7 @@ impl KeepAlive {
         self.labels.lost(&reason);
         self.lost_at = Some(self.clock.mono());
         self.health.send_replace(Health::Lost(reason));
-        self.unregister();
-    }
-
-    /// Forgets our names in the client's set of locally held leases, so that the
-    /// same client may re-take them at once.
-    fn unregister(&mut self) {
-        if std::mem::take(&mut self.registered) {
-            unregister(&self.held, &self.grants);
-        }
+        self.registration.end();
     }
 }
 

@@ -27,7 +27,8 @@
 //! every store keeps for the next holder of the gate. A client that asks with
 //! another count than the last one through the gate is refused
 //! ([`Error::InvalidOptions`], `tenure lock` exits 64) while any slot below
-//! that count is held; when none is, the new count takes effect. The remaining
+//! that count is held; when none is, the new count takes effect (a slot this
+//! holder dropped, whose release is still on its way, is not in the way). The remaining
 //! race: the check relies on the gate's exclusion, and a gate holder paused
 //! past its TTL may meet the next one at the slots. Slots are numbered from 0
 //! whatever the count, so even then no more holders than the larger of the two
@@ -254,11 +255,17 @@ impl Client {
         })
     }
 
-    /// A held slot below `m`, if any (read only).
+    /// A held slot below `m`, if any (read only). A slot this holder holds
+    /// with no live handle of this client (one dropped, its release still on
+    /// the way, or one abandoned by a restart with the same nonce) does not
+    /// count: it is being let go, and [`Self::pick_slot`] would re-take it.
     async fn slot_held_below(&self, base: &LeaseName, m: u32) -> Result<Option<Busy>> {
         for i in 0..m {
-            let state = self.store().inspect(&part_name(base, SlotPart::Slot(i))?).await?;
-            if !state.holders.is_empty() {
+            let name = part_name(base, SlotPart::Slot(i))?;
+            let state = self.store().inspect(&name).await?;
+            let ours_let_go = !self.held.lock().contains_key(name.as_str())
+                && state.holders.iter().all(|h| h.holder.nonce == self.holder().nonce);
+            if !state.holders.is_empty() && !ours_let_go {
                 return Ok(Some(Busy::of(state)));
             }
         }
