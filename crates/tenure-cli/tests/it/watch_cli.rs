@@ -108,7 +108,11 @@ fn acquire_release_kill_takeover(url: &str, store_args: &[String]) {
         .expect("spawn the standby");
     leader.kill().expect("SIGKILL the leader's tenure");
     leader.wait().expect("reap");
-    assert_eq!(w.next("the leader's end"), ("broken".to_string(), Some(t2)));
+    // Its guard ends the grant ("broken"); on a machine slow enough that the
+    // grant's deadline passes first, the standby takes it over ("expired").
+    let (ended, token) = w.next("the leader's end");
+    assert!(ended == "broken" || ended == "expired", "the leader's grant ended as {ended:?}");
+    assert_eq!(token, Some(t2));
     let (event, t3) = w.next("the standby's takeover");
     assert_eq!(event, "acquired");
     assert!(t3 > Some(t2), "the standby's token {t3:?} is above the leader's {t2}");
