@@ -13,17 +13,23 @@ use std::time::{Duration, Instant};
 use serve_common::serve;
 use tenure::{AcquireRequest, AllAttempt, Holder, LeaseName, LeaseStore, Mode, OpenOptions};
 
-/// Leases made: their names alone are more than the largest frame (8 MiB).
-const LEASES: usize = 100_001;
+/// Bytes in each lease's name: 251, near the longest a name may be (255), so
+/// that fewer leases make a listing too long for one frame.
+const NAME_LEN: usize = 251;
+/// Leases made: their names alone are more than the largest frame a client
+/// takes (8 MiB).
+const LEASES: usize = tenure_server::wire::MAX_RESPONSE / NAME_LEN + 1;
 
 fn name(i: usize) -> String {
-    format!("many/{i:06}/{}/{}", "n".repeat(40), "m".repeat(40))
+    let segment = |c: &str| c.repeat(59);
+    format!("many/{i:06}/{}/{}/{}/{}", segment("n"), segment("m"), segment("o"), segment("p"))
 }
 
 /// Fills the server: batches of 512 leases, retried through its quarantine.
 async fn fill(store: &dyn LeaseStore) {
     let holder = Arc::new(Holder::current());
     let names: Vec<String> = (0..LEASES).map(name).collect();
+    assert!(names.iter().all(|n| n.len() == NAME_LEN), "every name is {NAME_LEN} bytes");
     let deadline = Instant::now() + Duration::from_secs(120);
     for chunk in names.chunks(512) {
         let reqs: Vec<AcquireRequest> = chunk
