@@ -115,21 +115,26 @@ fn a_guard_stopped_while_it_drains_what_the_command_left_is_taken_over_with_the_
     assert!(lease_is_free(&store, "draining"), "the lease was not released");
 }
 
-/// The guard of a waiting `tenure`, stopped while the lease is awaited: once
-/// granted, the command cannot start until the guard runs again.
+/// The guard of a waiting `tenure` (`name` must be held by another), stopped
+/// while the lease is awaited: once granted, the command cannot start until
+/// the guard runs again.
 fn waiter_with_a_stopped_guard(store: &FileStore, name: &str, marks: &std::path::Path) -> (std::process::Child, u32) {
+    assert!(!holders(&store.url(), name).is_empty(), "the waiter must wait: {name} is not held");
     let waiter =
         lock(&store.url(), name, &["--ttl", "16s"], &["sh", "-c", &format!("echo ran > '{}'", marks.display())])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("spawn tenure lock");
-    // The guard is started while the lease is awaited.
+    // The guard is started while the lease is awaited. It is stopped once it
+    // runs as the guard: stopped between its fork and its exec, it would hold
+    // up `tenure`'s spawn (which waits for the exec) instead.
     let mut guard = None;
     let seen = eventually(LIMIT, || {
         let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", waiter.id()));
         guard = children.ok().and_then(|c| c.split_whitespace().next()?.parse::<u32>().ok());
-        guard.is_some()
+        let cmdline = guard.and_then(|g| std::fs::read(format!("/proc/{g}/cmdline")).ok()).unwrap_or_default();
+        cmdline.split(|&b| b == 0).any(|arg| arg == b"__guard")
     });
     let guard = guard.filter(|_| seen).expect("the waiter's guard");
     signal(guard, Signal::STOP);
@@ -167,8 +172,14 @@ fn a_guard_slow_to_start_the_command_after_the_grant_is_waited_for_and_the_comma
 fn a_guard_that_never_starts_the_command_is_taken_over_at_the_grants_start_by_and_nothing_runs() {
     let store = FileStore::new();
     let marks = store.path("ran");
+    let go = store.path("go");
+    let mut first =
+        start(&store, "never-started", &[], &format!("while [ ! -e '{}' ]; do sleep 0.02; done", go.display()));
+    assert!(eventually(LIMIT, || !holders(&store.url(), "never-started").is_empty()), "the first holder never held");
     let (mut waiter, guard) = waiter_with_a_stopped_guard(&store, "never-started", &marks);
     let _cleanup = KillOnDrop::new(guard);
+    std::fs::write(&go, "").expect("go");
+    assert_eq!(wait_status(&mut first, LIMIT).code(), Some(0));
     let (code, err) = finish(&mut waiter);
     assert_eq!(code, Some(75), "the command did not run: {err}");
     assert!(err.contains("stopped answering") && err.contains("the command did not run"), "{err}");
