@@ -171,6 +171,7 @@ macro_rules! conformance_tests {
             metadata_is_carried_forward_until_a_holder_leaves_its_own,
             once_per_period_counts_only_runs_that_ended_well,
             concurrent_workers_increment_a_fenced_counter_exactly,
+            a_store_acquires_and_renews_again_after_many_writes_by_others,
             waiters_are_granted_in_the_order_they_queued,
             a_multi_lease_waiter_takes_its_turn_in_a_queue_that_never_empties,
             two_tasks_of_one_client_never_hold_one_lease_at_once,

@@ -514,6 +514,58 @@ pub async fn concurrent_workers_increment_a_fenced_counter_exactly(h: &dyn Harne
     assert_eq!(total, WORKERS * EACH, "increments were lost: holders overlapped");
 }
 
+/// A store that wrote a lease, then saw many others take and leave it, acquires
+/// it again (and a shared holder renews and releases) from the record as it now is, at
+/// once: its copy of what it wrote last is long stale, and a write decided
+/// from that copy must not fail where one from a read succeeds. (A directory
+/// store collects old versions: re-creating one was "outcome unknown", and the
+/// copy was used again at every try, so 12 workers on one lease stalled.)
+pub async fn a_store_acquires_and_renews_again_after_many_writes_by_others(h: &dyn Harness) {
+    // Two writes each: far more versions than a directory keeps.
+    const OTHERS: usize = 12;
+    let (a, b) = (client(h).await, client(h).await);
+    let first = a.try_acquire("again", &opts()).await.expect("a acquires a free lease");
+    let mut last = first.token();
+    first.release().await.expect("release");
+    for _ in 0..OTHERS {
+        let lb = b.try_acquire("again", &opts()).await.expect("b acquires the free lease");
+        last = lb.token();
+        lb.release().await.expect("release");
+    }
+    let again = a.try_acquire("again", &opts()).await.expect("a acquires the free lease again after many holders");
+    assert!(again.token() > last, "token must grow: {last} then {}", again.token());
+    again.release().await.expect("release");
+
+    let (sa, sb) = (h.store().await, h.store().await);
+    let shared = || AcquireRequest {
+        name: name("again-shared"),
+        mode: Mode::Shared,
+        ttl: TTL,
+        holder: Arc::new(Holder::current()),
+        retake: false,
+        meta: None,
+    };
+    let granted = |a: Attempt| match a {
+        Attempt::Granted(g) => g,
+        Attempt::Busy(b) => panic!("a shared lease should be granted beside readers, but: {}", b.describe()),
+    };
+    let ga = granted(sa.try_acquire(&shared()).await.expect("a reads"));
+    for _ in 0..OTHERS {
+        let gb = granted(sb.try_acquire(&shared()).await.expect("b reads"));
+        assert_eq!(sb.release(&gb, &ReleaseRequest::default()).await.expect("release"), Released::Released);
+    }
+    let renewed = sa.renew(&ga).await.expect("a renews its shared lease after many readers came and went");
+    assert_eq!(renewed.token, ga.token);
+    for _ in 0..OTHERS {
+        let gb = granted(sb.try_acquire(&shared()).await.expect("b reads"));
+        assert_eq!(sb.release(&gb, &ReleaseRequest::default()).await.expect("release"), Released::Released);
+    }
+    let left = sa.release(&renewed, &ReleaseRequest::default()).await;
+    assert_eq!(left.expect("a releases its shared lease after many readers came and went"), Released::Released);
+    let state = sa.inspect(&name("again-shared")).await.expect("inspect");
+    assert!(state.holders.is_empty(), "every reader left: {:?}", state.holders);
+}
+
 pub(crate) fn parse(b: &Bytes) -> u64 {
     std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()).expect("counter is a number")
 }

@@ -191,7 +191,8 @@ impl CasStore {
         let how = if req.dropped { EndedHow::Dropped } else { EndedHow::Released };
         let mut use_cache = true;
         for _ in 0..MAX_CONFLICTS {
-            let (version, current) = match self.current_for(grant, use_cache).await {
+            let from_cache = use_cache && self.cached(name, &grant.version).is_some();
+            let (version, current) = match self.current_for(grant, from_cache).await {
                 Ok(v) => v,
                 Err(Error::Lost { .. }) => {
                     self.forget(name);
@@ -214,7 +215,17 @@ impl CasStore {
                     return Ok(Released::NotHeld);
                 }
             };
-            match self.put(&key, &rec, release_put(version, req)).await? {
+            let put = match self.put(&key, &rec, release_put(version, req)).await {
+                // As in `acquire_now`: a write from a stale copy failed (the
+                // copy is forgotten); release from a real read.
+                Err(e) if from_cache => {
+                    tracing::debug!(lease = name, error = %e, "a release from the cached record failed; reading it");
+                    use_cache = false;
+                    continue;
+                }
+                put => put?,
+            };
+            match put {
                 Put::Done(version) => {
                     self.remember(name, version, rec);
                     return Ok(Released::Released);
@@ -242,8 +253,9 @@ impl CasStore {
         let mut use_cache = true;
         for _ in 0..MAX_CONFLICTS {
             // First decide from the record this store last wrote, if any: the
-            // conditional write validates it, and a conflict or a busy answer falls
-            // back to a real read. A process that re-acquires saves a request.
+            // conditional write validates it, and a conflict, a busy answer or a
+            // failed write falls back to a real read. A process that re-acquires
+            // saves a request.
             let cached = if use_cache { self.last_written(name) } else { None };
             let from_cache = cached.is_some();
             use_cache = false;
@@ -336,7 +348,20 @@ impl CasStore {
             };
             let opts =
                 PutOptions::after(stored.as_ref()).with_expires_after(req.ttl.saturating_add(self.opts.max_skew));
-            match self.put(&key, &rec, opts).await? {
+            let put = match self.put(&key, &rec, opts).await {
+                // A write decided from a stale copy can fail where one from a
+                // read would not (a directory store's version slot collected
+                // long since: "outcome unknown"). The copy is forgotten (see
+                // `put`): decide again from a real read, as after a conflict.
+                // Were the write to have landed after all, the read shows the
+                // asker's own grant, which keeps it waiting: never two grants.
+                Err(e) if from_cache => {
+                    tracing::debug!(lease = name, error = %e, "a write from the cached record failed; reading it");
+                    continue;
+                }
+                put => put?,
+            };
+            match put {
                 Put::Done(version) => {
                     self.remember(name, version.clone(), rec);
                     return Ok(Attempt::Granted(Grant {
@@ -406,13 +431,25 @@ impl LeaseStore for CasStore {
         let ttl_ms = millis(grant.ttl);
         let mut use_cache = true;
         for _ in 0..MAX_CONFLICTS {
-            let (version, current) = self.current_for(grant, use_cache).await?;
+            let from_cache = use_cache && self.cached(name, &grant.version).is_some();
+            let (version, current) = self.current_for(grant, from_cache).await?;
             let now_ms = self.clock.wall_ms();
             let sent = self.clock.mono();
             let rec = record::decide_renew(&current, grant.token, &grant.holder.nonce, ttl_ms, now_ms, None)
                 .map_err(|g| self.lost(grant, g.detail))?;
             let opts = PutOptions::update(version).with_expires_after(grant.ttl.saturating_add(self.opts.max_skew));
-            match self.put(&key, &rec, opts).await? {
+            let put = match self.put(&key, &rec, opts).await {
+                // As in `acquire_now`: a write from a stale copy failed (the
+                // copy is forgotten); renew from a real read. Had the write
+                // landed, the read shows the grant renewed: renewed again.
+                Err(e) if from_cache => {
+                    tracing::debug!(lease = name, error = %e, "a renewal from the cached record failed; reading it");
+                    use_cache = false;
+                    continue;
+                }
+                put => put?,
+            };
+            match put {
                 Put::Done(version) => {
                     self.remember(name, version.clone(), rec);
                     return Ok(Grant {

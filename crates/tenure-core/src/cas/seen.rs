@@ -172,7 +172,9 @@ impl CasStore {
     }
 
     /// Writes `rec`; a record that would be too large to read back (thousands
-    /// of shared holders) is refused instead of written.
+    /// of shared holders) is refused instead of written. After a failed write
+    /// the record this store wrote last is no longer taken for the current
+    /// one: what the store holds is unknown until it is read again.
     pub(super) async fn put(&self, key: &Key, rec: &LeaseRecord, opts: PutOptions) -> Result<Put> {
         let name = key.as_str();
         let bytes = rec.to_bytes();
@@ -185,7 +187,11 @@ impl CasStore {
                 ),
             ));
         }
-        self.backend.put(key, Bytes::from(bytes), opts).await
+        let put = self.backend.put(key, Bytes::from(bytes), opts).await;
+        if put.is_err() {
+            self.forget(name);
+        }
+        put
     }
 
     pub(super) fn lost(&self, grant: &Grant, detail: String) -> Error {
