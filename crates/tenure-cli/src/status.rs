@@ -371,8 +371,8 @@ pub(crate) async fn break_lease(args: BreakArgs) -> Result<ExitCode> {
     let store = args.store.open().await?;
     let name = LeaseName::new(&args.name)?;
     let seen = store.inspect(&name).await?;
-    let targets: Vec<&HolderView> =
-        seen.holders.iter().chain(&seen.expired).filter(|h| args.token.is_none_or(|t| t == h.token)).collect();
+    let targets: Vec<HolderView> =
+        seen.holders.iter().chain(&seen.expired).filter(|h| args.token.is_none_or(|t| t == h.token)).cloned().collect();
     // An unreadable record is replaced by a break of the lease, never by a
     // break of one token (it cannot show whose it is).
     if targets.is_empty() && (seen.corrupt.is_none() || args.token.is_some()) {
@@ -387,7 +387,9 @@ pub(crate) async fn break_lease(args: BreakArgs) -> Result<ExitCode> {
         bail!(Fail::new(exit::TIMEOUT, format!("{}: lease {name:?} {what}; nothing was broken", store.url())));
     }
     let note = tenure::BreakNote { by: std::sync::Arc::new(tenure::Holder::current()), reason: args.reason };
-    store.break_lease(&seen, args.token, Some(&note)).await?;
+    // A holder that renews between the look and the break changes nothing
+    // about what is broken: the break looks again (see `break_as_seen`).
+    let seen = tenure::store::break_as_seen(&*store, seen, args.token, Some(&note)).await?;
     let mut out = std::io::stdout().lock();
     if let Some(c) = seen.corrupt.as_ref().filter(|_| args.token.is_none()) {
         ignore_broken_pipe(writeln!(out, "replaced the unreadable record of {name} ({c})"))?;

@@ -5,7 +5,10 @@
 //! [`crate::Backend`]; the lease server implements it natively (its clock is the
 //! judge) and overrides the batch operations to save round trips.
 
+mod breaking;
 pub mod memory;
+
+pub use breaking::{MAX_RENEWALS_DURING_BREAK, break_as_seen};
 
 use std::fmt::Debug;
 use std::sync::Arc;

@@ -4,6 +4,7 @@
 #[path = "../fuzz_support/mod.rs"]
 mod fuzz_support;
 
+mod break_renewed;
 mod client_turns;
 mod clock_discipline;
 mod conformance_memory;
