@@ -267,7 +267,8 @@ impl Client {
             if tokens.is_empty() {
                 return Ok(tokens);
             }
-            client.break_lease(&seen, token, Some(&note)).await.map(|()| tokens)
+            // A renewal by the holder in between is looked past (see `break_as_seen`).
+            tenure::store::break_as_seen(&**client.store(), seen, token, Some(&note)).await.map(|_| tokens)
         })?;
         broke.map_err(to_py)
     }
