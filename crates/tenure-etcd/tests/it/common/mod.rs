@@ -178,12 +178,27 @@ fn free_port() -> u16 {
 impl Member {
     /// Starts etcd with its client port speaking `scheme` (`http`, or `https`
     /// with the certificate flags in `extra`), and waits until it listens.
+    /// The ports are free when chosen, but another process may take one
+    /// before etcd binds it (every outgoing connection takes a port of the
+    /// same range): an etcd that exits at once is started again on others.
     pub fn start(scheme: &str, extra: &[&str]) -> Self {
+        for attempt in 1.. {
+            match Self::try_start(scheme, extra) {
+                Ok(member) => return member,
+                Err(why) if attempt < 5 => eprintln!("etcd attempt {attempt}: {why}; again on other ports"),
+                Err(why) => panic!("etcd did not start: {why}"),
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    fn try_start(scheme: &str, extra: &[&str]) -> Result<Self, String> {
         let data = tempfile::tempdir().expect("data dir");
         let (port, peer) = (free_port(), free_port());
+        let log = std::fs::File::create(data.path().join("etcd.log")).expect("etcd log");
         let child = std::process::Command::new("etcd")
             .args(["--name", "own", "--data-dir"])
-            .arg(data.path())
+            .arg(data.path().join("data"))
             .args(["--listen-client-urls", &format!("{scheme}://127.0.0.1:{port}")])
             .args(["--advertise-client-urls", &format!("{scheme}://127.0.0.1:{port}")])
             .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
@@ -193,16 +208,25 @@ impl Member {
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("start etcd (the etcd test servers' binary)");
-        let member = Self { child, port, _data: data };
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut member = Self { child, port, _data: data };
+        let said = |m: &Self| {
+            let log = std::fs::read_to_string(m._data.path().join("etcd.log")).unwrap_or_default();
+            log.lines().rev().take(3).collect::<Vec<_>>().join(" | ")
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "etcd did not listen on {port} within 20s");
+            if let Ok(Some(status)) = member.child.try_wait() {
+                return Err(format!("it exited ({status}) before listening on {port}: {}", said(&member)));
+            }
+            if std::time::Instant::now() >= deadline {
+                panic!("etcd did not listen on {port} within 60s: {}", said(&member));
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
-        member
+        Ok(member)
     }
 
     /// Its client endpoint, as the test servers' variables give one.
