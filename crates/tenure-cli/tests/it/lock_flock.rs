@@ -162,7 +162,9 @@ fn verbose_ends_with_one_summary_line_of_wait_hold_renewals_and_token() {
     let store = FileStore::new();
     let url = store.url();
     let token_file = store.path("token");
-    // A short TTL renews every 100 ms. The command ends once the record shows
+    // A 4 s TTL renews every 500 ms (an 800 ms one renewed every 100 ms, and a
+    // loaded machine's renewal could take longer than that: the lease was then
+    // at risk and the command stopped). The command ends once the record shows
     // two renewals: the keep-alive counted the first before it began the second.
     let script = format!(
         "echo $TENURE_TOKEN > '{tf}'; seen=$TENURE_DEADLINE; n=0
@@ -174,8 +176,7 @@ fn verbose_ends_with_one_summary_line_of_wait_hold_renewals_and_token() {
         tf = token_file.display(),
         tenure = TENURE,
     );
-    let out =
-        run(tenure().args(["-v", "lock", &url, "deploy/prod", "--ttl", "800ms", "--", "sh", "-c", &script]), LIMIT);
+    let out = run(tenure().args(["-v", "lock", &url, "deploy/prod", "--ttl", "4s", "--", "sh", "-c", &script]), LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let token = lines(&token_file)[0].clone();
     let err = stderr(&out);
