@@ -50,11 +50,18 @@ fn a_signal_ends_tenure_while_a_silent_lease_server_is_asked() {
     server.set_nonblocking(true).expect("nonblocking");
     for attempt in 1.. {
         let mut tenure = spawn(&mut lock(&url, "x", &[], &["true"]));
-        let connected = eventually(LIMIT, || server.accept().is_ok());
+        // The accepted connection is kept open and silent: dropped, it would
+        // close, and tenure would hear EOF instead of silence.
+        let mut accepted = None;
+        let connected = eventually(LIMIT, || {
+            accepted = server.accept().ok();
+            accepted.is_some()
+        });
         assert!(connected, "tenure never connected: {:?}", finish(&mut tenure));
         let sent = Instant::now();
         signal(tenure.id(), Signal::TERM);
         let (code, err) = finish(&mut tenure);
+        drop(accepted);
         if code == Some(69) && err.contains("no answer to the hello") && attempt < 5 {
             eprintln!("attempt {attempt}: the hello's deadline came before the signal; again");
             continue;
