@@ -29,6 +29,11 @@ fn server(var: &str) -> Option<String> {
     }
 }
 
+fn wall_ms() -> u64 {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970");
+    u64::try_from(since_epoch.as_millis()).expect("ms fit u64")
+}
+
 /// A tiny deterministic generator (the seed is printed, so a run can be replayed).
 struct Rng(u64);
 impl Rng {
@@ -135,7 +140,9 @@ impl Torture {
             .expect("spawn closer")
     }
 
-    fn run(&self, seconds: u64) {
+    /// Runs the torture for `seconds`; returns the wall-clock time (unix ms) at
+    /// which the last process was killed.
+    fn run(&self, seconds: u64) -> u64 {
         let seed =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64) | 1;
         println!("seed {seed}");
@@ -180,15 +187,16 @@ impl Torture {
             let _ = c.wait();
         }
         println!("killed {writer_kills} writers and {closer_kills} closers");
+        wall_ms()
     }
 
     /// Closes everything (after the last bucket's grace), then reads with several
-    /// concurrent readers.
-    fn settle_and_read(&self) -> Vec<Vec<(u64, String, u64, String)>> {
+    /// concurrent readers. `ended_ms` is when [`Torture::run`] ended.
+    fn settle_and_read(&self, ended_ms: u64) -> Vec<Vec<(u64, String, u64, String)>> {
         std::thread::sleep(Duration::from_millis(self.pace.width_ms + self.pace.grace_ms + 200));
         let status = self.cmd(&["close", "--lookback", "60s"]).stdout(Stdio::null()).status().expect("close");
         assert!(status.success());
-        self.append_into_a_closed_bucket();
+        self.append_into_a_closed_bucket(ended_ms.saturating_sub(1_000));
         let readers: Vec<_> = (0..READERS)
             .map(|_| self.cmd(&["read", "--json"]).stdout(Stdio::piped()).spawn().expect("reader"))
             .collect();
@@ -221,11 +229,15 @@ impl Torture {
 
     /// Whether the races above rejected anything depends on timing (a slow
     /// store may close nothing before a late writer is killed), so one rejection
-    /// is made for certain: an append stamped inside the closed past.
-    fn append_into_a_closed_bucket(&self) {
+    /// is made for certain: an append stamped `at` (unix ms), a moment of the
+    /// run whose bucket the final close has closed. (A stamp relative to the
+    /// append's own start is not certain: on a slow store, the append may start
+    /// later than the lag after the close began, and stamp into an open bucket.)
+    fn append_into_a_closed_bucket(&self, at: u64) {
         let payload = "sL-into-closed";
+        let at = at.to_string();
         let mut late = self
-            .cmd(&["append", "--stdin", "--json", "--writer", "late", "--lag", "5s"])
+            .cmd(&["append", "--stdin", "--json", "--writer", "late", "--at", &at])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -272,8 +284,8 @@ fn torture_on_a_directory_accepted_is_read_rejected_is_not_and_readers_agree() {
     let log = dir.path().join("log");
     std::fs::create_dir(&log).expect("mkdir log");
     let t = Torture::new(log.display().to_string(), FS_PACE, &[]);
-    t.run(6);
-    t.check(&t.settle_and_read());
+    let ended = t.run(6);
+    t.check(&t.settle_and_read(ended));
 }
 
 #[test]
@@ -291,6 +303,6 @@ fn torture_on_s3_moto_accepted_is_read_rejected_is_not_and_readers_agree() {
         ("aws_allow_http", "true".to_string()),
     ];
     let t = Torture::new(log, S3_PACE, &opts);
-    t.run(10);
-    t.check(&t.settle_and_read());
+    let ended = t.run(10);
+    t.check(&t.settle_and_read(ended));
 }
