@@ -16,6 +16,9 @@
 # NAMES default to all of them. Everything binds to 127.0.0.1 only:
 #   name          port(s)                         variable printed by `env`
 #   moto          5000                            TENURE_TEST_S3_MOTO=http://127.0.0.1:5000
+#   moto-py       5001                            TENURE_TEST_S3_MOTO_PY=http://127.0.0.1:5001
+#                 (a second moto, for the Python checks that run beside the Rust tests:
+#                 moto is serial, and the Rust tests keep one busy)
 #   rgw           7480 (mon 3300, osd 68xx)       TENURE_TEST_S3_RGW=http://127.0.0.1:7480
 #   azurite       10000                           TENURE_TEST_AZURITE=http://127.0.0.1:10000
 #   s3rver        4568                            TENURE_TEST_S3RVER=http://127.0.0.1:4568
@@ -60,7 +63,7 @@ HERE="$REPO/scripts"
 TOOLS="${TENURE_TOOLS_DIR:-$REPO/.tools}"
 STATE="${TENURE_SERVERS_DIR:-$REPO/.servers}"
 TIMEOUT="${TENURE_SERVERS_TIMEOUT:-60}"
-ALL=(moto rgw azurite s3rver localbucket etcd etcd-cluster redis)
+ALL=(moto moto-py rgw azurite s3rver localbucket etcd etcd-cluster redis)
 BUCKET=tenure
 H=127.0.0.1
 
@@ -242,7 +245,7 @@ logf() { echo "$STATE/$1/$1.log"; }
 
 pattern_of() {
     case "$1" in
-        moto) echo moto-serial ;;
+        moto | moto-py) echo moto-serial ;;
         azurite) echo azurite-blob ;;
         s3rver) echo s3rver ;;
         localbucket) echo localbucket ;;
@@ -254,6 +257,7 @@ pattern_of() {
 ports_of() {
     case "$1" in
         moto) echo 5000 ;;
+        moto-py) echo 5001 ;;
         rgw) echo 7480 3300 ;;
         azurite) echo 10000 ;;
         s3rver) echo 4568 ;;
@@ -266,7 +270,7 @@ ports_of() {
 
 url_of() {
     case "$1" in
-        moto) echo "http://$H:5000" ;;
+        moto | moto-py) echo "http://$H:$(ports_of "$1")" ;;
         rgw) echo "http://$H:7480" ;;
         azurite) echo "http://$H:10000" ;;
         s3rver) echo "http://$H:4568" ;;
@@ -280,6 +284,7 @@ url_of() {
 var_of() {
     case "$1" in
         moto) echo TENURE_TEST_S3_MOTO ;;
+        moto-py) echo TENURE_TEST_S3_MOTO_PY ;;
         rgw) echo TENURE_TEST_S3_RGW ;;
         azurite) echo TENURE_TEST_AZURITE ;;
         s3rver) echo TENURE_TEST_S3RVER ;;
@@ -296,11 +301,11 @@ CMD=()
 cmd_of() {
     local d="$STATE/$1"
     case "$1" in
-        moto)
+        moto | moto-py)
             # One request at a time: moto's conditional PUT is check-then-write
             # (see servers/moto-serial.py).
             need_tool "$TOOLS/venv/bin/moto_server" moto
-            CMD=("$TOOLS/venv/bin/python" "$HERE/servers/moto-serial.py" "$H" 5000)
+            CMD=("$TOOLS/venv/bin/python" "$HERE/servers/moto-serial.py" "$H" "$(ports_of "$1")")
             ;;
         azurite)
             need_tool "$TOOLS/npm/node_modules/.bin/azurite-blob" azurite
@@ -334,7 +339,7 @@ cmd_of() {
 
 healthy_of() {
     case "$1" in
-        moto) [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://$H:5000/")" = 200 ] ;;
+        moto | moto-py) [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "$(url_of "$1")/")" = 200 ] ;;
         azurite) http_up "http://$H:10000/devstoreaccount1?comp=list" ;;
         s3rver) http_up "http://$H:4568/" ;;
         localbucket) [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://$H:9100/")" = 200 ] ;;
@@ -345,7 +350,7 @@ healthy_of() {
 
 setup_of() {
     case "$1" in
-        moto) ensure_bucket moto "http://$H:5000" test:test ;;
+        moto | moto-py) ensure_bucket "$1" "$(url_of "$1")" test:test ;;
         s3rver) ensure_bucket s3rver "http://$H:4568" S3RVER:S3RVER ;;
         localbucket) ensure_bucket localbucket "http://$H:9100" test:test ;;
         azurite)
@@ -719,7 +724,7 @@ do_one() { # action name
     case "$2" in
         rgw) "$1"_rgw ;;
         etcd-cluster) "$1"_cluster ;;
-        moto | azurite | s3rver | localbucket | etcd | redis) "$1"_simple "$2" ;;
+        moto | moto-py | azurite | s3rver | localbucket | etcd | redis) "$1"_simple "$2" ;;
         *) die "unknown server '$2' (known: ${ALL[*]})" ;;
     esac
 }
