@@ -6,6 +6,7 @@
 #
 #   python/test.sh [PYTEST ARGS...]    build, then check
 #   python/test.sh --build-only         the venv and the extension (cargo runs here)
+#   python/test.sh --venv-only          the venv and the tools from PyPI (no cargo)
 #   python/test.sh --check-only [ARGS]  mypy and pytest on what --build-only built
 #                                       (no cargo: it can run beside a cargo build)
 #
@@ -19,19 +20,22 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 export CARGO_TARGET_DIR="$target"
 venv="$target/python-venv"
 python="${PYTHON:-python3}"
-build=1 check=1
+venv_step=1 build=1 check=1
 case "${1:-}" in
+    --venv-only) build=0 check=0; shift ;;
     --build-only) check=0; shift ;;
-    --check-only) build=0; shift ;;
+    --check-only) venv_step=0 build=0; shift ;;
 esac
 
-if [ "$build" = 1 ]; then
+if [ "$venv_step" = 1 ]; then
     if [ ! -x "$venv/bin/python" ]; then
         "$python" -m venv "$venv"
     fi
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         "maturin==1.16.0" "pytest==9.2.0" "mypy==2.4.1" "filelock==4.3.1" "redis==8.1.0"
+fi
 
+if [ "$build" = 1 ]; then
     # The `tenure` command for the lease server: the one given (scripts/test
     # passes the one its tests built: a build of tenure-cli alone would resolve
     # features apart from the workspace's and compile tokio and the rest again).
